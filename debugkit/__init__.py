@@ -1,0 +1,38 @@
+"""debugkit: debug PyTorch training runs, from symptom to root cause.
+
+``from debugkit import Recorder, open_run`` imports neither torch nor pandas until
+they are used.
+"""
+
+from __future__ import annotations
+
+from .errors import (
+    DebugkitError,
+    InvalidInputError,
+    MissingDependencyError,
+    NonFiniteError,
+    ReplayError,
+    RunDirError,
+    SchemaVersionError,
+    UploadError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Recorder", "open_run", "Run", "DebugkitError", "RunDirError", "SchemaVersionError",
+    "InvalidInputError", "UploadError", "ReplayError", "NonFiniteError",
+    "MissingDependencyError", "__version__",
+]
+
+
+def __getattr__(name):
+    if name == "Recorder":
+        from .recorder import Recorder
+
+        return Recorder
+    if name in ("open_run", "Run"):
+        from .io import run as _run
+
+        return getattr(_run, name)
+    raise AttributeError(f"module 'debugkit' has no attribute {name!r}")

@@ -1,0 +1,1 @@
+"""Chart builders: ``build_<x>_figure(df, ...) -> plotly Figure``. Never ``st.*``."""

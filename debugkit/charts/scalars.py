@@ -1,0 +1,54 @@
+"""Figures of logged scalars (loss curves and the like)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..analysis.downsample import downsample_minmax
+
+
+def build_scalar_figure(scalars, keys=("loss",), *, title=None, max_points=5000, log_y=False,
+                        failure_steps=()):
+    """Line chart of scalars over steps, one trace per (key, rank).
+
+    Parameters
+    ----------
+    scalars : DataFrame
+        ``[step, rank, key, value, ...]`` as :meth:`Run.scalars` returns.
+    keys : sequence of str
+        Which keys to draw.
+    max_points : int
+        Points per trace after extreme-preserving downsampling; non-finite values are
+        drawn as red ``x`` markers at the top of the axis.
+    failure_steps : sequence of int
+        Steps with a failure capture, drawn as vertical lines.
+    """
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    df = scalars[scalars["key"].isin(list(keys))]
+    multi_rank = df["rank"].nunique() > 1
+    for (key, rank), g in df.groupby(["key", "rank"], sort=True, observed=True):
+        g = g.sort_values("step")
+        x, y = g["step"].to_numpy(), g["value"].to_numpy(dtype=np.float64)
+        idx = downsample_minmax(x, y, max_points)
+        x, y = x[idx], y[idx]
+        finite = np.isfinite(y)
+        label = f"{key} (rank {rank})" if multi_rank else key
+        fig.add_trace(go.Scattergl(x=x[finite], y=y[finite], mode="lines", name=label,
+                                   hovertemplate="step %{x}<br>%{y:.4g}<extra>" + label + "</extra>"))
+        if (~finite).any():
+            top = float(np.nanmax(y[finite])) if finite.any() else 1.0
+            fig.add_trace(go.Scatter(
+                x=x[~finite], y=[top] * int((~finite).sum()), mode="markers",
+                marker={"symbol": "x", "color": "#d62728", "size": 10},
+                name=f"{label}: NaN/Inf", customdata=[str(v) for v in y[~finite]],
+                hovertemplate="step %{x}: %{customdata}<extra></extra>"))
+    for s in failure_steps:
+        fig.add_vline(x=s, line={"color": "#d62728", "dash": "dot", "width": 1})
+    fig.update_layout(title=title, xaxis_title="step", yaxis_title=", ".join(keys),
+                      height=360, margin={"l": 50, "r": 20, "t": 40 if title else 20, "b": 40},
+                      legend={"orientation": "h", "y": -0.2}, hovermode="x unified")
+    if log_y:
+        fig.update_yaxes(type="log")
+    return fig

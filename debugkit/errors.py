@@ -1,0 +1,81 @@
+"""The exception hierarchy of debugkit.
+
+Every error debugkit raises for bad input derives from :class:`DebugkitError`, so
+callers (the CLI, the pages) can catch one class and show its message. Messages name
+the bad value, where it was found and what was expected. Templates that tests match
+live here as module constants.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DebugkitError",
+    "RunDirError",
+    "SchemaVersionError",
+    "InvalidInputError",
+    "UploadError",
+    "ReplayError",
+    "NonFiniteError",
+    "MissingDependencyError",
+    "DebugkitWarning",
+    "TruncatedRecordWarning",
+]
+
+# Message templates (tests match on these).
+MSG_NOT_A_RUN = "{path}: not a debugkit run directory (no manifest.json)"
+MSG_NO_SUCH_PATH = "{path}: no such file or directory"
+MSG_BAD_MANIFEST = "{path}: manifest.json is not valid JSON ({detail})"
+MSG_MANIFEST_FIELD = "{path}: manifest.json field {field!r} {detail}"
+MSG_NEWER_MAJOR = (
+    "{path}: schema_version {found!r} is newer than this debugkit ({known}.x); "
+    "the run was written by a newer debugkit: upgrade debugkit to read it"
+)
+MSG_BAD_VERSION = "{path}: schema_version {found!r} is not of the form 'MAJOR.MINOR'"
+MSG_TABLE_UNREADABLE = "{path}: {table} data is unreadable ({detail})"
+
+
+class DebugkitError(Exception):
+    """Base class of every error debugkit raises for bad input or a failed operation."""
+
+
+class RunDirError(DebugkitError):
+    """A run directory (or zip of one) is missing, unreadable or malformed."""
+
+
+class SchemaVersionError(RunDirError):
+    """A run was written with a schema version this debugkit cannot read."""
+
+
+class InvalidInputError(DebugkitError):
+    """A value given by a user (argument, query parameter, batch, file) is invalid."""
+
+
+class UploadError(InvalidInputError):
+    """An uploaded file or archive was refused (unsafe names, links, bombs, limits)."""
+
+
+class ReplayError(DebugkitError):
+    """A captured failure could not be replayed."""
+
+
+class NonFiniteError(DebugkitError):
+    """A loss or gradient became NaN/Inf and the Recorder was told to halt."""
+
+
+class MissingDependencyError(DebugkitError):
+    """An optional package needed by a feature is not installed."""
+
+    def __init__(self, package: str, feature: str, pip_name: str | None = None):
+        self.package = package
+        super().__init__(
+            f"{feature} needs the optional package {package!r}; "
+            f"install it with: pip install {pip_name or package}"
+        )
+
+
+class DebugkitWarning(UserWarning):
+    """Base class of debugkit's warnings."""
+
+
+class TruncatedRecordWarning(DebugkitWarning):
+    """A half-written record at the end of a data file was skipped."""

@@ -1,0 +1,74 @@
+"""Read append-only Arrow IPC streams that may be growing or cut off mid-record."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class StreamRead:
+    """What reading one stream file gave.
+
+    Attributes
+    ----------
+    table : pyarrow.Table or None
+        Every complete record batch (None when the file held no schema yet).
+    truncated : bool
+        True when bytes after the last complete batch were ignored.
+    detail : str
+        Why reading stopped early (empty when it did not).
+    """
+
+    table: object
+    truncated: bool
+    detail: str = ""
+
+
+def read_stream(path: str | os.PathLike, schema=None) -> StreamRead:
+    """Read every complete record batch of an Arrow IPC stream file.
+
+    A half-written last batch (the writer was killed, or is writing right now) is
+    skipped and reported through ``truncated``; it is never an error.
+    """
+    import pyarrow as pa
+
+    path = Path(path)
+    size = path.stat().st_size
+    if size == 0:
+        return StreamRead(schema.empty_table() if schema is not None else None, False)
+    with open(path, "rb") as f:
+        data = f.read()
+    buf = pa.py_buffer(data)
+    try:
+        reader = pa.ipc.open_stream(buf)
+    except (pa.ArrowInvalid, OSError, ValueError) as exc:
+        # Not even a whole schema message: a file cut off at its very start, or not Arrow.
+        return StreamRead(schema.empty_table() if schema is not None else None, True, str(exc))
+    batches, truncated, detail = [], False, ""
+    while True:
+        try:
+            batches.append(reader.read_next_batch())
+        except StopIteration:
+            break
+        except (pa.ArrowInvalid, OSError, ValueError) as exc:
+            truncated, detail = True, str(exc)
+            break
+    table = pa.Table.from_batches(batches, schema=reader.schema)
+    if schema is not None and not table.schema.equals(schema):
+        table = _conform(table, schema)
+    return StreamRead(table, truncated, detail)
+
+
+def _conform(table, schema):
+    """Add missing columns as nulls and drop unknown ones, for forward-compatible reads."""
+    import pyarrow as pa
+
+    cols = []
+    for field in schema:
+        if field.name in table.column_names:
+            cols.append(table.column(field.name).cast(field.type))
+        else:
+            cols.append(pa.nulls(table.num_rows, type=field.type))
+    return pa.Table.from_arrays(cols, schema=schema)

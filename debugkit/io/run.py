@@ -1,0 +1,497 @@
+"""Open a debugkit run directory (or a .zip of one) and read its tables.
+
+Every table reader returns a pandas DataFrame with documented columns; readers re-read
+the files on each call, so a live run shows new rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from .. import format as fmt
+from ..errors import (
+    MSG_BAD_MANIFEST,
+    MSG_BAD_VERSION,
+    MSG_MANIFEST_FIELD,
+    MSG_NEWER_MAJOR,
+    MSG_NO_SUCH_PATH,
+    MSG_NOT_A_RUN,
+    MSG_TABLE_UNREADABLE,
+    RunDirError,
+    SchemaVersionError,
+    TruncatedRecordWarning,
+)
+from .arrowio import read_stream
+
+_SEG_FILE = re.compile(r"^(?P<table>[a-z]+)-(?P<seg>\d+)\.arrows$")
+_META_FILE = re.compile(r"^meta-(?P<seg>\d+)\.json$")
+
+# Upgrade steps for older minor versions of the current major: {(major, minor): fn}.
+# Each takes a manifest dict and returns it at the next minor version. 1.0 is the first
+# version, so there is nothing to upgrade yet; a 1.1 writer adds its step here.
+UPGRADES: dict[tuple[int, int], Any] = {}
+
+
+def parse_version(value: Any, where: str) -> tuple[int, int]:
+    """Parse a ``'MAJOR.MINOR'`` schema version, raising :class:`SchemaVersionError`."""
+    m = re.fullmatch(r"(\d+)\.(\d+)", str(value)) if isinstance(value, (str, int, float)) else None
+    if not m:
+        raise SchemaVersionError(MSG_BAD_VERSION.format(path=where, found=value))
+    return int(m.group(1)), int(m.group(2))
+
+
+def upgrade_manifest(manifest: dict, where: str) -> dict:
+    """Check a manifest's schema version and bring an older minor up to date."""
+    major, minor = parse_version(manifest.get("schema_version"), where)
+    if major > fmt.SCHEMA_MAJOR:
+        raise SchemaVersionError(MSG_NEWER_MAJOR.format(
+            path=where, found=manifest.get("schema_version"), known=fmt.SCHEMA_MAJOR))
+    if major < fmt.SCHEMA_MAJOR:
+        raise SchemaVersionError(
+            f"{where}: schema_version {manifest.get('schema_version')!r} is from an older major "
+            f"version that this debugkit ({fmt.SCHEMA_MAJOR}.x) cannot read")
+    while minor < fmt.SCHEMA_MINOR:
+        step = UPGRADES.get((major, minor))
+        if step is None:
+            raise SchemaVersionError(f"{where}: no upgrade step from schema {major}.{minor}")
+        manifest = step(manifest)
+        minor += 1
+    manifest["_read_as_version"] = f"{major}.{max(minor, fmt.SCHEMA_MINOR)}"
+    return manifest
+
+
+def _pid_alive(pid: int, start_ticks: int | None) -> bool:
+    from ..recorder.writer import process_start_ticks
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    if start_ticks is not None:
+        now = process_start_ticks(pid)
+        if now is not None and now != start_ticks:
+            return False  # the pid was reused by another process
+    # A zombie (exited, not yet reaped) is gone for our purposes.
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        if data[data.rindex(b")") + 2 : data.rindex(b")") + 3] in (b"Z", b"X"):
+            return False
+    except (OSError, ValueError):
+        pass
+    return True
+
+
+class Run:
+    """A run directory opened for reading. Create with :func:`open_run`.
+
+    Attributes
+    ----------
+    path : Path
+        The run directory.
+    manifest : dict
+        The manifest (upgraded to the current schema version).
+    warnings : list of str
+        Problems met while reading that lost no complete record (e.g. a half-written
+        last record that was skipped).
+    """
+
+    def __init__(self, path: Path, manifest: dict, source: Path | None = None):
+        self.path = path
+        self.manifest = manifest
+        self.source = source or path
+        self.warnings: list[str] = []
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.path)!r}, name={self.name!r})"
+
+    # ------------------------------------------------------------------- identity
+    @property
+    def name(self) -> str:
+        return str(self.manifest.get("name") or self.path.name)
+
+    @property
+    def run_id(self) -> str:
+        return str(self.manifest.get("run_id") or self.path.name)
+
+    @property
+    def ranks(self) -> list[int]:
+        d = self.path / fmt.RANKS_DIR
+        if not d.is_dir():
+            return []
+        return sorted(int(p.name) for p in d.iterdir() if p.is_dir() and p.name.isdigit())
+
+    def _rank_dir(self, rank: int) -> Path:
+        return self.path / fmt.RANKS_DIR / str(rank)
+
+    def _segments(self, rank: int, table: str) -> list[tuple[int, Path]]:
+        out = []
+        d = self._rank_dir(rank)
+        if d.is_dir():
+            for p in d.iterdir():
+                m = _SEG_FILE.match(p.name)
+                if m and m.group("table") == table:
+                    out.append((int(m.group("seg")), p))
+        return sorted(out)
+
+    def rank_meta(self, rank: int, segment: int | None = None) -> dict:
+        """The ``meta-<segment>.json`` of a rank (the first segment by default)."""
+        metas = {}
+        d = self._rank_dir(rank)
+        if d.is_dir():
+            for p in d.iterdir():
+                m = _META_FILE.match(p.name)
+                if m:
+                    metas[int(m.group("seg"))] = p
+        if not metas:
+            return {}
+        seg = min(metas) if segment is None else segment
+        if seg not in metas:
+            return {}
+        try:
+            return json.loads(metas[seg].read_text())
+        except (OSError, ValueError) as exc:
+            raise RunDirError(f"{metas[seg]}: unreadable rank metadata ({exc})") from exc
+
+    def layers(self, rank: int | None = None) -> list[str]:
+        """Parameter names in model order (without ``__total__``)."""
+        ranks = self.ranks if rank is None else [rank]
+        for r in ranks:
+            meta = self.rank_meta(r)
+            if meta.get("layers") is not None:
+                return list(meta["layers"])
+        return []
+
+    # ------------------------------------------------------------------- status
+    def heartbeats(self) -> dict[int, dict]:
+        """Each rank's last heartbeat (``{}`` for a rank that has none)."""
+        out = {}
+        for r in self.ranks:
+            p = self._rank_dir(r) / fmt.HEARTBEAT
+            try:
+                out[r] = json.loads(p.read_text())
+            except (OSError, ValueError):
+                out[r] = {}
+        return out
+
+    def rank_status(self, rank: int, now: float | None = None) -> str:
+        """``running | finished | failed | crashed`` for one rank."""
+        hb = self.heartbeats().get(rank, {})
+        return self._judge_heartbeat(hb, now)
+
+    @staticmethod
+    def _judge_heartbeat(hb: dict, now: float | None = None) -> str:
+        state = hb.get("state")
+        if state in (fmt.STATE_FINISHED, fmt.STATE_FAILED):
+            return state
+        if state != fmt.STATE_RUNNING:
+            return fmt.STATE_CRASHED
+        now = time.time() if now is None else now
+        flush = float(hb.get("flush_every_s") or 2.0)
+        stale_after = max(fmt.HEARTBEAT_MIN_STALE_S, fmt.HEARTBEAT_STALE_FLUSHES * flush)
+        if now - float(hb.get("time") or 0) > stale_after:
+            return fmt.STATE_CRASHED
+        if hb.get("host") == socket.gethostname() and isinstance(hb.get("pid"), int):
+            if not _pid_alive(hb["pid"], hb.get("process_start_ticks")):
+                return fmt.STATE_CRASHED
+        return fmt.STATE_RUNNING
+
+    @property
+    def status(self) -> str:
+        """The run's status: ``running | finished | failed | crashed``.
+
+        ``crashed`` means a writer went away without closing (its heartbeat is stale
+        or its process is gone). Over ranks: any failed rank makes the run failed, then
+        any crashed one crashed, then any running one running.
+        """
+        states = [self._judge_heartbeat(hb) for hb in self.heartbeats().values()]
+        if not states:
+            return fmt.STATE_CRASHED
+        for s in (fmt.STATE_FAILED, fmt.STATE_CRASHED, fmt.STATE_RUNNING):
+            if s in states:
+                return s
+        return fmt.STATE_FINISHED
+
+    # ------------------------------------------------------------------- tables
+    def _read_table(self, table: str, rank: int):
+        """(segment, pyarrow.Table) pairs of one rank's table, in segment order."""
+        schema = fmt.table_schema(table)
+        out = []
+        for seg, path in self._segments(rank, table):
+            try:
+                res = read_stream(path, schema)
+            except OSError as exc:
+                raise RunDirError(MSG_TABLE_UNREADABLE.format(path=path, table=table, detail=exc)) from exc
+            if res.table is None:
+                continue
+            if res.truncated:
+                msg = (f"{path}: skipped a half-written record after "
+                       f"{res.table.num_rows} complete rows ({res.detail})")
+                self.warnings.append(msg)
+                if self.status != fmt.STATE_RUNNING:
+                    warnings.warn(msg, TruncatedRecordWarning, stacklevel=3)
+            out.append((seg, res.table))
+        return out
+
+    def _frame(self, table: str, rank: int | None, columns: list[str]):
+        import pandas as pd
+        import pyarrow as pa
+
+        parts = []
+        for r in self.ranks if rank is None else [rank]:
+            for _, t in self._read_table(table, r):
+                if t.num_rows:
+                    parts.append(t.append_column("rank", pa.array([r] * t.num_rows, pa.int32())))
+        if not parts:
+            schema = fmt.table_schema(table).append(pa.field("rank", pa.int32()))
+            df = schema.empty_table().to_pandas()
+        else:
+            df = pa.concat_tables(parts).to_pandas()
+        return df[columns]
+
+    def scalars(self, rank: int | None = None):
+        """Logged scalars (loss, learning rates, ...).
+
+        Returns
+        -------
+        DataFrame with columns ``step`` (int64), ``rank`` (int32), ``key`` (str),
+        ``value`` (float64), ``wall_time`` (float64, seconds since the epoch).
+        """
+        return self._frame("scalars", rank, ["step", "rank", "key", "value", "wall_time"])
+
+    def memory(self, rank: int | None = None):
+        """Memory per step.
+
+        Returns
+        -------
+        DataFrame with columns ``step``, ``rank``, ``wall_time``, ``device`` (``cpu`` or
+        ``cuda:N``), ``allocated_bytes``, ``reserved_bytes``, ``peak_bytes`` (CUDA caching
+        allocator; null on CPU) and ``rss_bytes`` (the process's resident set size).
+        """
+        df = self._frame("memory", rank, ["step", "rank", "wall_time", "device", "allocated_bytes",
+                                          "reserved_bytes", "peak_bytes", "rss_bytes"])
+        for c in ("allocated_bytes", "reserved_bytes", "peak_bytes", "rss_bytes"):
+            df[c] = df[c].astype("Int64")
+        return df
+
+    def steps(self, rank: int | None = None):
+        """Step timing.
+
+        Returns
+        -------
+        DataFrame with columns ``step``, ``rank``, ``wall_time`` (start of the step),
+        ``step_time_s`` (inside ``rec.step``), ``data_wait_s`` (from the end of the
+        previous step to the start of this one: waiting on the DataLoader; null for a
+        segment's first step), ``comm_s`` (time in collectives where measured) and
+        ``ok`` (False when the step raised).
+        """
+        return self._frame("steps", rank, ["step", "rank", "wall_time", "step_time_s",
+                                           "data_wait_s", "comm_s", "ok"])
+
+    def grad_norms(self, rank: int | None = None):
+        """Per-parameter gradient L2 norms, plus the total norm as layer ``__total__``.
+
+        Returns
+        -------
+        DataFrame with columns ``step`` (int64), ``rank`` (int32), ``layer``
+        (categorical; categories in model order, ``__total__`` last) and ``grad_norm``
+        (float64).
+        """
+        import numpy as np
+        import pandas as pd
+
+        categories: list[str] = []
+        index: dict[str, int] = {}
+        steps, ranks, codes, values = [], [], [], []
+        for r in self.ranks if rank is None else [rank]:
+            for seg, t in self._read_table("grads", r):
+                layers = list(self.rank_meta(r, seg).get("layers") or []) + [fmt.TOTAL_LAYER]
+                for name in layers:
+                    if name not in index and name != fmt.TOTAL_LAYER:
+                        index[name] = len(categories)
+                        categories.append(name)
+                if not t.num_rows:
+                    continue
+                lid = t.column("layer_id").to_numpy()
+                if lid.max(initial=0) >= len(layers) or lid.min(initial=0) < 0:
+                    raise RunDirError(MSG_TABLE_UNREADABLE.format(
+                        path=self._rank_dir(r), table="grads",
+                        detail=f"layer_id outside 0..{len(layers) - 1}"))
+                mapping = np.array([index.get(n, -1) for n in layers], dtype=np.int32)
+                mapping[-1] = -2  # total, resolved below
+                steps.append(t.column("step").to_numpy())
+                ranks.append(np.full(t.num_rows, r, dtype=np.int32))
+                codes.append(mapping[lid])
+                values.append(t.column("grad_norm").to_numpy().astype(np.float64))
+        categories.append(fmt.TOTAL_LAYER)
+        if not steps:
+            return pd.DataFrame({"step": np.zeros(0, np.int64), "rank": np.zeros(0, np.int32),
+                                 "layer": pd.Categorical([], categories=categories),
+                                 "grad_norm": np.zeros(0, np.float64)})
+        code = np.concatenate(codes)
+        code[code == -2] = len(categories) - 1
+        return pd.DataFrame({
+            "step": np.concatenate(steps),
+            "rank": np.concatenate(ranks),
+            "layer": pd.Categorical.from_codes(code, categories=categories),
+            "grad_norm": np.concatenate(values),
+        })
+
+    # ------------------------------------------------------------------- failures, events
+    def failures(self) -> list[dict]:
+        """Failure captures, ordered by step then rank.
+
+        Each record has at least ``id, kind, step, rank, error_type, message, traceback``
+        plus ``dataset_indices``, ``device``, ``files``, ``code`` and ``path`` (its folder).
+        """
+        d = self.path / fmt.FAILURES_DIR
+        out = []
+        if not d.is_dir():
+            return out
+        for p in d.iterdir():
+            if p.name.startswith(".") or not p.is_dir():
+                continue
+            f = p / fmt.FAILURE_JSON
+            try:
+                rec = json.loads(f.read_text())
+            except (OSError, ValueError) as exc:
+                self.warnings.append(f"{f}: unreadable failure record skipped ({exc})")
+                continue
+            if not isinstance(rec, dict):
+                self.warnings.append(f"{f}: failure record is not an object; skipped")
+                continue
+            rec.setdefault("id", p.name)
+            for k in ("kind", "step", "rank", "error_type", "message", "traceback"):
+                rec.setdefault(k, None)
+            rec["path"] = str(p)
+            out.append(rec)
+        out.sort(key=lambda r: (r.get("step") if isinstance(r.get("step"), int) else 0,
+                                r.get("rank") if isinstance(r.get("rank"), int) else 0, r["id"]))
+        return out
+
+    def failure(self, failure_id: str) -> dict:
+        """One failure record by id (:class:`RunDirError` when there is none)."""
+        for rec in self.failures():
+            if rec["id"] == failure_id:
+                return rec
+        raise RunDirError(f"{self.path}: no failure capture with id {failure_id!r}")
+
+    def events(self, rank: int | None = None) -> list[dict]:
+        """Events (start, close, failure, nonfinite, ...) of every rank, by time.
+
+        Each has ``time``, ``kind`` and ``rank``; a half-written last line is skipped.
+        """
+        out = []
+        for r in self.ranks if rank is None else [rank]:
+            d = self._rank_dir(r)
+            for p in sorted(d.glob(f"{fmt.EVENTS_PREFIX}-*{fmt.EVENTS_SUFFIX}")):
+                try:
+                    text = p.read_text(encoding="utf-8", errors="replace")
+                except OSError:
+                    continue
+                for line in text.splitlines(keepends=True):
+                    if not line.endswith("\n"):
+                        self.warnings.append(f"{p}: skipped a half-written last event")
+                        break
+                    try:
+                        ev = json.loads(line)
+                    except ValueError:
+                        self.warnings.append(f"{p}: skipped an unreadable event line")
+                        continue
+                    if isinstance(ev, dict):
+                        ev["rank"] = r
+                        out.append(ev)
+        out.sort(key=lambda e: e.get("time") or 0)
+        return out
+
+    def env(self) -> dict:
+        """The recorded environment: the manifest's ``env`` plus ``pip_check`` when done."""
+        env = dict(self.manifest.get("env") or {})
+        try:
+            env.update(json.loads((self.path / fmt.ENV_FILE).read_text()))
+        except (OSError, ValueError):
+            pass
+        return env
+
+    # ------------------------------------------------------------------- summaries
+    def row_counts(self) -> dict[str, int]:
+        """Number of complete rows per table, over all ranks."""
+        counts = {}
+        for table in fmt.TABLES:
+            n = 0
+            for r in self.ranks:
+                n += sum(t.num_rows for _, t in self._read_table(table, r))
+            counts[table] = n
+        return counts
+
+    def files_signature(self) -> tuple:
+        """``(relative path, size, mtime_ns)`` of every file: a cache key that changes
+        whenever the run does (a live run's appends included)."""
+        sig = []
+        for root, dirs, files in os.walk(self.path):
+            dirs.sort()
+            for name in sorted(files):
+                p = os.path.join(root, name)
+                try:
+                    st = os.stat(p)
+                except OSError:
+                    continue
+                sig.append((os.path.relpath(p, self.path), st.st_size, st.st_mtime_ns))
+        return tuple(sig)
+
+    def time_span(self) -> tuple[float | None, float | None]:
+        """(first, last) wall time seen in the run's step rows or heartbeats."""
+        hbs = [hb.get("time") for hb in self.heartbeats().values() if hb.get("time")]
+        start = self.manifest.get("created_at")
+        end = max(hbs) if hbs else None
+        return start, end
+
+
+def open_run(path: str | os.PathLike) -> Run:
+    """Open a run directory, or a ``.zip`` of one, for reading.
+
+    Raises
+    ------
+    RunDirError
+        The path does not exist, is not a run, or its manifest is malformed.
+    SchemaVersionError
+        The run was written by a newer major version of the format.
+    """
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise RunDirError(MSG_NO_SUCH_PATH.format(path=p))
+    source = p
+    if p.is_file():
+        if p.suffix.lower() != ".zip":
+            raise RunDirError(f"{p}: expected a run directory or a .zip of one")
+        from .upload import open_zip_cached
+
+        p = open_zip_cached(p)
+    mpath = p / fmt.MANIFEST
+    if not mpath.is_file():
+        raise RunDirError(MSG_NOT_A_RUN.format(path=p))
+    try:
+        raw = mpath.read_bytes()
+        manifest = json.loads(raw)
+    except (OSError, ValueError) as exc:
+        raise RunDirError(MSG_BAD_MANIFEST.format(path=mpath, detail=exc)) from exc
+    if not isinstance(manifest, dict):
+        raise RunDirError(MSG_MANIFEST_FIELD.format(path=mpath, field="(root)",
+                                                    detail="must be a JSON object"))
+    manifest = upgrade_manifest(manifest, str(mpath))
+    for field, kind in (("name", str), ("config", dict)):
+        if field in manifest and manifest[field] is not None and not isinstance(manifest[field], kind):
+            raise RunDirError(MSG_MANIFEST_FIELD.format(
+                path=mpath, field=field, detail=f"must be a {kind.__name__}"))
+    return Run(p, manifest, source=source)

@@ -1,0 +1,133 @@
+"""Find runs under the folders the dashboard serves (sample runs, the run store)."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import format as fmt
+from ..errors import DebugkitError, InvalidInputError
+
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+MSG_BAD_RUN_ID = "run id {value!r}: expected letters, digits, '.', '_' or '-' (at most 200)"
+MSG_UNKNOWN_RUN = "run {value!r}: no such run in {roots}"
+
+
+def default_store() -> Path:
+    """The run store: ``$DEBUGKIT_STORE``, default ``./runs``."""
+    return Path(os.environ.get("DEBUGKIT_STORE", "runs")).expanduser()
+
+
+def default_roots() -> list[Path]:
+    """Folders served by default: ``$DEBUGKIT_ROOTS`` (os.pathsep-separated), else
+    ``sample_runs/`` next to the package and the run store."""
+    env = os.environ.get("DEBUGKIT_ROOTS")
+    if env:
+        return [Path(p).expanduser() for p in env.split(os.pathsep) if p]
+    here = Path(__file__).resolve().parents[2] / "sample_runs"
+    roots = [here] if here.is_dir() else []
+    return roots + [default_store()]
+
+
+@dataclass(frozen=True)
+class RunEntry:
+    """One run found under a root: ``id`` is what ``?run=`` names it by."""
+
+    id: str
+    path: Path
+    root: Path
+
+
+def is_run_dir(path: Path) -> bool:
+    return (path / fmt.MANIFEST).is_file()
+
+
+def find_runs(roots: list[Path]) -> list[RunEntry]:
+    """Runs directly under each root (and the roots themselves if they are runs).
+
+    Ids are folder names; when two roots hold the same name, the later one is
+    prefixed with its root's name (``store.myrun``).
+    """
+    out: list[RunEntry] = []
+    ids: set[str] = set()
+    for root in roots:
+        root = Path(root)
+        candidates = []
+        if is_run_dir(root):
+            candidates.append(root)
+        elif root.is_dir():
+            try:
+                candidates = sorted(p for p in root.iterdir()
+                                    if p.is_dir() and not p.name.startswith(".") and is_run_dir(p))
+            except OSError:
+                continue
+        for p in candidates:
+            rid = p.name if _ID.match(p.name) else re.sub(r"[^A-Za-z0-9._-]", "-", p.name)[:200]
+            if rid in ids:
+                rid = f"{root.name}.{rid}"
+            ids.add(rid)
+            out.append(RunEntry(rid, p, root))
+    return out
+
+
+def validate_run_id(value: str) -> str:
+    """Check a ``?run=`` value's shape (it comes from a stranger's URL)."""
+    if not isinstance(value, str) or not _ID.match(value):
+        raise InvalidInputError(MSG_BAD_RUN_ID.format(value=str(value)[:80]))
+    return value
+
+
+def resolve_run(run_id: str, roots: list[Path]) -> RunEntry:
+    """The run with that id under the roots, or :class:`InvalidInputError`."""
+    validate_run_id(run_id)
+    for e in find_runs(roots):
+        if e.id == run_id:
+            return e
+    raise InvalidInputError(MSG_UNKNOWN_RUN.format(
+        value=run_id, roots=", ".join(str(r) for r in roots) or "(no roots)"))
+
+
+def summarize(entry: RunEntry) -> dict:
+    """``{id, name, status, steps, failures, path, error}`` for a run list."""
+    from .run import open_run
+
+    row = {"id": entry.id, "name": entry.id, "status": None, "steps": None,
+           "failures": None, "path": str(entry.path), "error": None}
+    try:
+        run = open_run(entry.path)
+        row["name"] = run.name
+        row["status"] = run.status
+        st = run.steps()
+        row["steps"] = int(st["step"].nunique()) if len(st) else 0
+        row["failures"] = len(run.failures())
+    except DebugkitError as exc:
+        row["error"] = str(exc)
+        row["status"] = "unreadable"
+    return row
+
+
+MSG_NOT_ALLOWED = "{path}: outside the folders this server may open ({roots}); see DEBUGKIT_ALLOWED_ROOTS"
+
+
+def allowed_roots() -> list[Path] | None:
+    """The allow-list from ``$DEBUGKIT_ALLOWED_ROOTS`` (os.pathsep-separated), or None
+    when unset (local use: any path may be opened)."""
+    env = os.environ.get("DEBUGKIT_ALLOWED_ROOTS")
+    if not env:
+        return None
+    return [Path(p).expanduser().resolve() for p in env.split(os.pathsep) if p]
+
+
+def check_allowed(path: Path) -> Path:
+    """Return ``path`` resolved (symlinks followed) if the allow-list permits it."""
+    resolved = Path(path).expanduser().resolve()
+    allowed = allowed_roots()
+    if allowed is None:
+        return resolved
+    for root in allowed:
+        if resolved == root or root in resolved.parents:
+            return resolved
+    raise InvalidInputError(MSG_NOT_ALLOWED.format(
+        path=path, roots=", ".join(str(r) for r in allowed)))

@@ -1,0 +1,304 @@
+"""Unpack uploaded runs (a directory's files, or a .zip) into the run store, safely.
+
+Names that come from a browser or an archive are untrusted. Every name is checked
+(no ``..``, no absolute paths or drive letters, no backslashes, NUL or control
+characters), links are refused, and counts, sizes and compression ratios are bounded
+while the bytes are read, not from what the archive claims. Files land in a private
+staging folder and the run appears in the store by one rename once it is complete, so
+no other user ever sees half an upload. Nothing is executed or unpickled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import shutil
+import stat
+import uuid
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO, Iterable
+
+from .. import format as fmt
+from ..errors import UploadError
+
+MSG_BAD_NAME = "upload: refused file name {name!r}: {why}"
+MSG_LINK = "upload: refused {name!r}: links are not allowed in an upload"
+MSG_TOO_MANY = "upload: {count} files is more than the limit of {limit}"
+MSG_TOO_BIG = "upload: {what} is {size} bytes, over the limit of {limit} bytes"
+MSG_BOMB = ("upload: refused {name!r}: it expands {ratio:.0f}x (limit {limit}x); "
+            "this looks like a compression bomb")
+MSG_NOT_RUN = "upload: no manifest.json at the top of the upload or in a single top-level folder"
+MSG_BAD_ZIP = "upload: {name!r} is not a readable zip archive ({detail})"
+
+_DRIVE = re.compile(r"^[A-Za-z]:")
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True)
+class UploadLimits:
+    """Bounds on one upload. Defaults suit runs of a few GB; set lower for a public server."""
+
+    max_files: int = 20_000
+    max_total_bytes: int = 4 << 30
+    max_file_bytes: int = 2 << 30
+    max_ratio: int = 200  # decompressed / compressed, per zip member
+    max_depth: int = 12
+
+    @classmethod
+    def from_env(cls) -> "UploadLimits":
+        mb = os.environ.get("DEBUGKIT_MAX_UPLOAD_MB")
+        if mb and mb.isdigit():
+            total = int(mb) << 20
+            return cls(max_total_bytes=total, max_file_bytes=min(total, cls.max_file_bytes))
+        return cls()
+
+
+def check_name(name: str, limits: UploadLimits = UploadLimits()) -> PurePosixPath:
+    """Return ``name`` as a safe relative path, or raise :class:`UploadError`."""
+    if not isinstance(name, str) or not name:
+        raise UploadError(MSG_BAD_NAME.format(name=name, why="empty name"))
+    if "\x00" in name or any(ord(c) < 32 for c in name):
+        raise UploadError(MSG_BAD_NAME.format(name=name, why="it contains NUL or control characters"))
+    if "\\" in name:
+        raise UploadError(MSG_BAD_NAME.format(name=name, why="backslashes are not allowed"))
+    if name.startswith("/") or _DRIVE.match(name):
+        raise UploadError(MSG_BAD_NAME.format(name=name, why="absolute paths are not allowed"))
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    if not parts:
+        raise UploadError(MSG_BAD_NAME.format(name=name, why="empty name"))
+    if any(p == ".." for p in parts):
+        raise UploadError(MSG_BAD_NAME.format(name=name, why="'..' is not allowed"))
+    if len(parts) > limits.max_depth:
+        raise UploadError(MSG_BAD_NAME.format(name=name, why=f"nested deeper than {limits.max_depth}"))
+    if any(len(p) > 255 for p in parts):
+        raise UploadError(MSG_BAD_NAME.format(name=name, why="a path component is too long"))
+    return PurePosixPath(*parts)
+
+
+class _Budget:
+    def __init__(self, limits: UploadLimits):
+        self.limits = limits
+        self.files = 0
+        self.total = 0
+
+    def add_file(self):
+        self.files += 1
+        if self.files > self.limits.max_files:
+            raise UploadError(MSG_TOO_MANY.format(count=self.files, limit=self.limits.max_files))
+
+    def add_bytes(self, name: str, file_bytes: int, n: int):
+        self.total += n
+        if file_bytes > self.limits.max_file_bytes:
+            raise UploadError(MSG_TOO_BIG.format(what=f"file {name!r}", size=file_bytes,
+                                                 limit=self.limits.max_file_bytes))
+        if self.total > self.limits.max_total_bytes:
+            raise UploadError(MSG_TOO_BIG.format(what="the upload", size=self.total,
+                                                 limit=self.limits.max_total_bytes))
+
+
+def _copy_bounded(src: BinaryIO, dest: Path, name: str, budget: _Budget,
+                  compressed: int | None = None) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    written = 0
+    with open(dest, "xb") as out:  # "x": never overwrite (duplicate names are refused)
+        while True:
+            chunk = src.read(1 << 20)
+            if not chunk:
+                break
+            written += len(chunk)
+            budget.add_bytes(name, written, len(chunk))
+            if compressed is not None and written > 1 << 20:
+                ratio = written / max(compressed, 1)
+                if ratio > budget.limits.max_ratio:
+                    raise UploadError(MSG_BOMB.format(name=name, ratio=ratio,
+                                                      limit=budget.limits.max_ratio))
+            out.write(chunk)
+
+
+def _zip_is_link(info: zipfile.ZipInfo) -> bool:
+    mode = (info.external_attr >> 16) & 0xFFFF
+    return info.create_system == 3 and stat.S_IFMT(mode) in (stat.S_IFLNK, stat.S_IFSOCK,
+                                                              stat.S_IFCHR, stat.S_IFBLK,
+                                                              stat.S_IFIFO)
+
+
+def extract_zip(source: str | os.PathLike | BinaryIO, dest: Path, *,
+                limits: UploadLimits = UploadLimits(), display_name: str = "archive.zip") -> None:
+    """Extract a zip into the empty folder ``dest`` with every check of this module."""
+    budget = _Budget(limits)
+    try:
+        zf = zipfile.ZipFile(source)
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise UploadError(MSG_BAD_ZIP.format(name=display_name, detail=exc)) from exc
+    seen: set[str] = set()
+    with zf:
+        infos = zf.infolist()
+        if len(infos) > limits.max_files:
+            raise UploadError(MSG_TOO_MANY.format(count=len(infos), limit=limits.max_files))
+        for info in infos:
+            rel = check_name(info.filename, limits)
+            if _zip_is_link(info):
+                raise UploadError(MSG_LINK.format(name=info.filename))
+            if info.is_dir():
+                continue
+            key = str(rel)
+            if key in seen:
+                raise UploadError(MSG_BAD_NAME.format(name=info.filename, why="duplicate name"))
+            seen.add(key)
+            budget.add_file()
+            if info.file_size > limits.max_file_bytes:
+                raise UploadError(MSG_TOO_BIG.format(what=f"file {info.filename!r}",
+                                                     size=info.file_size, limit=limits.max_file_bytes))
+            if info.compress_size and info.file_size / info.compress_size > limits.max_ratio \
+                    and info.file_size > 1 << 20:
+                raise UploadError(MSG_BOMB.format(name=info.filename,
+                                                  ratio=info.file_size / info.compress_size,
+                                                  limit=limits.max_ratio))
+            try:
+                with zf.open(info) as src:
+                    _copy_bounded(src, dest / rel, info.filename, budget,
+                                  compressed=info.compress_size)
+            except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError,
+                    RuntimeError) as exc:  # RuntimeError: encrypted member
+                raise UploadError(MSG_BAD_ZIP.format(name=display_name, detail=exc)) from exc
+
+
+def _find_run_root(staging: Path) -> Path:
+    if (staging / fmt.MANIFEST).is_file():
+        return staging
+    children = [p for p in staging.iterdir() if not p.name.startswith(".")]
+    if len(children) == 1 and children[0].is_dir() and (children[0] / fmt.MANIFEST).is_file():
+        return children[0]
+    raise UploadError(MSG_NOT_RUN)
+
+
+def _publish(staging: Path, store: Path, preferred: str) -> Path:
+    """Validate the staged run and move it into the store under a fresh name."""
+    from .run import open_run
+
+    root = _find_run_root(staging)
+    open_run(root)  # raises a clear DebugkitError for a broken or too-new run
+    base = _SAFE_NAME.sub("-", preferred).strip("-.")[:80] or "upload"
+    for n in range(1000):
+        name = base if n == 0 else f"{base}-{n + 1}"
+        target = store / name
+        try:
+            os.rename(root, target)  # fails if target exists (non-empty dir) on POSIX
+        except OSError:
+            if target.exists():
+                continue
+            raise
+        return target
+    raise UploadError(f"upload: could not find a free name for {base!r} in the store")
+
+
+def _staging(store: Path) -> Path:
+    store = Path(store)
+    store.mkdir(parents=True, exist_ok=True)
+    incoming = store / ".incoming"
+    incoming.mkdir(exist_ok=True)
+    d = incoming / uuid.uuid4().hex
+    d.mkdir()
+    return d
+
+
+def unpack_files(files: Iterable[tuple[str, BinaryIO | bytes]], store: str | os.PathLike, *,
+                 limits: UploadLimits | None = None) -> Path:
+    """Store the files of an uploaded run directory and return the new run's path.
+
+    Parameters
+    ----------
+    files : iterable of (name, data)
+        ``name`` is the relative path the browser sent (``myrun/manifest.json``);
+        ``data`` a file object or bytes. A single ``.zip`` is unpacked as an archive.
+    store : path
+        The run store; the run appears there as one folder, or not at all.
+    """
+    limits = limits or UploadLimits.from_env()
+    files = list(files)
+    if len(files) == 1 and files[0][0].lower().endswith(".zip"):
+        name, data = files[0]
+        return unpack_zip(io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data,
+                          store, limits=limits, display_name=name)
+    if not files:
+        raise UploadError("upload: no files were uploaded")
+    store = Path(store)
+    staging = _staging(store)
+    try:
+        budget = _Budget(limits)
+        seen: set[str] = set()
+        top = set()
+        for name, data in files:
+            rel = check_name(name, limits)
+            if str(rel) in seen:
+                raise UploadError(MSG_BAD_NAME.format(name=name, why="duplicate name"))
+            seen.add(str(rel))
+            top.add(rel.parts[0])
+            budget.add_file()
+            src = io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data
+            _copy_bounded(src, staging / rel, name, budget)
+        preferred = next(iter(top)) if len(top) == 1 and len(seen) > 1 else "upload"
+        if preferred == fmt.MANIFEST:
+            preferred = "upload"
+        return _publish(staging, store, preferred)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def unpack_zip(source: str | os.PathLike | BinaryIO, store: str | os.PathLike, *,
+               limits: UploadLimits | None = None, display_name: str | None = None) -> Path:
+    """Store the run inside a zip archive and return the new run's path."""
+    limits = limits or UploadLimits.from_env()
+    display_name = display_name or (os.path.basename(source) if isinstance(source, (str, os.PathLike)) else "upload.zip")
+    staging = _staging(Path(store))
+    try:
+        extract_zip(source, staging / "x", limits=limits, display_name=display_name)
+        (staging / "x").mkdir(exist_ok=True)
+        preferred = Path(display_name).stem
+        root = _find_run_root(staging / "x")
+        if root != staging / "x":
+            preferred = root.name
+        return _publish(staging / "x", Path(store), preferred)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def cache_dir() -> Path:
+    """Where debugkit keeps derived files (unpacked zips, converted imports)."""
+    d = Path(os.environ.get("DEBUGKIT_CACHE", Path.home() / ".cache" / "debugkit"))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def open_zip_cached(path: Path) -> Path:
+    """Unpack a zipped run once into the cache (keyed by the zip's bytes) and return the
+    run folder. The zip itself is only read."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    key = h.hexdigest()[:24]
+    target = cache_dir() / "zips" / key
+    if not target.is_dir():
+        staging = cache_dir() / "zips" / f".tmp-{key}-{uuid.uuid4().hex[:8]}"
+        staging.mkdir(parents=True)
+        try:
+            extract_zip(path, staging / "x", display_name=path.name)
+            (staging / "x").mkdir(exist_ok=True)
+            try:
+                os.rename(staging / "x", target)
+            except OSError:
+                if not target.is_dir():
+                    raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    try:
+        return _find_run_root(target)
+    except UploadError as exc:
+        from ..errors import RunDirError
+
+        raise RunDirError(f"{path}: the zip holds no run ({exc})") from exc

@@ -1,0 +1,491 @@
+"""The training-side Recorder: gradient norms, scalars, memory, step times, failures."""
+
+from __future__ import annotations
+
+import atexit
+import math
+import os
+import socket
+import threading
+import time
+import uuid
+import weakref
+from pathlib import Path
+from typing import Any
+
+from .. import format as fmt
+from .._fsutil import atomic_write_json
+from ..errors import InvalidInputError, NonFiniteError
+from .capture import describe_callable, take_rng_state, write_capture
+from .env import collect_env, pip_check
+from .norms import GradNormComputer
+from .tracking import track_loader
+from .writer import PendingTensor, RankWriter
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+class _RSS:
+    """Current resident set size, read from /proc/self/statm (no psutil needed)."""
+
+    def __init__(self):
+        try:
+            self._fd = os.open("/proc/self/statm", os.O_RDONLY)
+        except OSError:
+            self._fd = None
+
+    def read(self) -> int | None:
+        if self._fd is None:
+            try:
+                import resource
+
+                return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+            except (ImportError, OSError):
+                return None
+        return int(os.pread(self._fd, 64, 0).split()[1]) * _PAGE
+
+    def close(self):
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _unwrap(model):
+    """The module under DDP/FSDP/DataParallel or torch.compile wrappers."""
+    for _ in range(4):
+        inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
+        if inner is None or inner is model:
+            break
+        model = inner
+    return model
+
+
+def _dist_info() -> dict:
+    info = {"rank": int(os.environ.get("RANK", 0)),
+            "world_size": int(os.environ.get("WORLD_SIZE", 1)),
+            "local_rank": int(os.environ.get("LOCAL_RANK", 0)),
+            "backend": None}
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            info["rank"] = dist.get_rank()
+            info["world_size"] = dist.get_world_size()
+            info["backend"] = str(dist.get_backend())
+    except (ImportError, RuntimeError):
+        pass
+    info["host"] = socket.gethostname()
+    return info
+
+
+def _is_loss_key(key: str) -> bool:
+    return "loss" in key.rsplit("/", 1)[-1].lower()
+
+
+class _Step:
+    """Context manager around one training step (returned by :meth:`Recorder.step`)."""
+
+    __slots__ = ("rec", "batch", "indices", "step")
+
+    def __init__(self, rec: "Recorder", batch, indices, step):
+        self.rec = rec
+        self.batch = batch
+        self.indices = indices
+        self.step = step
+
+    def __enter__(self):
+        self.rec._begin_step(self)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.rec._end_step(self, exc)
+        return False
+
+
+class Recorder:
+    """Record a training run into a debugkit run directory.
+
+    Parameters
+    ----------
+    run_dir : str or Path
+        Where the run is written (created if missing; an existing run gets a new segment).
+    model : torch.nn.Module
+        The model being trained (DDP/FSDP/compile wrappers are looked through).
+    optimizer : torch.optim.Optimizer, optional
+        When given, gradient norms are taken in an optimizer step pre-hook (after
+        backward, before the update), and its learning rates and state are recorded.
+    name : str, optional
+        A display name (default: the directory's name).
+    config : dict, optional
+        Hyper-parameters, stored in the manifest.
+    model_factory, step_fn : str, optional
+        ``"module:callable"`` specs that rebuild the model (``model_factory(**factory_kwargs)``)
+        and run one step (``step_fn(model, batch)``) for replay.
+    factory_kwargs : dict, optional
+        Keyword arguments of ``model_factory`` (JSON-able).
+    num_classes : int, optional
+        Number of classes of a classification target, for replay's label check.
+    log_every : int
+        Take gradient norms every ``log_every`` steps (step times, scalars and memory are
+        recorded every step).
+    flush_every_s : float
+        How often the background writer appends to disk and refreshes the heartbeat.
+    halt_on_nonfinite : bool
+        Raise :class:`debugkit.NonFiniteError` inside the first step whose loss or a
+        gradient norm is NaN/Inf (after capturing it) instead of letting training go on.
+    """
+
+    def __init__(self, run_dir, model, optimizer=None, *, name=None, config=None,
+                 model_factory=None, factory_kwargs=None, step_fn=None, num_classes=None,
+                 log_every=1, flush_every_s=2.0, halt_on_nonfinite=False):
+        import torch
+
+        if int(log_every) < 1:
+            raise InvalidInputError(f"log_every={log_every!r}: expected an integer >= 1")
+        self.run_dir = Path(run_dir)
+        self.model = model
+        self._module = _unwrap(model)
+        self.optimizer = optimizer
+        self.log_every = int(log_every)
+        self.halt_on_nonfinite = bool(halt_on_nonfinite)
+        self.num_classes = num_classes
+        dist = _dist_info()
+        self.rank, self.world_size = dist["rank"], dist["world_size"]
+
+        named = [(n, p) for n, p in self._module.named_parameters() if p.requires_grad]
+        self.layers = [n for n, _ in named]
+        self._norms = GradNormComputer([p for _, p in named])
+        first = next(iter(self._module.parameters()), None)
+        self.device = first.device if first is not None else torch.device("cpu")
+        self._cuda = self.device.type == "cuda"
+        self._code = {k: describe_callable(v) for k, v in
+                      (("model_factory", model_factory), ("step_fn", step_fn)) if v}
+
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        manifest_path = self.run_dir / fmt.MANIFEST
+        self.run_id = uuid.uuid4().hex[:12]
+        now = time.time()
+        if self.rank == 0:
+            env = collect_env()
+            manifest = {
+                "schema_version": fmt.SCHEMA_VERSION,
+                "run_id": self.run_id,
+                "name": name or self.run_dir.name,
+                "created_at": now,
+                "config": dict(config or {}),
+                "model_factory": model_factory,
+                "factory_kwargs": dict(factory_kwargs or {}),
+                "step_fn": step_fn,
+                "num_classes": num_classes,
+                "log_every": self.log_every,
+                "flush_every_s": flush_every_s,
+                "world_size": self.world_size,
+                "distributed": {"backend": dist["backend"], "world_size": self.world_size},
+                "model_class": f"{type(self._module).__module__}.{type(self._module).__qualname__}",
+                "optimizer_class": type(optimizer).__qualname__ if optimizer is not None else None,
+                "code": self._code,
+                "env": env,
+            }
+            if manifest_path.exists():  # a resumed run keeps its identity
+                try:
+                    import json
+
+                    old = json.loads(manifest_path.read_text())
+                    manifest["run_id"] = old.get("run_id", manifest["run_id"])
+                    manifest["created_at"] = old.get("created_at", now)
+                    manifest["resumed_at"] = old.get("resumed_at", []) + [now]
+                except (OSError, ValueError):
+                    pass
+            self.run_id = manifest["run_id"]
+            atomic_write_json(manifest_path, manifest)
+            threading.Thread(target=self._write_pip_check, name="debugkit-pipcheck",
+                             daemon=True).start()
+
+        rank_dir = self.run_dir / fmt.RANKS_DIR / str(self.rank)
+        rank_dir.mkdir(parents=True, exist_ok=True)
+        self._writer = RankWriter(rank_dir, n_layers=len(self.layers) + 1,
+                                  flush_every_s=flush_every_s)
+        atomic_write_json(rank_dir / f"meta-{self._writer.segment:03d}.json", {
+            "rank": self.rank, "world_size": self.world_size, "local_rank": dist["local_rank"],
+            "host": dist["host"], "pid": os.getpid(), "device": str(self.device),
+            "backend": dist["backend"], "layers": self.layers, "started_at": now,
+            "segment": self._writer.segment,
+        })
+        self._writer.event("start", segment=self._writer.segment, pid=os.getpid())
+
+        self._rss = _RSS()
+        self._step_no = 0
+        self._cur: _Step | None = None
+        self._last_exit: float | None = None
+        self._last_step: int | None = None
+        self._step_scalars: list[tuple[str, Any]] = []
+        self._grads_taken = False
+        self._opt_stepped = False
+        self._rng = None
+        self._nonfinite_captured = False
+        self._pending_checks: list = []
+        self._next_indices = None
+        self._last_failed = False
+        self._closed = False
+        self._hooks = []
+        if optimizer is not None:
+            self._hooks.append(optimizer.register_step_pre_hook(self._pre_optimizer_step))
+            self._hooks.append(optimizer.register_step_post_hook(self._post_optimizer_step))
+        ref = weakref.ref(self)
+        self._atexit = lambda: (r := ref()) is not None and r._close_at_exit()
+        atexit.register(self._atexit)
+
+    # ------------------------------------------------------------------ public API
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc is not None:
+            self._writer.event("error", error_type=type(exc).__name__, message=str(exc)[:2000],
+                               step=self._last_step)
+        self.close(failed=exc is not None)
+        return False
+
+    def step(self, batch=None, *, step: int | None = None, indices=None) -> _Step:
+        """Context manager around one training step.
+
+        Parameters
+        ----------
+        batch : any, optional
+            The batch this step trains on (captured if the step fails).
+        step : int, optional
+            The step number (default: one more than the previous step, from 0).
+        indices : list of int, optional
+            The batch's dataset indices (known automatically for :meth:`track`-ed loaders).
+        """
+        if step is None:
+            step = self._step_no
+        return _Step(self, batch, indices, int(step))
+
+    def log(self, **scalars) -> None:
+        """Record scalars (Python numbers or 0-d tensors) for the current step.
+
+        Outside a step they belong to the last completed step.
+        """
+        step = self._cur.step if self._cur is not None else (self._last_step or 0)
+        wall = time.time()
+        for key, value in scalars.items():
+            v = self._scalar_value(key, value)
+            self._writer.add("scalars", (step, key, v, wall))
+            if self._cur is not None:
+                self._step_scalars.append((key, v))
+
+    def track(self, loader):
+        """Wrap a DataLoader so that captures know each batch's dataset indices."""
+        return track_loader(loader, self._set_next_indices)
+
+    def close(self, *, failed: bool = False) -> None:
+        """Flush everything and mark the run finished (or failed). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._resolve_pending(block=True)
+        for h in self._hooks:
+            h.remove()
+        atexit.unregister(self._atexit)
+        state = fmt.STATE_FAILED if failed else fmt.STATE_FINISHED
+        self._writer.event("close", state=state, steps=self._step_no)
+        self._writer.close(state)
+        self._rss.close()
+
+    @property
+    def steps_recorded(self) -> int:
+        """Number of steps entered so far."""
+        return self._step_no
+
+    # ------------------------------------------------------------------ internals
+    def _set_next_indices(self, idx):
+        self._next_indices = idx
+
+    def _write_pip_check(self):
+        try:
+            env = {"pip_check": pip_check()}
+            atomic_write_json(self.run_dir / fmt.ENV_FILE, env)
+        except Exception:  # environment facts are best effort, never break training
+            pass
+
+    def _close_at_exit(self):
+        if not self._closed:
+            self.close(failed=self._last_failed)
+
+    def _scalar_value(self, key: str, value):
+        import torch
+
+        if isinstance(value, torch.Tensor):
+            if value.numel() != 1:
+                raise InvalidInputError(
+                    f"rec.log({key}=...): expected a Python number or a 0-d tensor, "
+                    f"got a tensor of shape {tuple(value.shape)}")
+            v = value.detach()
+            if v.device.type == "cpu":
+                return float(v.reshape(()).item())
+            host = torch.empty((1,), dtype=torch.float64, pin_memory=True)
+            host.copy_(v.reshape(1).double(), non_blocking=True)
+            ev = torch.cuda.Event()
+            ev.record()
+            return PendingTensor(host, ev)
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise InvalidInputError(
+                f"rec.log({key}={value!r}): expected a Python number or a 0-d tensor") from None
+
+    def _begin_step(self, st: _Step):
+        if self._closed:
+            raise InvalidInputError("Recorder.step(): the recorder is closed")
+        now = time.perf_counter()
+        self._resolve_pending(block=False)
+        st.indices = st.indices if st.indices is not None else self._next_indices
+        self._next_indices = None
+        self._cur = st
+        self._step_scalars = []
+        self._grads_taken = False
+        self._opt_stepped = False
+        self._rng = take_rng_state()
+        self._t0 = now
+        self._wall0 = time.time()
+        self._writer.set_step(st.step)
+
+    def _is_log_step(self, step: int) -> bool:
+        return step % self.log_every == 0
+
+    def _take_grads(self, where: str):
+        st = self._cur
+        self._grads_taken = True
+        if not self._is_log_step(st.step):
+            return
+        values = self._norms.compute()
+        self._writer.add("grads", (st.step, values))
+        self._check_nonfinite(st, values, where)
+
+    def _check_nonfinite(self, st: _Step, values, where: str):
+        if self._nonfinite_captured:
+            return
+        loss = [(k, v) for k, v in self._step_scalars if _is_loss_key(k)]
+        if self._cuda and not self.halt_on_nonfinite:
+            # No blocking sync: decide when the copies have landed (next step or close).
+            self._pending_checks.append((st, values, loss, where))
+            return
+        vals = values.resolve().tolist() if isinstance(values, PendingTensor) else values
+        lvals = [(k, v.resolve().item() if isinstance(v, PendingTensor) else v) for k, v in loss]
+        self._judge(st, vals, lvals, where, post_step=False)
+
+    def _judge(self, st, vals, loss, where, *, post_step: bool):
+        bad_loss = [k for k, v in loss if not math.isfinite(v)]
+        bad_layers = []
+        # A non-finite layer norm makes the total non-finite, so the total is checked first.
+        if vals is not None and not math.isfinite(vals[-1]):
+            bad_layers = [self.layers[i] for i, v in enumerate(vals[:-1]) if not math.isfinite(v)]
+            if not bad_layers:
+                bad_layers = [fmt.TOTAL_LAYER]
+        if not bad_loss and not bad_layers:
+            return
+        self._nonfinite_captured = True
+        parts = []
+        if bad_loss:
+            parts.append(f"loss {bad_loss[0]!r} is {dict(loss)[bad_loss[0]]}")
+        if bad_layers:
+            parts.append(f"gradient norm of {bad_layers[0]!r} is non-finite"
+                         + (f" ({len(bad_layers)} layers in all)" if len(bad_layers) > 1 else ""))
+        msg = f"step {st.step}: " + "; ".join(parts)
+        fid = self._capture(st, "nonfinite", None, message=msg, extra={
+            "nonfinite": {"loss_keys": bad_loss, "layers": bad_layers, "detected": where,
+                          "loss_finite": not bad_loss,
+                          "state_after_optimizer_step": post_step or self._opt_stepped}})
+        self._writer.event("nonfinite", step=st.step, failure=fid, message=msg)
+        if self.halt_on_nonfinite:
+            err = NonFiniteError(msg)
+            err._debugkit_captured = True
+            raise err
+
+    def _resolve_pending(self, *, block: bool):
+        keep = []
+        for item in self._pending_checks:
+            st, values, loss, where = item
+            ready = [values.event] + [v.event for _, v in loss if isinstance(v, PendingTensor)]
+            if not block and not all(e.query() for e in ready):
+                keep.append(item)
+                continue
+            if self._nonfinite_captured:
+                continue
+            vals = values.resolve().tolist()
+            lvals = [(k, v.resolve().item() if isinstance(v, PendingTensor) else v) for k, v in loss]
+            self._judge(st, vals, lvals, where + " (checked after the step)", post_step=True)
+        self._pending_checks = keep
+
+    def _pre_optimizer_step(self, optimizer, args, kwargs):
+        if self._cur is not None and not self._grads_taken:
+            self._take_grads("optimizer pre-step hook")
+
+    def _post_optimizer_step(self, optimizer, args, kwargs):
+        if self._cur is not None:
+            self._opt_stepped = True
+
+    def _capture(self, st: _Step, kind: str, exc, message=None, extra=None) -> str:
+        fid = write_capture(
+            self.run_dir, kind=kind, step=st.step, rank=self.rank, world_size=self.world_size,
+            device=str(self.device), exc=exc, batch=st.batch, model=self._module,
+            optimizer=self.optimizer, rng_state=self._rng, code=self._code,
+            dataset_indices=st.indices, message=message,
+            extra={"num_classes": self.num_classes,
+                   "optimizer_stepped": self._opt_stepped, **(extra or {})})
+        return fid
+
+    def _end_step(self, st: _Step, exc):
+        t1 = time.perf_counter()
+        ok = exc is None
+        try:
+            if ok and not self._grads_taken:
+                self._take_grads("end of step")
+            elif ok and self._step_scalars and not self._nonfinite_captured:
+                # Loss logged after the optimizer step: judge it on its own.
+                loss = [(k, v) for k, v in self._step_scalars if _is_loss_key(k)]
+                if loss and not (self._cuda and not self.halt_on_nonfinite):
+                    lv = [(k, v.resolve().item() if isinstance(v, PendingTensor) else v)
+                          for k, v in loss]
+                    self._judge(st, None, lv, "end of step", post_step=self._opt_stepped)
+        except NonFiniteError as err:
+            ok, exc = False, err
+            raise
+        finally:
+            if not ok and not getattr(exc, "_debugkit_captured", False):
+                try:
+                    fid = self._capture(st, "exception", exc)
+                    self._writer.event("failure", step=st.step, failure=fid,
+                                       error_type=type(exc).__name__, message=str(exc)[:2000])
+                except Exception as cap_err:  # never mask the user's exception
+                    self._writer.event("capture_error", step=st.step, message=str(cap_err))
+            self._finish_step_rows(st, t1, ok)
+
+    def _finish_step_rows(self, st: _Step, t1: float, ok: bool):
+        import torch
+
+        wall = self._wall0
+        wait = (self._t0 - self._last_exit) if self._last_exit is not None else None
+        self._writer.add("steps", (st.step, wall, t1 - self._t0, wait, None, ok))
+        rss = self._rss.read()
+        if self._cuda:
+            d = self.device
+            self._writer.add("memory", (st.step, wall, str(d), torch.cuda.memory_allocated(d),
+                                        torch.cuda.memory_reserved(d),
+                                        torch.cuda.max_memory_allocated(d), rss))
+        else:
+            self._writer.add("memory", (st.step, wall, "cpu", None, None, None, rss))
+        if self.optimizer is not None:
+            groups = self.optimizer.param_groups
+            for i, g in enumerate(groups):
+                lr = g.get("lr")
+                if lr is not None:
+                    lr = float(lr.item()) if hasattr(lr, "item") else float(lr)
+                    self._writer.add("scalars", (st.step, "lr" if len(groups) == 1 else f"lr/{i}",
+                                                 lr, wall))
+        self._last_failed = not ok
+        self._last_step = st.step
+        self._step_no = st.step + 1
+        self._cur = None
+        self._last_exit = time.perf_counter()

@@ -1,0 +1,84 @@
+"""Know which dataset indices make up each batch a DataLoader yields."""
+
+from __future__ import annotations
+
+import collections
+import warnings
+
+from ..errors import DebugkitWarning
+
+
+class _TrackingBatchSampler:
+    """Wraps a batch sampler and remembers every index list it hands out, in order."""
+
+    def __init__(self, inner, sink: collections.deque):
+        self.inner = inner
+        self.sink = sink
+
+    def __iter__(self):
+        for idx in self.inner:
+            self.sink.append([int(i) for i in idx])
+            yield idx
+
+    def __len__(self):
+        return len(self.inner)
+
+
+class TrackedLoader:
+    """Iterates like the wrapped DataLoader and tells the Recorder each batch's indices.
+
+    The DataLoader's main process draws index lists from the batch sampler (also with
+    worker processes) and yields batches in that order (``in_order=True``, the default),
+    so the n-th batch yielded belongs to the n-th index list drawn.
+    """
+
+    def __init__(self, loader, sink: collections.deque, on_batch):
+        self.loader = loader
+        self._sink = sink
+        self._on_batch = on_batch
+
+    def __iter__(self):
+        self._sink.clear()
+        for batch in self.loader:
+            self._on_batch(self._sink.popleft() if self._sink else None)
+            yield batch
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __getattr__(self, name):
+        return getattr(self.loader, name)
+
+
+def track_loader(loader, on_batch):
+    """Return a loader that reports each batch's dataset indices to ``on_batch``.
+
+    Loaders without a batch sampler (iterable datasets, ``batch_size=None``) or with
+    ``in_order=False`` are returned unchanged with a warning: their indices cannot be
+    known from the main process.
+    """
+    from torch.utils.data import DataLoader
+
+    if not isinstance(loader, DataLoader) or loader.batch_sampler is None \
+            or not getattr(loader, "in_order", True):
+        warnings.warn("debugkit: this loader's dataset indices cannot be tracked; "
+                      "captures will not name dataset indices", DebugkitWarning, stacklevel=3)
+        return loader
+    sink: collections.deque = collections.deque()
+    kwargs = dict(
+        batch_sampler=_TrackingBatchSampler(loader.batch_sampler, sink),
+        num_workers=loader.num_workers,
+        collate_fn=loader.collate_fn,
+        pin_memory=loader.pin_memory,
+        timeout=loader.timeout,
+        worker_init_fn=loader.worker_init_fn,
+        multiprocessing_context=loader.multiprocessing_context,
+        generator=loader.generator,
+        persistent_workers=loader.persistent_workers,
+        pin_memory_device=loader.pin_memory_device,
+    )
+    if loader.num_workers > 0:
+        kwargs["prefetch_factor"] = loader.prefetch_factor
+    if hasattr(loader, "in_order"):
+        kwargs["in_order"] = loader.in_order
+    return TrackedLoader(DataLoader(loader.dataset, **kwargs), sink, on_batch)

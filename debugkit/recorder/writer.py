@@ -1,0 +1,217 @@
+"""Per-rank background writer: buffers rows from the training thread, appends them to
+Arrow IPC streams every flush interval, and keeps the heartbeat fresh.
+
+The training thread only appends Python tuples to lists under a lock; everything that
+costs time (building Arrow batches, resolving CUDA copies, file I/O) happens on the
+writer thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from .. import format as fmt
+from .._fsutil import atomic_write_json
+
+_SEGMENT_RE = re.compile(r"^[a-z]+-(\d+)\.(?:arrows|jsonl)$")
+
+
+class PendingTensor:
+    """A device->host copy in flight: a pinned CPU tensor and the CUDA event after it."""
+
+    __slots__ = ("host", "event")
+
+    def __init__(self, host, event):
+        self.host = host
+        self.event = event
+
+    def resolve(self):
+        self.event.synchronize()
+        return self.host.numpy()
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """Start time of a process in clock ticks since boot (Linux), to tell a reused pid."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        # The command name (field 2) may contain spaces; fields after ')' are fixed.
+        rest = data[data.rindex(b")") + 2 :].split()
+        return int(rest[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def next_segment(rank_dir: Path) -> int:
+    """The first segment number not used by any table file in ``rank_dir``."""
+    used = [-1]
+    for p in rank_dir.iterdir() if rank_dir.exists() else ():
+        m = _SEGMENT_RE.match(p.name)
+        if m:
+            used.append(int(m.group(1)))
+    return max(used) + 1
+
+
+class RankWriter:
+    """Writes one rank's tables, events and heartbeat under ``ranks/<rank>/``.
+
+    Parameters
+    ----------
+    rank_dir : Path
+        The rank's directory; created if missing.
+    n_layers : int
+        Number of entries in each gradient-norm row (parameters plus the total).
+    flush_every_s : float
+        Interval between flushes to disk (and heartbeats).
+    """
+
+    def __init__(self, rank_dir: Path, *, n_layers: int, flush_every_s: float = 2.0):
+        self.rank_dir = Path(rank_dir)
+        self.rank_dir.mkdir(parents=True, exist_ok=True)
+        self.segment = next_segment(self.rank_dir)
+        self.n_layers = n_layers
+        self.flush_every_s = max(0.05, float(flush_every_s))
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._bufs: dict[str, list] = {t: [] for t in fmt.TABLES}
+        self._writers: dict[str, Any] = {}
+        self._sinks: dict[str, Any] = {}
+        self._wake = threading.Event()
+        self._stop = False
+        self._state = fmt.STATE_RUNNING
+        self._last_step: int | None = None
+        self._error: BaseException | None = None
+        self._pid = os.getpid()
+        self._host = socket.gethostname()
+        self._start_ticks = process_start_ticks(self._pid)
+        self._events_path = self.rank_dir / f"{fmt.EVENTS_PREFIX}-{self.segment:03d}{fmt.EVENTS_SUFFIX}"
+        self._write_heartbeat()
+        self._thread = threading.Thread(target=self._loop, name="debugkit-writer", daemon=True)
+        self._thread.start()
+
+    # ----------------------------------------------------------------- training thread
+    def add(self, table: str, row: tuple) -> None:
+        """Queue one row (a tuple in the table's column order; grads: ``(step, values)``)."""
+        with self._lock:
+            self._bufs[table].append(row)
+
+    def set_step(self, step: int) -> None:
+        self._last_step = step
+
+    def event(self, kind: str, **fields: Any) -> None:
+        """Append one event line to the rank's events file, immediately (events are rare)."""
+        rec = {"time": time.time(), "kind": kind, **fields}
+        line = json.dumps(rec, default=repr) + "\n"
+        with open(self._events_path, "a", encoding="utf-8") as f:
+            f.write(line)
+
+    def flush(self) -> None:
+        """Write everything queued so far, now, from the calling thread."""
+        self._flush()
+
+    def close(self, state: str = fmt.STATE_FINISHED) -> None:
+        """Flush, mark the rank's final state in its heartbeat and stop the thread."""
+        self._state = state
+        self._stop = True
+        self._wake.set()
+        self._thread.join(timeout=60)
+        self._flush()
+        for w in self._writers.values():
+            w.close()
+        for s in self._sinks.values():
+            s.close()
+        self._writers.clear()
+        self._sinks.clear()
+        self._write_heartbeat()
+
+    @property
+    def error(self) -> BaseException | None:
+        """The exception that stopped the writer thread, if any."""
+        return self._error
+
+    # ------------------------------------------------------------------- writer thread
+    def _loop(self) -> None:
+        while not self._stop:
+            self._wake.wait(self.flush_every_s)
+            if self._stop:
+                break
+            try:
+                self._flush()
+                self._write_heartbeat()
+            except BaseException as exc:  # keep training alive; report at close
+                self._error = exc
+
+    def _write_heartbeat(self) -> None:
+        atomic_write_json(
+            self.rank_dir / fmt.HEARTBEAT,
+            {
+                "state": self._state,
+                "pid": self._pid,
+                "host": self._host,
+                "process_start_ticks": self._start_ticks,
+                "time": time.time(),
+                "step": self._last_step,
+                "flush_every_s": self.flush_every_s,
+            },
+        )
+
+    def _flush(self) -> None:
+        with self._flush_lock:
+            with self._lock:
+                bufs, self._bufs = self._bufs, {t: [] for t in fmt.TABLES}
+            for table, rows in bufs.items():
+                if rows:
+                    self._write_rows(table, rows)
+
+    def _stream(self, table: str):
+        w = self._writers.get(table)
+        if w is None:
+            import pyarrow as pa
+
+            path = self.rank_dir / f"{table}-{self.segment:03d}{fmt.TABLE_SUFFIX}"
+            sink = pa.OSFile(str(path), mode="w")
+            w = pa.ipc.new_stream(sink, fmt.table_schema(table))
+            self._sinks[table] = sink
+            self._writers[table] = w
+        return w
+
+    def _write_rows(self, table: str, rows: list) -> None:
+        import numpy as np
+        import pyarrow as pa
+
+        schema = fmt.table_schema(table)
+        if table == "grads":
+            steps, values = [], []
+            for step, vals in rows:
+                if isinstance(vals, PendingTensor):
+                    vals = vals.resolve()
+                steps.append(step)
+                values.append(np.asarray(vals, dtype=np.float32))
+            n = self.n_layers
+            arrays = [
+                pa.array(np.repeat(np.asarray(steps, dtype=np.int64), n)),
+                pa.array(np.tile(np.arange(n, dtype=np.int32), len(steps))),
+                pa.array(np.concatenate(values)),
+            ]
+        else:
+            cols = list(zip(*rows))
+            if table == "scalars":
+                cols[2] = [_to_float(v) for v in cols[2]]
+            arrays = [pa.array(c, type=f.type) for c, f in zip(cols, schema)]
+        batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+        self._stream(table).write_batch(batch)
+
+
+def _to_float(v: Any) -> float:
+    if isinstance(v, PendingTensor):
+        return float(v.resolve().reshape(-1)[0])
+    if hasattr(v, "item"):
+        return float(v.item())
+    return float(v)

@@ -1,0 +1,50 @@
+"""Regenerate every run in sample_runs/ from the real training scripts in examples/.
+
+    python -m examples.make_samples            # all of them
+    python -m examples.make_samples digits-mlp # just one
+
+Each sample is one command; a sample whose script is meant to fail (it records a real
+crash) lists the exit status it expects.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "sample_runs"
+
+# name -> (argv after `python -m`, expected exit status)
+SAMPLES: dict[str, tuple[list[str], int]] = {
+    "digits-mlp": (["examples.digits"], 0),
+    "digits-bad-label": (["examples.digits", "--corrupt-label", "12"], 1),
+}
+
+
+def make(name: str) -> None:
+    argv, expected = SAMPLES[name]
+    out = OUT / name
+    if out.exists():
+        shutil.rmtree(out)
+    cmd = [sys.executable, "-m", *argv, "--out", str(out)]
+    print("+", " ".join(cmd[1:]), flush=True)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != expected:
+        sys.stderr.write(proc.stdout + proc.stderr)
+        raise SystemExit(f"{name}: exit status {proc.returncode}, expected {expected}")
+
+
+def main(argv=None) -> None:
+    names = (argv if argv is not None else sys.argv[1:]) or list(SAMPLES)
+    unknown = [n for n in names if n not in SAMPLES]
+    if unknown:
+        raise SystemExit(f"unknown sample(s): {', '.join(unknown)}; known: {', '.join(SAMPLES)}")
+    for n in names:
+        make(n)
+
+
+if __name__ == "__main__":
+    main()

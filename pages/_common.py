@@ -1,0 +1,252 @@
+"""App-layer helpers shared by every page: the run picker, cached readers, errors.
+
+Pages call these thin wrappers; the work is done in :mod:`debugkit`. Run-derived caches
+are keyed on the run's path and its files' sizes and modification times, so a live
+run refreshes, and bounded (``max_entries``/``ttl``) so memory does not grow with the
+number of runs opened.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from pathlib import Path
+
+import streamlit as st
+
+from debugkit.errors import DebugkitError, InvalidInputError
+from debugkit.io import store as run_store
+
+CACHE = {"max_entries": 32, "ttl": 900}
+SESSION_RUN = "debugkit_run_path"
+SESSION_EXTRA_ROOTS = "debugkit_extra_roots"
+
+
+# ---------------------------------------------------------------------------- errors
+def show_error(exc: BaseException, where: str = "") -> None:
+    """A DebugkitError as its message; anything else as a short note plus traceback."""
+    if isinstance(exc, DebugkitError):
+        st.error(str(exc), icon=":material/error:")
+    else:
+        st.error(f"Something went wrong{' in ' + where if where else ''}: "
+                 f"{type(exc).__name__}: {exc}", icon=":material/bug_report:")
+        with st.expander("Traceback", expanded=False):
+            st.code("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+
+
+# ---------------------------------------------------------------------------- roots
+def store_dir() -> Path:
+    return run_store.default_store()
+
+
+def roots() -> list[Path]:
+    extra = [Path(p) for p in st.session_state.get(SESSION_EXTRA_ROOTS, [])]
+    return run_store.default_roots() + [p for p in extra if p not in run_store.default_roots()]
+
+
+@st.cache_data(ttl=5, max_entries=64, show_spinner=False)
+def _find(roots_key: tuple[str, ...]):
+    return [(e.id, str(e.path)) for e in run_store.find_runs([Path(r) for r in roots_key])]
+
+
+def run_entries() -> list[tuple[str, str]]:
+    """``(id, path)`` of every run under the served roots."""
+    return _find(tuple(str(r) for r in roots()))
+
+
+# ---------------------------------------------------------------------------- cached reads
+def signature(path: str) -> tuple:
+    from debugkit.io.run import open_run
+
+    return open_run(path).files_signature()
+
+
+@st.cache_data(**CACHE, show_spinner=False)
+def _table(path: str, sig: tuple, table: str):
+    from debugkit.io.run import open_run
+
+    run = open_run(path)
+    return getattr(run, table)()
+
+
+def table(path: str, name: str):
+    """A cached run table (``scalars``, ``grad_norms``, ``memory``, ``steps``, ``failures``,
+    ``events``)."""
+    return _table(path, signature(path), name)
+
+
+@st.cache_data(**CACHE, show_spinner=False)
+def _summary(path: str, sig: tuple):
+    from debugkit.io.run import open_run
+
+    run = open_run(path)
+    return {"manifest": run.manifest, "status": run.status, "ranks": run.ranks,
+            "env": run.env(), "name": run.name, "warnings": list(run.warnings),
+            "time_span": run.time_span()}
+
+
+def summary(path: str) -> dict:
+    """Manifest, status, ranks and environment of a run (status is never cached long)."""
+    s = dict(_summary(path, signature(path)))
+    from debugkit.io.run import open_run
+
+    s["status"] = open_run(path).status
+    return s
+
+
+# ---------------------------------------------------------------------------- selection
+def _select(path: str | None, run_id: str | None = None) -> None:
+    st.session_state[SESSION_RUN] = path
+    if run_id:
+        st.query_params["run"] = run_id
+    elif "run" in st.query_params:
+        del st.query_params["run"]
+
+
+def _id_for(path: str) -> str | None:
+    for rid, p in run_entries():
+        if os.path.realpath(p) == os.path.realpath(path):
+            return rid
+    return None
+
+
+def apply_query_params() -> None:
+    """Open the run named by ``?run=<id>`` (validated; a bad value shows an error)."""
+    rid = st.query_params.get("run")
+    if not rid:
+        return
+    current = st.session_state.get(SESSION_RUN)
+    if current and _id_for(current) == rid:
+        return
+    try:
+        entry = run_store.resolve_run(rid, roots())
+    except DebugkitError as exc:
+        st.session_state["debugkit_link_error"] = str(exc)
+        return
+    st.session_state[SESSION_RUN] = str(entry.path)
+
+
+def current_run_path() -> str | None:
+    """The selected run's path, or None."""
+    path = st.session_state.get(SESSION_RUN)
+    if path and not Path(path).exists():
+        st.session_state[SESSION_RUN] = None
+        st.warning(f"The run at {path} is gone (deleted or moved). Pick another run.")
+        return None
+    if path:
+        rid = _id_for(path)
+        if rid and st.query_params.get("run") != rid:
+            st.query_params["run"] = rid
+    return path
+
+
+def require_run(what: str) -> str:
+    """The selected run's path; without one, an empty state that says what to do, then stop."""
+    path = current_run_path()
+    if not path:
+        st.info(f"Pick a run in the sidebar to see {what}: a sample run, one from the run "
+                f"store, a typed path, or an uploaded run directory or .zip.",
+                icon=":material/arrow_back:")
+        st.stop()
+    return path
+
+
+# ---------------------------------------------------------------------------- sidebar
+def _handle_upload(files) -> None:
+    from debugkit.io.upload import unpack_files
+
+    try:
+        target = unpack_files([(f.name, f) for f in files], store_dir())
+    except DebugkitError as exc:
+        st.session_state["debugkit_upload_error"] = str(exc)
+        return
+    except OSError as exc:
+        st.session_state["debugkit_upload_error"] = f"upload: could not write to the store ({exc})"
+        return
+    st.session_state.pop("debugkit_upload_error", None)
+    _find.clear()
+    _select(str(target), _id_for(str(target)))
+    st.session_state["debugkit_upload_ok"] = f"Uploaded as {target.name}"
+
+
+def _open_typed(path_text: str) -> None:
+    from debugkit.io.run import open_run
+    from debugkit.io.store import check_allowed
+
+    try:
+        path = check_allowed(Path(path_text.strip()).expanduser())
+        run = open_run(path)
+    except DebugkitError as exc:
+        st.session_state["debugkit_path_error"] = str(exc)
+        return
+    st.session_state.pop("debugkit_path_error", None)
+    parent = str(Path(run.path).parent)
+    extra = st.session_state.setdefault(SESSION_EXTRA_ROOTS, [])
+    if parent not in extra:
+        extra.append(parent)
+    _find.clear()
+    _select(str(run.path), _id_for(str(run.path)))
+
+
+def sidebar() -> None:
+    """The run picker: served runs, a typed path, or an upload."""
+    apply_query_params()
+    with st.sidebar:
+        st.markdown("### Run")
+        if msg := st.session_state.pop("debugkit_link_error", None):
+            st.error(msg)
+        entries = run_entries()
+        ids = [rid for rid, _ in entries]
+        paths = dict(entries)
+        current = st.session_state.get(SESSION_RUN)
+        cur_id = _id_for(current) if current else None
+        choice = st.selectbox("Open a run", ["—"] + ids,
+                              index=(ids.index(cur_id) + 1) if cur_id in ids else 0,
+                              key=f"run_picker_{cur_id}",
+                              help="Runs in sample_runs/ and in the run store "
+                                   f"({store_dir()})")
+        if choice != "—" and choice != cur_id:
+            _select(paths[choice], choice)
+            st.rerun()
+        with st.expander("Open a path", expanded=False):
+            with st.form("open_path", clear_on_submit=False, border=False):
+                text = st.text_input("Run directory or .zip", placeholder="runs/my-run")
+                if st.form_submit_button("Open") and text.strip():
+                    _open_typed(text)
+                    st.rerun()
+            if msg := st.session_state.get("debugkit_path_error"):
+                st.error(msg)
+        with st.expander("Upload a run", expanded=False):
+            files = st.file_uploader("Run directory", accept_multiple_files="directory",
+                                     key=f"upload_dir_{st.session_state.get('upload_gen', 0)}",
+                                     help="Pick the run's folder; it is copied into the run store.")
+            zipf = st.file_uploader("…or a .zip of one", type=["zip"],
+                                    key=f"upload_zip_{st.session_state.get('upload_gen', 0)}")
+            picked = list(files or []) or ([zipf] if zipf is not None else [])
+            if picked:
+                _handle_upload(picked)
+                st.session_state["upload_gen"] = st.session_state.get("upload_gen", 0) + 1
+                st.rerun()
+            if msg := st.session_state.get("debugkit_upload_error"):
+                st.error(msg)
+            if msg := st.session_state.pop("debugkit_upload_ok", None):
+                st.success(msg)
+
+
+# ---------------------------------------------------------------------------- navigation
+def register_pages(page_files) -> None:
+    """Remember which page files the router serves this visitor (see :func:`link_to`)."""
+    st.session_state["debugkit_pages"] = set(page_files)
+
+
+def has_page(page_file: str) -> bool:
+    return page_file in st.session_state.get("debugkit_pages", set())
+
+
+def link_to(page_file: str, label: str, icon: str | None = None, **query_params) -> bool:
+    """A link to another page carrying query params, if that page is served; else nothing."""
+    if not has_page(page_file):
+        return False
+    st.page_link(page_file, label=label, icon=icon,
+                 query_params={k: str(v) for k, v in query_params.items() if v is not None})
+    return True

@@ -1,0 +1,127 @@
+"""Overview of one run: status, config, environment, loss curve, failures."""
+
+import datetime as dt
+
+import streamlit as st
+
+from debugkit.charts.scalars import build_scalar_figure
+from debugkit.errors import DebugkitError
+from pages import _common
+
+STATUS_BADGE = {"running": ("blue", ":material/play_circle:"),
+                "finished": ("green", ":material/check_circle:"),
+                "failed": ("red", ":material/error:"),
+                "crashed": ("orange", ":material/warning:")}
+# Which page explains a failure of each kind.
+EXPLAINED_BY = {"exception": ("pages/replay.py", "Replay this failure"),
+                "nonfinite": ("pages/gradients.py", "See the gradients at this step"),
+                "guard": ("pages/replay.py", "Replay this batch")}
+
+path = _common.require_run("its overview")
+
+
+def _fmt_time(t):
+    return dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") if t else "—"
+
+
+def _duration(a, b):
+    if not a or not b or b < a:
+        return "—"
+    s = int(b - a)
+    return f"{s // 3600}h {s % 3600 // 60}m {s % 60}s" if s >= 3600 else f"{s // 60}m {s % 60}s"
+
+
+def render():
+    try:
+        info = _common.summary(path)
+        scalars = _common.table(path, "scalars")
+        steps = _common.table(path, "steps")
+        failures = _common.table(path, "failures")
+    except DebugkitError as exc:
+        _common.show_error(exc)
+        return
+    m = info["manifest"]
+    status = info["status"]
+    color, icon = STATUS_BADGE.get(status, ("gray", None))
+    st.title(info["name"])
+    st.badge(status, color=color, icon=icon)
+    if status == "running":
+        st.caption("Live: this page refreshes every few seconds while the run trains.")
+    elif status == "crashed":
+        st.warning("The training process went away without closing the run (killed, or its "
+                   "machine died). Everything flushed before that is shown.")
+    start, end = info["time_span"]
+    n_steps = int(steps["step"].nunique()) if len(steps) else 0
+    c = st.columns(5)
+    c[0].metric("Steps", f"{n_steps:,}")
+    c[1].metric("Ranks", len(info["ranks"]) or 1)
+    c[2].metric("Failures", len(failures))
+    c[3].metric("Started", _fmt_time(start))
+    c[4].metric("Duration", _duration(start, end))
+
+    loss_keys = sorted(k for k in scalars["key"].unique() if "loss" in k.rsplit("/", 1)[-1].lower())
+    if loss_keys:
+        fig = build_scalar_figure(scalars, loss_keys, failure_steps=[f["step"] for f in failures
+                                                                     if isinstance(f.get("step"), int)])
+        st.plotly_chart(fig, key="loss_curve")
+    else:
+        st.info("No loss logged yet. Call `rec.log(loss=loss)` inside `rec.step(...)` to see the curve.")
+
+    st.subheader("Failures")
+    if not failures:
+        st.success("No failure captured.", icon=":material/check:")
+    for f in failures:
+        head = f"step {f.get('step')} · rank {f.get('rank')} · {f.get('error_type') or f.get('kind')}"
+        with st.container(border=True):
+            st.markdown(f"**{head}**")
+            st.code(f.get("message") or "", language=None, wrap_lines=True)
+            if f.get("dataset_indices"):
+                idx = f["dataset_indices"]
+                st.caption(f"Batch of {len(idx)} samples; dataset indices {idx[:12]}"
+                           + (" …" if len(idx) > 12 else ""))
+            target, label = EXPLAINED_BY.get(f.get("kind"), ("pages/replay.py", "Replay"))
+            _common.link_to(target, label, icon=":material/arrow_forward:",
+                            run=_common._id_for(path), failure=f["id"], step=f.get("step"))
+            if f.get("traceback"):
+                with st.expander("Traceback"):
+                    st.code(f["traceback"], language="python")
+
+    left, right = st.columns(2)
+    with left:
+        st.subheader("Config")
+        st.json(m.get("config") or {}, expanded=True)
+        st.caption(f"Model factory: `{m.get('model_factory') or '—'}` · "
+                   f"optimizer: `{m.get('optimizer_class') or '—'}` · "
+                   f"schema {m.get('schema_version')}")
+    with right:
+        st.subheader("Environment")
+        env = info["env"]
+        gpus = ", ".join(g.get("name", "?") for g in env.get("gpus") or []) or "none"
+        st.markdown(
+            f"- Python **{env.get('python', '?')}** on {env.get('platform', '?')}\n"
+            f"- torch **{env.get('torch', '?')}**, CUDA {env.get('cuda_version') or '—'}, GPU: {gpus}\n"
+            f"- host `{env.get('host', '?')}`")
+        pc = env.get("pip_check")
+        if pc is None:
+            st.caption("pip check: not recorded yet")
+        elif pc.get("ok"):
+            st.caption("pip check: no broken requirements")
+        elif pc.get("ok") is False:
+            st.warning("pip check reports conflicts:\n\n" + "\n".join(f"- {c}" for c in pc["conflicts"]))
+        pk = env.get("packages") or {}
+        if pk:
+            st.dataframe([{"package": k, "version": v} for k, v in sorted(pk.items())],
+                         hide_index=True, height=200)
+    for w in info.get("warnings") or []:
+        st.caption(f":material/info: {w}")
+
+
+try:
+    status_now = _common.summary(path)["status"]
+except DebugkitError as exc:
+    _common.show_error(exc)
+    st.stop()
+if status_now == "running":
+    st.fragment(render, run_every=3)()
+else:
+    render()
