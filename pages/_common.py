@@ -22,6 +22,26 @@ SESSION_RUN = "debugkit_run_path"
 SESSION_EXTRA_ROOTS = "debugkit_extra_roots"
 
 
+# ---------------------------------------------------------------------------- router guard
+def page_guard() -> None:
+    """Make sure this page runs under app.py's router. Call first in every page file.
+
+    Streamlit still knows the old "pages directory" mode: until a script run has called
+    ``st.navigation``, a process whose main script has a ``pages/`` folder next to it runs
+    a requested page file directly, without the main script (this happens for the first
+    run of a fresh server process, and on every rerun under ``AppTest``). That would skip
+    the router's decisions (what a shared audit link may see, sign-in). When it happens,
+    switch the process to ``st.navigation`` mode and rerun, so app.py routes the request.
+    """
+    try:
+        from streamlit.runtime.pages_manager import PagesManager
+    except ImportError:  # a Streamlit without the old mode
+        return
+    if PagesManager.uses_pages_directory:
+        PagesManager.uses_pages_directory = False
+        st.rerun()
+
+
 # ---------------------------------------------------------------------------- errors
 def show_error(exc: BaseException, where: str = "") -> None:
     """A DebugkitError as its message; anything else as a short note plus traceback."""

@@ -4,6 +4,8 @@ import streamlit as st
 
 from pages import _common
 
+_common.page_guard()
+
 st.title("debugkit")
 st.markdown(
     "Debug PyTorch training runs from symptom to root cause. The **Recorder** in your "

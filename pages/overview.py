@@ -8,6 +8,8 @@ from debugkit.charts.scalars import build_scalar_figure
 from debugkit.errors import DebugkitError
 from pages import _common
 
+_common.page_guard()
+
 STATUS_BADGE = {"running": ("blue", ":material/play_circle:"),
                 "finished": ("green", ":material/check_circle:"),
                 "failed": ("red", ":material/error:"),

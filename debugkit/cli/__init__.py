@@ -17,6 +17,7 @@ from ..errors import DebugkitError
 COMMANDS = [
     "ui",
     "info",
+    "diagnose",
 ]
 
 EXIT_OK = 0
