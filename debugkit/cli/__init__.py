@@ -18,6 +18,7 @@ COMMANDS = [
     "ui",
     "info",
     "diagnose",
+    "importcmd",
 ]
 
 EXIT_OK = 0
