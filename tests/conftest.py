@@ -28,3 +28,30 @@ def _isolated_store(tmp_path_factory, monkeypatch):
 @pytest.fixture
 def sample_runs() -> Path:
     return SAMPLE_RUNS
+
+
+def _apptest_runs_the_router():
+    """Make every AppTest run go through app.py's router, as a browser session does.
+
+    AppTest resets Streamlit's "pages directory" flag before each run, and because
+    pages/ sits next to app.py, a rerun then executes the page file alone (Streamlit's
+    pre-``st.navigation`` mode) instead of app.py. In a real server the flag is cleared
+    by the first ``st.navigation`` call and stays so (``pages._common.page_guard``
+    covers a fresh server's very first run). Here the flag is cleared as soon as AppTest
+    builds its PagesManager, so reruns behave like the browser.
+    """
+    try:
+        from streamlit.runtime.pages_manager import PagesManager
+        from streamlit.testing.v1 import app_test
+    except ImportError:
+        return
+
+    class RouterPagesManager(PagesManager):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            PagesManager.uses_pages_directory = False
+
+    app_test.PagesManager = RouterPagesManager
+
+
+_apptest_runs_the_router()

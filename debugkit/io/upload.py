@@ -226,6 +226,8 @@ def unpack_files(files: Iterable[tuple[str, BinaryIO | bytes]], store: str | os.
                           store, limits=limits, display_name=name)
     if not files:
         raise UploadError("upload: no files were uploaded")
+    if len(files) > limits.max_files:
+        raise UploadError(MSG_TOO_MANY.format(count=len(files), limit=limits.max_files))
     store = Path(store)
     staging = _staging(store)
     try:

@@ -73,6 +73,11 @@ class RankWriter:
     """
 
     def __init__(self, rank_dir: Path, *, n_layers: int, flush_every_s: float = 2.0):
+        # Import the writer's libraries here, not on the writer thread: a first import
+        # there would hold the import lock and delay the first flush by its duration.
+        import numpy  # noqa: F401
+        import pyarrow.ipc  # noqa: F401
+
         self.rank_dir = Path(rank_dir)
         self.rank_dir.mkdir(parents=True, exist_ok=True)
         self.segment = next_segment(self.rank_dir)
@@ -195,18 +200,47 @@ class RankWriter:
                 steps.append(step)
                 values.append(np.asarray(vals, dtype=np.float32))
             n = self.n_layers
-            arrays = [
-                pa.array(np.repeat(np.asarray(steps, dtype=np.int64), n)),
-                pa.array(np.tile(np.arange(n, dtype=np.int32), len(steps))),
-                pa.array(np.concatenate(values)),
-            ]
+            cols = [np.repeat(np.asarray(steps, dtype=np.int64), n),
+                    np.tile(np.arange(n, dtype=np.int32), len(steps)),
+                    np.concatenate(values)]
+            arrays = [_arrow_array(c, f.type) for c, f in zip(cols, schema)]
         else:
             cols = list(zip(*rows))
             if table == "scalars":
                 cols[2] = [_to_float(v) for v in cols[2]]
-            arrays = [pa.array(c, type=f.type) for c, f in zip(cols, schema)]
+            arrays = [_arrow_array(c, f.type) for c, f in zip(cols, schema)]
         batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
         self._stream(table).write_batch(batch)
+
+
+def _arrow_array(values, typ):
+    """Build an Arrow array from buffers.
+
+    ``pa.array`` would import pandas on first use (pyarrow's pandas shim checks its
+    input type); a training process should not pay that, so arrays are assembled from
+    numpy buffers directly. ``None`` entries become nulls.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    n = len(values)
+    if isinstance(values, np.ndarray):
+        return pa.Array.from_buffers(typ, n, [None, pa.py_buffer(np.ascontiguousarray(values))])
+    valid = np.fromiter((v is not None for v in values), dtype=bool, count=n)
+    validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    if pa.types.is_string(typ):
+        enc = [v.encode("utf-8") if v is not None else b"" for v in values]
+        offsets = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum([len(b) for b in enc], out=offsets[1:])
+        return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(offsets),
+                                              pa.py_buffer(b"".join(enc))])
+    if pa.types.is_boolean(typ):
+        bits = np.packbits(np.fromiter((bool(v) for v in values), dtype=bool, count=n),
+                           bitorder="little")
+        return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(bits)])
+    dtype = typ.to_pandas_dtype()
+    data = np.fromiter((0 if v is None else v for v in values), dtype=dtype, count=n)
+    return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(data)])
 
 
 def _to_float(v: Any) -> float:

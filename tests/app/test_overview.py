@@ -1,0 +1,98 @@
+"""AppTest of the router, the Home page and the Overview page."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from .conftest import ROOT
+
+SAMPLES = ROOT / "sample_runs"
+
+
+def _texts(at):
+    out = []
+    for kind in ("title", "markdown", "caption", "code", "error", "warning", "info", "success"):
+        out += [str(e.value) for e in getattr(at, kind)]
+    return "\n".join(out)
+
+
+def test_home_lists_the_sample_runs(app):
+    at = app()
+    at.run()
+    assert not at.exception
+    assert at.title[0].value == "debugkit"
+    table = at.dataframe[0].value
+    rows = {r["id"]: r for r in table.to_dict("records")}
+    assert rows["digits-mlp"]["status"] == "finished" and rows["digits-mlp"]["failures"] == 0
+    assert rows["digits-bad-label"]["status"] == "failed" and rows["digits-bad-label"]["failures"] == 1
+
+
+def test_open_button_goes_to_the_overview(app):
+    at = app()
+    at.run()
+    at.button(key="open_digits-bad-label").click().run()
+    assert not at.exception
+    assert at.title[0].value == "digits-mlp-bad-label"
+    assert at.query_params["run"] == "digits-bad-label"
+
+
+@pytest.mark.parametrize("run_id,status,failure", [
+    ("digits-mlp", "finished", None),
+    ("digits-bad-label", "failed", "Target 12 is out of bounds."),
+])
+def test_overview_of_each_sample(app, run_id, status, failure):
+    at = app(run=run_id)
+    at.switch_page("pages/overview.py").run()
+    assert not at.exception
+    assert at.title[0].value == json.loads((SAMPLES / run_id / "manifest.json").read_text())["name"]
+    icon = {"finished": ":material/check_circle:", "failed": ":material/error:"}[status]
+    color = {"finished": "green", "failed": "red"}[status]
+    assert at.markdown[0].value == f":{color}-badge[{icon} {status}]"
+    text = _texts(at)
+    if failure:
+        assert failure in text and "step 75 · rank 0 · IndexError" in text
+        assert "dataset indices" in text
+    else:
+        assert "No failure captured." in text
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Failures"] == ("1" if failure else "0")
+    assert metrics["Steps"] == ("76" if failure else "159")
+    assert len(at.get("plotly_chart")) == 1
+
+
+def test_unknown_and_malformed_run_params_show_an_error(app):
+    at = app(run="no-such-run")
+    at.switch_page("pages/overview.py").run()
+    assert not at.exception
+    assert any("run 'no-such-run': no such run in" in e.value for e in list(at.sidebar.error) + list(at.error)) \
+        or "Pick a run" in _texts(at)
+    at = app(run="../../etc/passwd")
+    at.run()
+    assert not at.exception
+
+
+def test_overview_of_a_broken_run_shows_the_error(app, tmp_path, monkeypatch):
+    store = tmp_path / "store"
+    shutil.copytree(SAMPLES / "digits-mlp", store / "broken")
+    (store / "broken" / "manifest.json").write_text('{"schema_version": "7.1"}')
+    monkeypatch.setenv("DEBUGKIT_STORE", str(store))
+    at = app(run="broken")
+    at.switch_page("pages/overview.py").run()
+    assert not at.exception
+    assert "newer than this debugkit" in _texts(at)
+
+
+def test_a_run_deleted_while_shown(app, tmp_path, monkeypatch):
+    store = tmp_path / "store"
+    shutil.copytree(SAMPLES / "digits-mlp", store / "gone")
+    monkeypatch.setenv("DEBUGKIT_STORE", str(store))
+    at = app(run="gone")
+    at.switch_page("pages/overview.py").run()
+    assert at.title[0].value == "digits-mlp"
+    shutil.rmtree(store / "gone")
+    at.run()
+    assert not at.exception
+    assert "is gone (deleted or moved)" in _texts(at)
