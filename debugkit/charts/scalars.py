@@ -44,8 +44,10 @@ def build_scalar_figure(scalars, keys=("loss",), *, title=None, max_points=5000,
                 marker={"symbol": "x", "color": "#d62728", "size": 10},
                 name=f"{label}: NaN/Inf", customdata=[str(v) for v in y[~finite]],
                 hovertemplate="step %{x}: %{customdata}<extra></extra>"))
-    for s in failure_steps:
-        fig.add_vline(x=s, line={"color": "#d62728", "dash": "dot", "width": 1})
+    for s in sorted(set(failure_steps)):
+        fig.add_vline(x=s, line={"color": "#d62728", "dash": "dot", "width": 1},
+                      annotation_text=f"failure @ {s}", annotation_position="top left",
+                      annotation_font={"color": "#d62728", "size": 11})
     fig.update_layout(title=title, xaxis_title="step", yaxis_title=", ".join(keys),
                       height=360, margin={"l": 50, "r": 20, "t": 40 if title else 20, "b": 40},
                       legend={"orientation": "h", "y": -0.2}, hovermode="x unified")

@@ -1,0 +1,60 @@
+"""Screenshots of every page for the README and for looking at the pages as a user.
+
+Starts `streamlit run app.py` on loopback with the bundled sample runs, opens each page
+in Debian's chromium (Playwright) at the given viewport, and writes PNGs.
+
+    python docs/make_screenshots.py [--out docs/img] [--size 1280x800]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.e2e.conftest import CHROMIUM_ARGS, chromium_path, start_server, wait_for_app  # noqa: E402
+
+# (file name, url path and query, text to wait for)
+SHOTS = [
+    ("home", "/", "Runs"),
+    ("overview", "/overview?run=digits-bad-label", "Target 12 is out of bounds."),
+]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=str(ROOT / "docs" / "img"))
+    ap.add_argument("--size", default="1280x800")
+    ap.add_argument("--only", nargs="*")
+    a = ap.parse_args(argv)
+    w, h = (int(v) for v in a.size.split("x"))
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    from playwright.sync_api import sync_playwright
+
+    srv = start_server(Path(tempfile.mkdtemp(prefix="dk-shots-")))
+    try:
+        with sync_playwright() as p:
+            b = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+            page = b.new_page(viewport={"width": w, "height": h})
+            for name, url, text in SHOTS:
+                if a.only and name not in a.only:
+                    continue
+                page.goto(srv.url + url)
+                wait_for_app(page)
+                page.get_by_text(text).first.wait_for(timeout=60_000)
+                page.wait_for_timeout(1500)
+                path = out / f"{name}-{w}x{h}.png"
+                page.screenshot(path=str(path), full_page=True)
+                print(path)
+            b.close()
+    finally:
+        srv.proc.terminate()
+
+
+if __name__ == "__main__":
+    main()
