@@ -90,7 +90,7 @@ def train(out: str, *, epochs: int, batch_size: int, lr: float, slow_rank: int |
         trace_dir = os.path.join(out, "traces")
         os.makedirs(trace_dir, exist_ok=True)
         prof = torch.profiler.profile(
-            activities=[ProfilerActivity.CPU], schedule=schedule(wait=4, warmup=1, active=3),
+            activities=[ProfilerActivity.CPU], schedule=schedule(wait=20, warmup=2, active=4, repeat=1),
             on_trace_ready=lambda p: p.export_chrome_trace(
                 os.path.join(trace_dir, f"rank{rank}.pt.trace.json.gz")))
         prof.start()
@@ -120,9 +120,9 @@ def main(argv=None):
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--slow-rank", type=int, default=None, help="rank whose data loading is slowed")
-    p.add_argument("--slow-ms", type=float, default=1.5, help="extra milliseconds per sample loaded")
+    p.add_argument("--slow-ms", type=float, default=3.0, help="extra milliseconds per sample loaded")
     p.add_argument("--uneven", action="store_true", help="shard by hand so rank 0 has one batch more")
-    p.add_argument("--profile", action="store_true", help="trace 3 steps of every rank with torch.profiler")
+    p.add_argument("--profile", action="store_true", help="trace 4 steps of every rank with torch.profiler")
     p.add_argument("--hang-timeout-s", type=float, default=1.0)
     p.add_argument("--pg-timeout-s", type=float, default=5.0)
     a = p.parse_args(argv)
