@@ -22,6 +22,7 @@ from .findings import Finding
 STRAGGLER_WINDOW = 20          # steps per window
 STRAGGLER_RATIO = 1.2          # busy-time ratio to the other ranks' median
 STRAGGLER_MIN_FRACTION = 0.5   # share of windows a rank must be slow in
+STRAGGLER_MIN_SHARE = 0.05     # its excess, as a share of the job's step period
 DIVERGENCE_RTOL = 1e-4         # relative spread of a gradient norm across ranks
 COLLECTIVE_ERROR_HINTS = ("gloo", "nccl", "Timed out waiting", "Connection closed by peer",
                           "collective operation timeout", "ProcessGroup", "c10d")
@@ -124,11 +125,14 @@ def compute_straggler_windows(times, window: int = STRAGGLER_WINDOW):
 
 
 def detect_stragglers(times, *, window: int = STRAGGLER_WINDOW, ratio: float = STRAGGLER_RATIO,
-                      min_fraction: float = STRAGGLER_MIN_FRACTION) -> list[Finding]:
+                      min_fraction: float = STRAGGLER_MIN_FRACTION,
+                      min_share: float = STRAGGLER_MIN_SHARE) -> list[Finding]:
     """``straggler`` findings: ranks whose busy time stays above the others'.
 
     A rank is a straggler when its median busy time exceeds ``ratio`` times the other
-    ranks' median in more than ``min_fraction`` of the windows. The cause is the part
+    ranks' median in more than ``min_fraction`` of the windows, and its median excess
+    is at least ``min_share`` of the job's median step period (step time + data
+    wait), so that sub-millisecond noise on tiny steps is not reported. The cause is the part
     of the excess that is larger: data wait (the input pipeline) or compute.
     """
     wins = compute_straggler_windows(times, window)
@@ -137,6 +141,7 @@ def detect_stragglers(times, *, window: int = STRAGGLER_WINDOW, ratio: float = S
     n_windows = wins[["window_start"]].drop_duplicates().shape[0]
     out = []
     measured = bool(times["comm_measured"].all())
+    period = float((times["step_time_s"] + times["data_wait_s"]).median())
     for r, g in wins.groupby("rank", sort=True):
         slow = g[g["ratio"] > ratio]
         if len(slow) <= min_fraction * n_windows:
@@ -151,6 +156,9 @@ def detect_stragglers(times, *, window: int = STRAGGLER_WINDOW, ratio: float = S
         ex_data = float((both["data_wait_s"] - both["data_wait_s_others"]).median())
         ex_comp = float((both["compute_s"] - both["compute_s_others"]).median())
         cause = "data" if ex_data >= ex_comp else "compute"
+        excess = float((both["busy_s"] - both["busy_s_others"]).median())
+        if not period > 0 or excess < min_share * period:
+            continue
         med_ratio = float(slow["ratio"].median())
         first = int(slow["window_start"].min())
         what = ("waiting on its data loader" if cause == "data" else "computing")
@@ -158,7 +166,8 @@ def detect_stragglers(times, *, window: int = STRAGGLER_WINDOW, ratio: float = S
                f"{med_ratio:.1f}x the other ranks' median in {len(slow)} of {n_windows} "
                f"window{'s' if n_windows != 1 else ''} "
                f"of {window} steps; the extra time is spent {what} "
-               f"(+{ex_data * 1000:.1f} ms data wait, +{ex_comp * 1000:.1f} ms compute per step), "
+               f"({ex_data * 1000:+.1f} ms data wait, {ex_comp * 1000:+.1f} ms compute per step, "
+               f"{excess / period:.0%} of the job's step period), "
                f"and the other ranks wait for it in their collectives.")
         if not measured:
             msg += (" Collective time was not measured on every rank (use rec.watch_ddp(model) "
@@ -170,6 +179,7 @@ def detect_stragglers(times, *, window: int = STRAGGLER_WINDOW, ratio: float = S
                       "slow_windows": int(len(slow)), "windows": int(n_windows), "window": int(window),
                       "ratio_threshold": float(ratio),
                       "excess_data_wait_s": ex_data, "excess_compute_s": ex_comp,
+                      "excess_s": excess, "step_period_s": period,
                       "busy_s": float(own["busy_s"].median()),
                       "others_busy_s": float(ref["busy_s"].median()),
                       "comm_measured": measured}))

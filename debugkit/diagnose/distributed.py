@@ -2,7 +2,7 @@
 
 Config keys (``{"distributed": {...}}``): ``window`` (steps per straggler window,
 default 20), ``ratio`` (busy-time ratio, 1.2), ``min_fraction`` (share of windows,
-0.5), ``rtol`` (gradient-norm spread across ranks, 1e-4), ``num_candidates`` (HTA's
+0.5), ``min_share`` (excess over the job's step period, 0.05), ``rtol`` (gradient-norm spread across ranks, 1e-4), ``num_candidates`` (HTA's
 candidates per iteration, 2) and ``min_lag`` (late start in iterations, 0.05).
 """
 
@@ -24,7 +24,8 @@ def collect(run, config: dict) -> list[Finding]:
         out += ad.detect_stragglers(times, window=int(config.get("window", ad.STRAGGLER_WINDOW)),
                                     ratio=float(config.get("ratio", ad.STRAGGLER_RATIO)),
                                     min_fraction=float(config.get("min_fraction",
-                                                                  ad.STRAGGLER_MIN_FRACTION)))
+                                                                  ad.STRAGGLER_MIN_FRACTION)),
+                                    min_share=float(config.get("min_share", ad.STRAGGLER_MIN_SHARE)))
         out += ad.detect_rank_divergence(run.grad_norms(),
                                          rtol=float(config.get("rtol", ad.DIVERGENCE_RTOL)))
     dumps = read_hangs(run)
