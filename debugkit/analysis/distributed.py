@@ -151,7 +151,8 @@ def detect_stragglers(times, *, window: int = STRAGGLER_WINDOW, ratio: float = S
         # Per-step medians of the other ranks, then the median excess of this rank.
         ref = rest.groupby("step")[["data_wait_s", "compute_s", "busy_s"]].median()
         own = mine.set_index("step")[["data_wait_s", "compute_s", "busy_s"]]
-        both = own.join(ref, rsuffix="_others", how="inner")
+        both = own.merge(ref, left_index=True, right_index=True, how="inner",
+                         suffixes=("", "_others"))
         both = both[both.index > times["step"].min()]
         ex_data = float((both["data_wait_s"] - both["data_wait_s_others"]).median())
         ex_comp = float((both["compute_s"] - both["compute_s_others"]).median())
