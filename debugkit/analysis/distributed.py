@@ -41,10 +41,15 @@ def compute_rank_step_times(steps):
     -------
     DataFrame with columns ``step``, ``rank``, ``wall_time``, ``step_time_s``,
     ``data_wait_s`` (0 where null: a segment's first step), ``comm_s`` (NaN where not
-    measured), ``compute_s`` (``step_time_s - comm_s``, or ``step_time_s`` where comm
-    was not measured), ``busy_s`` (``data_wait_s + compute_s``), ``comm_measured``
-    (bool) and ``ok``; sorted by step then rank. When a step number occurs twice on a
-    rank (a resumed run), the last row is kept.
+    measured), ``compute_s`` (``step_time_s - comm_s``), ``busy_s`` (``data_wait_s +
+    compute_s``), ``comm_measured`` (bool) and ``ok``; sorted by step then rank. When
+    a step number occurs twice on a rank (a resumed run), the last row is kept.
+
+    Where ``comm_s`` was not measured, the wait is estimated as the step time minus
+    the shortest step time of any rank at that step (in synchronous training the rank
+    that reaches the all-reduce last waits for nobody), so a rank held up by its data
+    loader is still found; a rank slowed in compute is then invisible (measure with
+    ``rec.watch_ddp(model)`` or ``rec.comm()``).
     """
     import numpy as np
 
@@ -53,7 +58,9 @@ def compute_rank_step_times(steps):
     df["comm_measured"] = df["comm_s"].notna()
     df["data_wait_s"] = df["data_wait_s"].astype(float).fillna(0.0)
     comm = df["comm_s"].astype(float)
-    df["compute_s"] = np.maximum(df["step_time_s"].astype(float) - comm.fillna(0.0), 0.0)
+    st = df["step_time_s"].astype(float)
+    est = st - st.groupby(df["step"]).transform("min")
+    df["compute_s"] = np.maximum(st - comm.fillna(est), 0.0)
     df["comm_s"] = comm
     df["busy_s"] = df["data_wait_s"] + df["compute_s"]
     return df.reset_index(drop=True)[["step", "rank", "wall_time", "step_time_s", "data_wait_s",
@@ -172,7 +179,8 @@ def detect_stragglers(times, *, window: int = STRAGGLER_WINDOW, ratio: float = S
                f"and the other ranks wait for it in their collectives.")
         if not measured:
             msg += (" Collective time was not measured on every rank (use rec.watch_ddp(model) "
-                    "or rec.comm()), so compute includes waiting and the split may be off.")
+                    "or rec.comm()); it was estimated from the fastest rank's step, so the "
+                    "compute part is approximate.")
         out.append(Finding(
             kind="straggler", step=first, rank=int(r), layer=None,
             severity="warning", message=msg,
