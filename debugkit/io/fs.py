@@ -31,7 +31,7 @@ def as_path(value):
     """A path object for ``value``: :class:`Path` for local paths and ``file://`` URLs,
     a ``UPath`` for other fsspec URLs. Path-like objects are returned unchanged."""
     if not isinstance(value, str):
-        if isinstance(value, os.PathLike) and not isinstance(value, Path) and _is_upath(value):
+        if _is_upath(value) and not isinstance(value, Path):
             return value
         return Path(value).expanduser()
     m = _URL.match(value)

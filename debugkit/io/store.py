@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .. import format as fmt
 from ..errors import DebugkitError, InvalidInputError
-from .fs import as_path, is_local, is_url, split_roots
+from .fs import as_path, is_local, split_roots
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 MSG_BAD_RUN_ID = "run id {value!r}: expected letters, digits, '.', '_' or '-' (at most 200)"
@@ -119,16 +119,17 @@ def allowed_roots() -> list[Path] | None:
     env = os.environ.get("DEBUGKIT_ALLOWED_ROOTS")
     if not env:
         return None
-    return [str(as_path(p)).rstrip("/") if is_url(p) else Path(p).expanduser().resolve()
-            for p in split_roots(env)]
+    roots = [as_path(p) for p in split_roots(env)]
+    return [Path(r).resolve() if is_local(r) else str(r).rstrip("/") for r in roots]
 
 
 def check_allowed(path: Path) -> Path:
     """Return ``path`` resolved (symlinks followed) if the allow-list permits it.
 
     A URL is allowed when it lies under an allowed URL root."""
-    if is_url(path) or not is_local(path if not isinstance(path, str) else Path(path)):
-        url = as_path(path) if isinstance(path, str) else path
+    p = as_path(path) if isinstance(path, str) else path
+    if not is_local(p):
+        url = p
         allowed = allowed_roots()
         if allowed is None:
             return url
@@ -138,7 +139,7 @@ def check_allowed(path: Path) -> Path:
                 return url
         raise InvalidInputError(MSG_NOT_ALLOWED.format(
             path=path, roots=", ".join(str(r) for r in allowed)))
-    resolved = Path(path).expanduser().resolve()
+    resolved = Path(p).expanduser().resolve()
     allowed = allowed_roots()
     if allowed is None:
         return resolved
