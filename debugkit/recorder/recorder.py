@@ -5,7 +5,6 @@ from __future__ import annotations
 import atexit
 import math
 import os
-import socket
 import threading
 import time
 import uuid
