@@ -60,7 +60,10 @@ def train(out: str, *, epochs: int, batch_size: int, lr: float, slow_rank: int |
           pg_timeout_s: float, seed: int = 0) -> None:
     from debugkit import Recorder
 
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=pg_timeout_s))
+    # Rendezvous gets a generous timeout (start-up on a busy machine); training runs on a
+    # group with the bounded one, which is what ends a hang.
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
+    group = dist.new_group(timeout=datetime.timedelta(seconds=pg_timeout_s))
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(seed)
     (xa, ya), _ = load_splits(seed)
@@ -73,7 +76,7 @@ def train(out: str, *, epochs: int, batch_size: int, lr: float, slow_rank: int |
         shard = Subset(data, shard_by_hand(len(data), rank, world))
     if slow_rank is not None and rank == slow_rank:
         shard = SlowStorage(shard, slow_ms / 1000.0)
-    model = DDP(build_model(64))
+    model = DDP(build_model(64), process_group=group)
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     rec = Recorder(out, model, optimizer=opt,
                    name="ddp-hang" if uneven else "ddp-straggler",
@@ -109,7 +112,7 @@ def train(out: str, *, epochs: int, batch_size: int, lr: float, slow_rank: int |
                     prof.step()
         if prof is not None:
             prof.stop()
-        dist.barrier()  # every rank waits here for the others before the job ends
+        dist.barrier(group=group)  # every rank waits here for the others before the job ends
     dist.destroy_process_group()
 
 

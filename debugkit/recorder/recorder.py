@@ -324,7 +324,7 @@ class Recorder:
             Your own comm hook (default: DDP's ``allreduce_hook``, the same averaging
             DDP does without a hook).
         state : optional
-            The hook's state (default: the default process group).
+            The hook's state (default: the DDP model's process group).
         """
         from torch.nn.parallel import DistributedDataParallel
 
@@ -334,6 +334,8 @@ class Recorder:
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
             hook = default_hooks.allreduce_hook
+        if state is None:
+            state = getattr(ddp_model, "process_group", None)
         ddp_model.register_comm_hook(state, self._comm.wrap_ddp_hook(hook))
 
     @property

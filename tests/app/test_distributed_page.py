@@ -47,7 +47,7 @@ def test_hang_sample_highlights_rank_1_and_diffs_the_stacks():
     assert view.set_index("rank")["divergent"].to_dict() == {0: False, 1: True}
     assert view.set_index("rank")["stuck_code"][0] == "loss.backward()"
     diffs = [c.value for c in at.code if c.language == "diff"]
-    assert diffs and "dist.barrier()" in diffs[0] and "loss.backward()" in diffs[0]
+    assert diffs and "dist.barrier(" in diffs[0] and "loss.backward()" in diffs[0]
 
 
 def test_single_rank_run_says_what_to_do():

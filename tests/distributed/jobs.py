@@ -32,14 +32,17 @@ def main() -> None:
     p.add_argument("scenario", choices=["merge", "timeout", "desync"])
     p.add_argument("--out", required=True)
     a = p.parse_args()
+    # Start-up (rendezvous) gets a generous timeout, so a busy machine cannot fail it;
+    # the training collectives run on a group with the short one.
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
     timeout = 2.0 if a.scenario == "timeout" else 60.0
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout))
+    group = dist.new_group(timeout=datetime.timedelta(seconds=timeout))
     rank = dist.get_rank()
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
     if a.scenario == "desync":
         DDP._set_params_and_buffers_to_ignore_for_model(net, ["2.weight"])
-    model = DDP(net)
+    model = DDP(net, process_group=group)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     rec = Recorder(a.out, model, optimizer=opt, name=f"job-{a.scenario}", flush_every_s=0.2)
     if a.scenario != "timeout":
@@ -58,7 +61,7 @@ def main() -> None:
                 opt.step()
                 t = loss.detach().clone()
                 with rec.comm():
-                    dist.all_reduce(t)
+                    dist.all_reduce(t, group=group)
                 rec.log(loss=loss, mean_loss=t / dist.get_world_size())
     if a.scenario != "timeout":
         dist.destroy_process_group()
