@@ -146,6 +146,8 @@ def detect_stragglers(times, *, window: int = STRAGGLER_WINDOW, ratio: float = S
     if wins.empty:
         return []
     n_windows = wins[["window_start"]].drop_duplicates().shape[0]
+    if n_windows < 2:
+        return []  # one window cannot show that a rank *stays* slow
     out = []
     measured = bool(times["comm_measured"].all())
     period = float((times["step_time_s"] + times["data_wait_s"]).median())
