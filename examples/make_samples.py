@@ -21,6 +21,12 @@ OUT = ROOT / "sample_runs"
 SAMPLES: dict[str, tuple[list[str], int]] = {
     "digits-mlp": (["examples.digits"], 0),
     "digits-bad-label": (["examples.digits", "--corrupt-label", "12"], 1),
+    # torchrun jobs on CPU (gloo): a 4-rank run whose rank 2 loads data slowly, and a
+    # 2-rank run whose rank 0 hangs in an all-reduce that rank 1 skipped.
+    "ddp-straggler": (["torch.distributed.run", "--standalone", "--nproc_per_node", "4",
+                       "-m", "examples.ddp_digits", "--slow-rank", "2", "--profile"], 0),
+    "ddp-hang": (["torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                  "-m", "examples.ddp_digits", "--uneven"], 1),
 }
 
 

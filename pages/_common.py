@@ -149,7 +149,7 @@ def apply_query_params() -> None:
 def current_run_path() -> str | None:
     """The selected run's path, or None."""
     path = st.session_state.get(SESSION_RUN)
-    if path and not Path(path).exists():
+    if path and not _exists(path):
         st.session_state[SESSION_RUN] = None
         st.warning(f"The run at {path} is gone (deleted or moved). Pick another run.")
         return None
@@ -158,6 +158,16 @@ def current_run_path() -> str | None:
         if rid and st.query_params.get("run") != rid:
             st.query_params["run"] = rid
     return path
+
+
+def _exists(path: str) -> bool:
+    """Whether a run path (local, or an fsspec URL such as ``s3://...``) still exists."""
+    from debugkit.io.fs import as_path
+
+    try:
+        return as_path(path).exists()
+    except (DebugkitError, OSError, ValueError):
+        return False
 
 
 def require_run(what: str) -> str:
@@ -194,7 +204,7 @@ def _open_typed(path_text: str) -> None:
     from debugkit.io.store import check_allowed
 
     try:
-        path = check_allowed(Path(path_text.strip()).expanduser())
+        path = check_allowed(path_text.strip())  # a local path or an fsspec URL
         run = open_run(path)
     except DebugkitError as exc:
         st.session_state["debugkit_path_error"] = str(exc)

@@ -34,11 +34,12 @@ def read_stream(path: str | os.PathLike, schema=None) -> StreamRead:
     """
     import pyarrow as pa
 
-    path = Path(path)
+    if not hasattr(path, "open"):  # a str or os.PathLike; fsspec UPaths are used as they are
+        path = Path(path)
     size = path.stat().st_size
     if size == 0:
         return StreamRead(schema.empty_table() if schema is not None else None, False)
-    with open(path, "rb") as f:
+    with path.open("rb") as f:
         data = f.read()
     buf = pa.py_buffer(data)
     try:

@@ -29,6 +29,7 @@ from ..errors import (
     TruncatedRecordWarning,
 )
 from .arrowio import read_stream
+from .fs import as_path, files_signature, is_local
 
 _SEG_FILE = re.compile(r"^(?P<table>[a-z]+)-(?P<seg>\d+)\.arrows$")
 _META_FILE = re.compile(r"^meta-(?P<seg>\d+)\.json$")
@@ -438,17 +439,7 @@ class Run:
     def files_signature(self) -> tuple:
         """``(relative path, size, mtime_ns)`` of every file: a cache key that changes
         whenever the run does (a live run's appends included)."""
-        sig = []
-        for root, dirs, files in os.walk(self.path):
-            dirs.sort()
-            for name in sorted(files):
-                p = os.path.join(root, name)
-                try:
-                    st = os.stat(p)
-                except OSError:
-                    continue
-                sig.append((os.path.relpath(p, self.path), st.st_size, st.st_mtime_ns))
-        return tuple(sig)
+        return files_signature(self.path)
 
     def time_span(self) -> tuple[float | None, float | None]:
         """(first, last) wall time seen in the run's step rows or heartbeats."""
@@ -461,6 +452,9 @@ class Run:
 def open_run(path: str | os.PathLike) -> Run:
     """Open a run directory, or a ``.zip`` of one, for reading.
 
+    ``path`` may be an fsspec URL (``s3://bucket/runs/r1``, ``gs://...``,
+    ``memory://...``): the run is read in place (see :mod:`debugkit.io.fs`).
+
     Raises
     ------
     RunDirError
@@ -468,7 +462,7 @@ def open_run(path: str | os.PathLike) -> Run:
     SchemaVersionError
         The run was written by a newer major version of the format.
     """
-    p = Path(path).expanduser()
+    p = as_path(path)
     if not p.exists():
         raise RunDirError(MSG_NO_SUCH_PATH.format(path=p))
     source = p
@@ -477,7 +471,7 @@ def open_run(path: str | os.PathLike) -> Run:
             raise RunDirError(f"{p}: expected a run directory or a .zip of one")
         from .upload import open_zip_cached
 
-        p = open_zip_cached(p)
+        p = open_zip_cached(p if is_local(p) else _fetch_remote(p))
     mpath = p / fmt.MANIFEST
     if not mpath.is_file():
         raise RunDirError(MSG_NOT_A_RUN.format(path=p))
@@ -495,3 +489,22 @@ def open_run(path: str | os.PathLike) -> Run:
             raise RunDirError(MSG_MANIFEST_FIELD.format(
                 path=mpath, field=field, detail=f"must be a {kind.__name__}"))
     return Run(p, manifest, source=source)
+
+
+def _fetch_remote(p) -> Path:
+    """Copy a remote file (a zipped run) into the local cache, keyed by its URL and size."""
+    import hashlib
+
+    from .upload import cache_dir
+
+    st = p.stat()
+    key = hashlib.sha256(f"{p}|{st.st_size}".encode()).hexdigest()[:24]
+    local = cache_dir() / "remote" / key / p.name
+    if not local.is_file():
+        local.parent.mkdir(parents=True, exist_ok=True)
+        tmp = local.with_name(f".{local.name}.tmp")
+        with p.open("rb") as src, open(tmp, "wb") as dst:
+            for chunk in iter(lambda: src.read(1 << 20), b""):
+                dst.write(chunk)
+        os.replace(tmp, local)
+    return local

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .. import format as fmt
 from ..errors import DebugkitError, InvalidInputError
+from .fs import as_path, is_local, split_roots
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 MSG_BAD_RUN_ID = "run id {value!r}: expected letters, digits, '.', '_' or '-' (at most 200)"
@@ -21,11 +22,12 @@ def default_store() -> Path:
 
 
 def default_roots() -> list[Path]:
-    """Folders served by default: ``$DEBUGKIT_ROOTS`` (os.pathsep-separated), else
-    ``sample_runs/`` next to the package and the run store."""
+    """Folders served by default: ``$DEBUGKIT_ROOTS`` (os.pathsep-separated; fsspec
+    URLs such as ``s3://bucket/runs`` allowed), else ``sample_runs/`` next to the
+    package and the run store."""
     env = os.environ.get("DEBUGKIT_ROOTS")
     if env:
-        return [Path(p).expanduser() for p in env.split(os.pathsep) if p]
+        return [as_path(p) for p in split_roots(env)]
     here = Path(__file__).resolve().parents[2] / "sample_runs"
     roots = [here] if here.is_dir() else []
     return roots + [default_store()]
@@ -53,7 +55,7 @@ def find_runs(roots: list[Path]) -> list[RunEntry]:
     out: list[RunEntry] = []
     ids: set[str] = set()
     for root in roots:
-        root = Path(root)
+        root = as_path(root) if isinstance(root, str) else root
         candidates = []
         if is_run_dir(root):
             candidates.append(root)
@@ -117,17 +119,32 @@ def allowed_roots() -> list[Path] | None:
     env = os.environ.get("DEBUGKIT_ALLOWED_ROOTS")
     if not env:
         return None
-    return [Path(p).expanduser().resolve() for p in env.split(os.pathsep) if p]
+    roots = [as_path(p) for p in split_roots(env)]
+    return [Path(r).resolve() if is_local(r) else str(r).rstrip("/") for r in roots]
 
 
 def check_allowed(path: Path) -> Path:
-    """Return ``path`` resolved (symlinks followed) if the allow-list permits it."""
-    resolved = Path(path).expanduser().resolve()
+    """Return ``path`` resolved (symlinks followed) if the allow-list permits it.
+
+    A URL is allowed when it lies under an allowed URL root."""
+    p = as_path(path) if isinstance(path, str) else path
+    if not is_local(p):
+        url = p
+        allowed = allowed_roots()
+        if allowed is None:
+            return url
+        text = str(url).rstrip("/")
+        for root in allowed:
+            if isinstance(root, str) and (text == root or text.startswith(root + "/")):
+                return url
+        raise InvalidInputError(MSG_NOT_ALLOWED.format(
+            path=path, roots=", ".join(str(r) for r in allowed)))
+    resolved = Path(p).expanduser().resolve()
     allowed = allowed_roots()
     if allowed is None:
         return resolved
     for root in allowed:
-        if resolved == root or root in resolved.parents:
+        if isinstance(root, Path) and (resolved == root or root in resolved.parents):
             return resolved
     raise InvalidInputError(MSG_NOT_ALLOWED.format(
         path=path, roots=", ".join(str(r) for r in allowed)))

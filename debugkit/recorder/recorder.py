@@ -5,7 +5,6 @@ from __future__ import annotations
 import atexit
 import math
 import os
-import socket
 import threading
 import time
 import uuid
@@ -17,10 +16,19 @@ from .. import format as fmt
 from .._fsutil import atomic_write_json
 from ..errors import InvalidInputError, NonFiniteError
 from .capture import describe_callable, take_rng_state, write_capture
+from .comm import CommTimer
+from .dist import process_group_info
 from .env import collect_env, pip_check
 from .norms import GradNormComputer
 from .tracking import track_loader
 from .writer import PendingTensor, RankWriter
+
+MSG_HANG_TIMEOUT = "hang_timeout_s={value!r}: expected a number of seconds > 0"
+MSG_NOT_DDP = ("rec.watch_ddp(): expected a torch.nn.parallel.DistributedDataParallel model, "
+               "got {type}")
+# Process-group facts kept in the manifest's "distributed" object.
+DIST_FIELDS = ("backend", "world_size", "local_world_size", "local_rank", "node_rank", "host",
+               "master_addr", "master_port", "torchelastic_run_id")
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -60,22 +68,7 @@ def _unwrap(model):
     return model
 
 
-def _dist_info() -> dict:
-    info = {"rank": int(os.environ.get("RANK", 0)),
-            "world_size": int(os.environ.get("WORLD_SIZE", 1)),
-            "local_rank": int(os.environ.get("LOCAL_RANK", 0)),
-            "backend": None}
-    try:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            info["rank"] = dist.get_rank()
-            info["world_size"] = dist.get_world_size()
-            info["backend"] = str(dist.get_backend())
-    except (ImportError, RuntimeError):
-        pass
-    info["host"] = socket.gethostname()
-    return info
+_dist_info = process_group_info  # rank, world size, local rank, host, backend...
 
 
 def _is_loss_key(key: str) -> bool:
@@ -133,15 +126,22 @@ class Recorder:
     halt_on_nonfinite : bool
         Raise :class:`debugkit.NonFiniteError` inside the first step whose loss or a
         gradient norm is NaN/Inf (after capturing it) instead of letting training go on.
+    hang_timeout_s : float, optional
+        Opt-in hang watchdog: when a step runs longer than this, the rank writes a stack
+        dump of all its threads and a ``hang`` event (and asks the other ranks to dump
+        theirs), without stopping the job. See :mod:`debugkit.recorder.watchdog`.
     """
 
     def __init__(self, run_dir, model, optimizer=None, *, name=None, config=None,
                  model_factory=None, factory_kwargs=None, step_fn=None, num_classes=None,
-                 log_every=1, flush_every_s=2.0, halt_on_nonfinite=False):
+                 log_every=1, flush_every_s=2.0, halt_on_nonfinite=False, hang_timeout_s=None):
         import torch
 
         if int(log_every) < 1:
             raise InvalidInputError(f"log_every={log_every!r}: expected an integer >= 1")
+        if hang_timeout_s is not None and not (isinstance(hang_timeout_s, (int, float))
+                                               and math.isfinite(hang_timeout_s) and hang_timeout_s > 0):
+            raise InvalidInputError(MSG_HANG_TIMEOUT.format(value=hang_timeout_s))
         self.run_dir = Path(run_dir)
         self.model = model
         self._module = _unwrap(model)
@@ -180,7 +180,7 @@ class Recorder:
                 "log_every": self.log_every,
                 "flush_every_s": flush_every_s,
                 "world_size": self.world_size,
-                "distributed": {"backend": dist["backend"], "world_size": self.world_size},
+                "distributed": {k: dist[k] for k in DIST_FIELDS},
                 "model_class": f"{type(self._module).__module__}.{type(self._module).__qualname__}",
                 "optimizer_class": type(optimizer).__qualname__ if optimizer is not None else None,
                 "code": self._code,
@@ -208,10 +208,19 @@ class Recorder:
         atomic_write_json(rank_dir / f"meta-{self._writer.segment:03d}.json", {
             "rank": self.rank, "world_size": self.world_size, "local_rank": dist["local_rank"],
             "host": dist["host"], "pid": os.getpid(), "device": str(self.device),
+            "local_world_size": dist["local_world_size"], "node_rank": dist["node_rank"],
             "backend": dist["backend"], "layers": self.layers, "started_at": now,
             "segment": self._writer.segment,
         })
         self._writer.event("start", segment=self._writer.segment, pid=os.getpid())
+        self._comm = CommTimer()
+        self._watchdog = None
+        if hang_timeout_s is not None:
+            from .watchdog import HangWatchdog
+
+            self._watchdog = HangWatchdog(self.run_dir, rank_dir, rank=self.rank,
+                                          segment=self._writer.segment,
+                                          timeout_s=float(hang_timeout_s), event=self._writer.event)
 
         self._rss = _RSS()
         self._step_no = 0
@@ -287,11 +296,47 @@ class Recorder:
         self._resolve_pending(block=True)
         for h in self._hooks:
             h.remove()
+        if self._watchdog is not None:
+            self._watchdog.stop()
         atexit.unregister(self._atexit)
         state = fmt.STATE_FAILED if failed else fmt.STATE_FINISHED
         self._writer.event("close", state=state, steps=self._step_no)
         self._writer.close(state)
         self._rss.close()
+
+    def comm(self):
+        """Context manager around a blocking collective; its time counts as ``comm_s``.
+
+        ``with rec.comm(): dist.all_reduce(loss)`` inside ``rec.step``: the step's
+        ``comm_s`` is the time spent in such blocks (plus DDP buckets, see
+        :meth:`watch_ddp`) and its compute time is the rest.
+        """
+        return self._comm.block()
+
+    def watch_ddp(self, ddp_model, hook=None, state=None):
+        """Time DDP's gradient all-reduce: registers a comm hook that wraps ``hook``.
+
+        Parameters
+        ----------
+        ddp_model : torch.nn.parallel.DistributedDataParallel
+            The wrapped model (call before its first backward; DDP takes one hook).
+        hook : callable, optional
+            Your own comm hook (default: DDP's ``allreduce_hook``, the same averaging
+            DDP does without a hook).
+        state : optional
+            The hook's state (default: the DDP model's process group).
+        """
+        from torch.nn.parallel import DistributedDataParallel
+
+        if not isinstance(ddp_model, DistributedDataParallel):
+            raise InvalidInputError(MSG_NOT_DDP.format(type=type(ddp_model).__name__))
+        if hook is None:
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+            hook = default_hooks.allreduce_hook
+        if state is None:
+            state = getattr(ddp_model, "process_group", None)
+        ddp_model.register_comm_hook(state, self._comm.wrap_ddp_hook(hook))
 
     @property
     def steps_recorded(self) -> int:
@@ -350,6 +395,9 @@ class Recorder:
         self._t0 = now
         self._wall0 = time.time()
         self._writer.set_step(st.step)
+        self._comm.begin_step()
+        if self._watchdog is not None:
+            self._watchdog.step_started(st.step)
 
     def _is_log_step(self, step: int) -> bool:
         return step % self.log_every == 0
@@ -467,7 +515,10 @@ class Recorder:
 
         wall = self._wall0
         wait = (self._t0 - self._last_exit) if self._last_exit is not None else None
-        self._writer.add("steps", (st.step, wall, t1 - self._t0, wait, None, ok))
+        self._writer.add("steps", (st.step, wall, t1 - self._t0, wait,
+                                   self._comm.end_step(self._t0, t1), ok))
+        if self._watchdog is not None:
+            self._watchdog.step_ended(st.step, ok)
         rss = self._rss.read()
         if self._cuda:
             d = self.device

@@ -1,0 +1,40 @@
+"""``straggler``, ``hang`` and ``rank_divergence`` findings of multi-rank runs.
+
+Config keys (``{"distributed": {...}}``): ``window`` (steps per straggler window,
+default 20), ``ratio`` (busy-time ratio, 1.2), ``min_fraction`` (share of windows,
+0.5), ``min_share`` (excess over the job's step period, 0.05), ``rtol`` (gradient-norm spread across ranks, 1e-4), ``num_candidates`` (HTA's
+candidates per iteration, 2) and ``min_lag`` (late start in iterations, 0.05).
+"""
+
+from __future__ import annotations
+
+from ..analysis import distributed as ad
+from ..analysis import distributed_traces as at
+from ..analysis.findings import Finding
+
+
+def collect(run, config: dict) -> list[Finding]:
+    from ..io.distributed import read_hangs
+    from ..io.rank_traces import find_rank_traces, read_rank_traces, stack_events
+
+    out: list[Finding] = []
+    ranks = run.ranks
+    if len(ranks) > 1:
+        times = ad.compute_rank_step_times(run.steps())
+        out += ad.detect_stragglers(times, window=int(config.get("window", ad.STRAGGLER_WINDOW)),
+                                    ratio=float(config.get("ratio", ad.STRAGGLER_RATIO)),
+                                    min_fraction=float(config.get("min_fraction",
+                                                                  ad.STRAGGLER_MIN_FRACTION)),
+                                    min_share=float(config.get("min_share", ad.STRAGGLER_MIN_SHARE)))
+        out += ad.detect_rank_divergence(run.grad_norms(),
+                                         rtol=float(config.get("rtol", ad.DIVERGENCE_RTOL)))
+    dumps = read_hangs(run)
+    if dumps:
+        out += ad.detect_hangs(dumps, events=run.events(), failures=run.failures(), ranks=ranks)
+    paths = find_rank_traces(run)
+    if len(paths) > 1:
+        events = stack_events(read_rank_traces(paths))
+        out += at.detect_trace_stragglers(
+            events, num_candidates=int(config.get("num_candidates", at.NUM_CANDIDATES)),
+            min_lag=float(config.get("min_lag", at.MIN_LAG)))
+    return out

@@ -1,0 +1,254 @@
+"""Distributed: step time per rank, data wait vs compute, stragglers, hangs, divergence."""
+
+import streamlit as st
+
+from debugkit.errors import DebugkitError
+from pages import _common
+
+_common.page_guard()
+path = _common.require_run("its ranks")
+
+TABS = ["Step time", "Data wait vs compute", "Hangs", "Gradient divergence", "Profiler traces"]
+METRICS = {"step time": "step_time_s", "own work (data wait + compute)": "busy_s",
+           "data wait": "data_wait_s", "compute": "compute_s", "waiting in collectives": "comm_s"}
+
+
+@st.cache_data(**_common.CACHE, show_spinner=False)
+def _analysis(path: str, sig: tuple):
+    from debugkit.analysis import distributed as ad
+    from debugkit.diagnose.distributed import collect
+    from debugkit.io.distributed import read_hangs, read_rank_info
+    from debugkit.io.run import open_run
+
+    run = open_run(path)
+    times = ad.compute_rank_step_times(run.steps())
+    return {
+        "ranks": run.ranks, "manifest": run.manifest, "info": read_rank_info(run),
+        "times": times, "summary": ad.compute_rank_summary(times),
+        "windows": ad.compute_straggler_windows(times),
+        "divergence": ad.compute_grad_divergence(run.grad_norms()),
+        "hangs": read_hangs(run), "events": run.events(), "failures": run.failures(),
+        "findings": [f.to_dict() for f in collect(run, {})],
+    }
+
+
+@st.cache_data(**_common.CACHE, show_spinner=False)
+def _traces(path: str, sig: tuple):
+    from debugkit.analysis import distributed_traces as at
+    from debugkit.io.rank_traces import find_rank_traces, read_rank_traces, stack_events
+    from debugkit.io.run import open_run
+
+    run = open_run(path)
+    paths = find_rank_traces(run)
+    if not paths:
+        return None
+    traces = read_rank_traces(paths)
+    events = stack_events(traces)
+    metric, meta = at.compute_late_start_metric(events)
+    return {"files": [str(p) for p in paths], "ranks": list(traces),
+            "device": any(t.device_trace for t in traces.values()),
+            "metric": metric, "meta": meta,
+            "candidates": at.compute_potential_stragglers(metric),
+            "overlap": at.compute_comm_comp_overlap(events)}
+
+
+@st.cache_data(**_common.CACHE, show_spinner=False)
+def _hang_text(path: str, sig: tuple, rank: int, name: str) -> str:
+    from debugkit.io.distributed import read_hang_file
+    from debugkit.io.run import open_run
+
+    return read_hang_file(open_run(path), rank, name)
+
+
+def _findings_block(findings):
+    kinds = {"straggler": ":material/slow_motion_video:", "hang": ":material/hourglass_top:",
+             "rank_divergence": ":material/call_split:"}
+    shown = [f for f in findings if f["kind"] in kinds]
+    if not shown:
+        st.success("No straggler, hang or rank divergence found.", icon=":material/check:")
+    for f in shown:
+        box = st.error if f["severity"] == "error" else st.warning
+        box(f"**{f['kind']}** · rank {f['rank'] if f['rank'] is not None else '—'} · "
+            f"{f['message']}", icon=kinds[f["kind"]])
+
+
+def _step_time_tab(a, stragglers):
+    times = a["times"]
+    if times.empty:
+        st.info("No step rows recorded yet.")
+        return
+    label = st.segmented_control("Value", list(METRICS), default="step time", key="dist_metric")
+    value = METRICS.get(label or "step time", "step_time_s")
+    if value == "comm_s" and not times["comm_measured"].any():
+        st.info("Time in collectives was not measured in this run: call `rec.watch_ddp(model)` "
+                "or wrap collectives in `with rec.comm():`.")
+        return
+    from debugkit.charts.distributed import build_rank_heatmap_figure, build_rank_lines_figure
+
+    st.plotly_chart(build_rank_heatmap_figure(times, value, highlight=stragglers), key="dist_heatmap")
+    st.plotly_chart(build_rank_lines_figure(times, value, highlight=stragglers), key="dist_lines")
+    st.caption("In synchronous training every rank leaves each all-reduce together, so the "
+               "ranks that wait for a slow one show the *longer* steps: compare "
+               "\u201cown work\u201d to find the rank the others wait for.")
+
+
+def _split_tab(a, stragglers):
+    summary = a["summary"]
+    if summary.empty:
+        st.info("No step rows recorded yet.")
+        return
+    from debugkit.charts.distributed import build_time_split_figure
+
+    st.plotly_chart(build_time_split_figure(summary), key="dist_split")
+    show = summary.copy()
+    for c in ("step_time_s", "data_wait_s", "comm_s", "compute_s", "busy_s"):
+        show[c.replace("_s", "_ms")] = show.pop(c) * 1000.0
+    show["straggler"] = show["rank"].isin(stragglers)
+    st.dataframe(show, hide_index=True, width="stretch", column_config={
+        "busy_ratio": st.column_config.NumberColumn("own work vs others", format="%.2fx"),
+        **{c: st.column_config.NumberColumn(c, format="%.2f") for c in show.columns if c.endswith("_ms")}})
+    if not a["times"]["comm_measured"].all():
+        st.caption("Collective time was not measured on every rank, so compute includes "
+                   "waiting there (`rec.watch_ddp(model)` measures DDP's all-reduce).")
+
+
+def _hang_tab(a, sig):
+    from debugkit.analysis import distributed as ad
+
+    dumps = a["hangs"]
+    if not dumps:
+        st.info("No hang dump in this run. Record with `Recorder(..., hang_timeout_s=S)`: a step "
+                "that runs longer than S seconds makes every rank dump its stacks here.")
+        return
+    incidents = ad.group_hang_incidents(dumps)
+    labels = [f"step {i[0].get('step') if i[0].get('in_step') else i[0].get('last_step')}"
+              f" · triggered by rank {i[0].get('trigger_rank')} · {len(i)} rank(s)" for i in incidents]
+    pick = 0
+    if len(incidents) > 1:
+        pick = st.selectbox("Incident", range(len(incidents)), format_func=lambda k: labels[k],
+                            key="dist_incident")
+    inc = incidents[pick]
+    view, divergent = ad.compute_hang_view(inc, a["ranks"])
+    if divergent:
+        st.error(f"Rank {', '.join(map(str, divergent))} diverges: the others wait for it.",
+                 icon=":material/call_split:")
+    st.dataframe(view[["rank", "divergent", "in_step", "step", "last_step", "elapsed_s", "stuck_at",
+                       "stuck_code", "signature_group"]],
+                 hide_index=True, width="stretch",
+                 column_config={"divergent": st.column_config.CheckboxColumn("divergent"),
+                                "elapsed_s": st.column_config.NumberColumn("in step for (s)", format="%.1f"),
+                                "signature_group": st.column_config.NumberColumn("stack group")})
+    by_rank = {d["rank"]: d for d in inc}
+    cols = st.columns(min(len(by_rank), 4) or 1)
+    for i, (r, d) in enumerate(sorted(by_rank.items())):
+        with cols[i % len(cols)]:
+            frames = ad.train_stack(d)
+            title = f"Rank {r}" + (" · divergent" if r in divergent else "")
+            st.markdown(f"**{title}**")
+            where = (f"in step {d.get('step')}" if d.get("in_step")
+                     else f"between steps, last completed {d.get('last_step')}")
+            st.caption(f"{where} · dumped because of {d.get('reason')}")
+            st.code("\n".join(f"{'  ' if f.get('library') else '▶ '}{f['function']} "
+                              f"({f['file'].rsplit('/', 1)[-1]}:{f['line']})"
+                              + (f"\n      {f['code']}" if f.get('code') and not f.get('library') else "")
+                              for f in frames[-14:]), language=None)
+    if len(by_rank) > 1:
+        ranks = sorted(by_rank)
+        a_rank = divergent[0] if divergent else ranks[0]
+        b_rank = next(r for r in ranks if r != a_rank)
+        st.markdown(f"**Stack diff** (training thread): rank {b_rank} → rank {a_rank}")
+        st.code(ad.diff_stacks(ad.train_stack(by_rank[b_rank]), ad.train_stack(by_rank[a_rank]),
+                               f"rank {b_rank}", f"rank {a_rank}") or "(identical)", language="diff")
+    for r, d in sorted(by_rank.items()):
+        files = d.get("files") or {}
+        with st.expander(f"Rank {r}: all threads (faulthandler"
+                         + (", py-spy --native" if files.get("pyspy") else "") + ")"):
+            for kind in ("pyspy", "faulthandler"):
+                if files.get(kind):
+                    try:
+                        st.code(_hang_text(path, sig, r, files[kind]), language=None)
+                    except DebugkitError as exc:
+                        _common.show_error(exc)
+            if d.get("pyspy_error"):
+                st.caption(f"py-spy: {d['pyspy_error']}")
+
+
+def _divergence_tab(a):
+    from debugkit.analysis.distributed import DIVERGENCE_RTOL
+    from debugkit.charts.distributed import build_grad_divergence_figure
+
+    div = a["divergence"]
+    if div.empty:
+        st.info("Gradient norms of two or more ranks are needed (the Recorder logs them on every rank).")
+        return
+    st.plotly_chart(build_grad_divergence_figure(div, DIVERGENCE_RTOL), key="dist_divergence")
+    bad = div[div["rel_spread"] > DIVERGENCE_RTOL]
+    if bad.empty:
+        st.success("Every layer's gradient norm agrees across ranks after the all-reduce.",
+                   icon=":material/check:")
+    else:
+        st.dataframe(bad.head(200), hide_index=True, width="stretch")
+
+
+def _trace_tab(sig):
+    try:
+        t = _traces(path, sig)
+    except DebugkitError as exc:
+        _common.show_error(exc)
+        return
+    if t is None:
+        st.info("No torch.profiler traces in this run's `traces/` folder. Export one chrome trace "
+                "per rank there (`prof.export_chrome_trace(f\"{run_dir}/traces/rank{rank}.json.gz\")`).")
+        return
+    st.caption(f"{len(t['files'])} trace(s), ranks {', '.join(map(str, t['ranks']))}; "
+               + ("GPU kernels" if t["device"] else "CPU-only traces (gloo work and CPU operators)"))
+    from debugkit.charts.distributed import build_overlap_figure, build_trace_lag_figure
+
+    if t["metric"].empty:
+        st.info("The traces hold no significant collective inside a profiler step.")
+    else:
+        st.markdown(f"**Late start of the last `{t['meta']['collective']}` per iteration** "
+                    "(HTA's straggler metric; red: later than the median rank)")
+        st.plotly_chart(build_trace_lag_figure(t["metric"]), key="dist_trace_lag")
+        st.dataframe(t["candidates"], hide_index=True, width="stretch")
+    st.markdown("**Communication overlapped with computation** (HTA's definition)")
+    st.plotly_chart(build_overlap_figure(t["overlap"]), key="dist_overlap")
+
+
+def render():
+    try:
+        sig = _common.signature(path)
+        a = _analysis(path, sig)
+    except DebugkitError as exc:
+        _common.show_error(exc)
+        return
+    m = a["manifest"]
+    d = m.get("distributed") or {}
+    info = a["info"]
+    st.title("Distributed")
+    hosts = sorted({h for h in info["host"] if h}) if not info.empty else []
+    st.caption(f"backend {d.get('backend') or '—'} · world size {d.get('world_size') or m.get('world_size') or 1}"
+               f" · {len(a['ranks'])} rank folder(s) · {len(hosts)} host(s): {', '.join(hosts) or '—'}")
+    if len(a["ranks"]) < 2 and not a["hangs"]:
+        st.info("This run has a single rank. Record a `torchrun` job (every rank creates its "
+                "`Recorder` on the same run directory) to compare ranks here.")
+        return
+    _findings_block(a["findings"])
+    st.dataframe(info, hide_index=True, width="stretch",
+                 column_config={"heartbeat_time": st.column_config.NumberColumn(format="%.0f")})
+    stragglers = sorted({f["rank"] for f in a["findings"] if f["kind"] == "straggler"
+                         and f["rank"] is not None})
+    tabs = st.tabs(TABS)
+    with tabs[0]:
+        _step_time_tab(a, stragglers)
+    with tabs[1]:
+        _split_tab(a, stragglers)
+    with tabs[2]:
+        _hang_tab(a, sig)
+    with tabs[3]:
+        _divergence_tab(a)
+    with tabs[4]:
+        _trace_tab(sig)
+
+
+render()

@@ -1,0 +1,65 @@
+"""AppTest of the Distributed page on the sample runs."""
+
+from __future__ import annotations
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from tests.conftest import ROOT
+
+
+def _open(run_id: str) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.query_params["run"] = run_id
+    at.switch_page("pages/distributed.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_straggler_sample_shows_rank_2_and_the_charts():
+    at = _open("ddp-straggler")
+    assert at.title[0].value == "Distributed"
+    warnings = [w.value for w in at.warning]
+    assert any("Rank 2 is a straggler" in w for w in warnings)
+    assert any("Rank 2 starts its last gloo:all_reduce" in w for w in warnings)
+    assert [t.label for t in at.tabs] == ["Step time", "Data wait vs compute", "Hangs",
+                                          "Gradient divergence", "Profiler traces"]
+    info = at.dataframe[0].value
+    assert info["rank"].tolist() == [0, 1, 2, 3] and set(info["status"]) == {"finished"}
+    split = at.dataframe[1].value
+    assert split.loc[split["straggler"], "rank"].tolist() == [2]
+    assert any("Every layer's gradient norm agrees" in s.value for s in at.success)
+
+
+def test_switching_the_step_time_value():
+    at = _open("ddp-straggler")
+    at.segmented_control(key="dist_metric").set_value("own work (data wait + compute)").run()
+    assert not at.exception
+
+
+def test_hang_sample_highlights_rank_1_and_diffs_the_stacks():
+    at = _open("ddp-hang")
+    errors = [e.value for e in at.error]
+    assert any(e.startswith("**hang** · rank 1") for e in errors)
+    assert "Rank 1 diverges: the others wait for it." in errors
+    view = next(d.value for d in at.dataframe if "divergent" in d.value.columns)
+    assert view.set_index("rank")["divergent"].to_dict() == {0: False, 1: True}
+    assert view.set_index("rank")["stuck_code"][0] == "loss.backward()"
+    diffs = [c.value for c in at.code if c.language == "diff"]
+    assert diffs and "dist.barrier(" in diffs[0] and "loss.backward()" in diffs[0]
+
+
+def test_single_rank_run_says_what_to_do():
+    at = _open("digits-mlp")
+    assert any("single rank" in i.value for i in at.info)
+
+
+@pytest.mark.parametrize("run_id", ["../etc", "no-such-run"])
+def test_bad_run_param_shows_an_error_not_a_crash(run_id):
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.query_params["run"] = run_id
+    at.switch_page("pages/distributed.py")
+    at.run()
+    assert not at.exception
+    assert any("run" in e.value for e in at.error) or any("Pick a run" in i.value for i in at.info)
