@@ -250,8 +250,9 @@ def check_labels(raw, record) -> dict:
     di = dataset_index(record, first["sample"], n_batch)
     return _check("labels", False, detail, _culprit(
         input=path, sample_index=first["sample"], dataset_index=di,
-        detail=f"label {_num(val)} is outside [0, {k}): cross-entropy indexes the output with it "
-               f"(on CUDA a device-side assert, on the CPU 'Target {_num(val)} is out of bounds')"))
+        detail=f"{sample_phrase(record, first['sample'], n_batch)} has label {_num(val)}, outside "
+               f"[0, {k}); cross-entropy indexes the output with it (on CUDA a device-side "
+               f"assert, on the CPU 'Target {_num(val)} is out of bounds')"))
 
 
 def check_embeddings(raw, record) -> dict:
