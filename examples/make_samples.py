@@ -21,6 +21,10 @@ OUT = ROOT / "sample_runs"
 SAMPLES: dict[str, tuple[list[str], int]] = {
     "digits-mlp": (["examples.digits"], 0),
     "digits-bad-label": (["examples.digits", "--corrupt-label", "12"], 1),
+    "wine-missing-feature": (["examples.wine_deliveries"], 1),
+    "cancer-nan-input": (["examples.cancer_ratio"], 1),
+    "digits-metric-zero-distance": (["examples.digits_metric"], 1),
+    "credit-unseen-category": (["examples.credit_categories"], 1),
 }
 
 

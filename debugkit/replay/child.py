@@ -358,7 +358,10 @@ def replay_here(req: dict, chan: Channel) -> dict:
     raw["outcome"] = {k: reproduction[k] for k in ("error", "loss", "loss_finite", "grads_nonfinite",
                                                    "seconds", "backward_ran", "warnings")}
     raw["anomaly_pass_error"] = first["error"] if reproduction is not first else None
-    if target is not None and not num_classes and probe.output_width:
+    if target is not None and not num_classes and mode == "step_fn":
+        raw["labels_unchecked"] = ("num_classes is not recorded, and a step_fn's model output "
+                                   "need not be class scores")
+    elif target is not None and not num_classes and probe.output_width:
         raw["labels"] = datachecks.check_labels(target[1], probe.output_width, path=target[0],
                                                 source="output width", n_batch=n_batch)
     elif target is not None and not num_classes:

@@ -181,10 +181,14 @@ class Probe:
                      "inputs_finite": all(_finite(t) for t in ins),
                      "seq": _seq_now() if torch.is_grad_enabled() else None}
             self.frames.append(frame)
-            if not frame["inputs_finite"] and self.forward_entry is None:
-                bad = next(t for t in ins if not _finite(t))
-                self.forward_entry = {"module": name, "type": frame["type"], "kind": _kind(bad),
-                                      "path": self._input_path(bad)}
+            if not frame["inputs_finite"]:
+                # Where non-finite values enter: the first leaf module that receives them
+                # (a container's pre-hook fires before its children's).
+                leaf = next(iter(module.children()), None) is None
+                if self.forward_entry is None or (leaf and not self.forward_entry["leaf"]):
+                    bad = next(t for t in ins if not _finite(t))
+                    self.forward_entry = {"module": name, "type": frame["type"], "kind": _kind(bad),
+                                          "path": self._input_path(bad), "leaf": leaf}
             if isinstance(module, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and args:
                 self._check_embedding(name, module, args[0])
             self._check_dtype_device(name, module, ins)
