@@ -117,7 +117,7 @@ def _show_culprit(report: dict, f: dict) -> None:
             st.info("No culprit found: no check failed and the replay raised nothing it could "
                     "attribute.", icon=":material/search_off:")
             return
-        st.markdown(f":red-background[{c.get('detail') or 'see the checks below'}]")
+        st.error(c.get("detail") or "see the checks below", icon=":material/target:")
         cols = st.columns(5)
         for col, (label, key) in zip(cols, (("Module", "module"), ("Op", "op"), ("Input", "input"),
                                             ("Sample", "sample_index"), ("Dataset index", "dataset_index"))):

@@ -22,7 +22,7 @@ from .loading import factory_kwargs, select_failure, verify_files
 from .report import build_report, crash_of, merge_partial
 from .runner import DEFAULT_TIMEOUT_S, cuda_possible, default_memory_cap, run_child
 
-__all__ = ["replay", "plan_identities", "CodeRefusedError", "DEVICES", "DEFAULT_TIMEOUT_S"]
+__all__ = ["replay", "plan_identities", "plan_cross_check", "CodeRefusedError", "DEVICES", "DEFAULT_TIMEOUT_S"]
 
 DEVICES = ("auto", "cpu", "cuda")
 MSG_BAD_DEVICE = "device {value!r}: expected one of auto, cpu, cuda"
@@ -34,6 +34,16 @@ MSG_SETUP_FAILED = "{fid}: the replay could not start the step: {type}: {message
 def plan_identities(run, record: dict, search_path: list[str] | None = None) -> list[CodeIdentity]:
     """The code a replay of ``record`` would run, resolved on this machine."""
     return identify_capture(record, run.manifest, search_path)
+
+
+def plan_cross_check(original_device: str | None, replay_device: str | None) -> str | None:
+    """What the CPU cross-check does for a failure on ``original_device`` replayed on
+    ``replay_device``: ``"cpu"`` (replay once more on the CPU), ``"replayed_on_cpu"``
+    (a CUDA failure already replayed on the CPU: nothing more to run, but say so) or
+    None (the failure was not on CUDA)."""
+    if not str(original_device or "").startswith("cuda"):
+        return None
+    return "cpu" if str(replay_device or "").startswith("cuda") else "replayed_on_cpu"
 
 
 def _validate(device, timeout_s, memory_mb):
@@ -152,14 +162,15 @@ def replay(run, failure_id: str | None = None, *, device: str = "auto", allow_co
                      "weights are the updated ones, so the replayed forward pass may differ")
     if not parts.get("rng"):
         notes.append("no RNG state in the capture: dropout and other random ops will differ")
-    if orig_dev.startswith("cuda") and used.startswith("cuda") and cross_check:
+    plan = plan_cross_check(orig_dev, used)
+    if plan == "cpu" and cross_check:
         if progress:
             progress("CPU cross-check: replaying on the CPU, whose kernels raise readable errors")
         c_raw, c_crash, c_notes = _one(run, record, idents, parts, device="cpu", role="CPU cross-check", **kw)
         cross = build_report(record, c_raw, device="cpu", crash=c_crash, notes=c_notes)
         cross.pop("cross_check", None)
         cross.pop("code", None)
-    elif orig_dev.startswith("cuda") and not used.startswith("cuda"):
+    elif plan == "replayed_on_cpu":
         notes.append(f"the failure happened on {orig_dev}; this replay ran on the CPU, whose kernels "
                      "raise readable errors where CUDA's raise 'device-side assert triggered' (so the "
                      "error type may differ from the original)")

@@ -54,9 +54,9 @@ def advice_for(report: dict) -> list[str]:
                    "zero, a missing value read as NaN), or impute/drop them; "
                    "assert torch.isfinite(x).all() when the dataset is built.")
     if failed("shapes"):
-        out.append(f"A batch reached `{cul.get('module')}` with the wrong shape "
-                   f"({cul.get('detail')}): check the data pipeline for dropped or added columns "
-                   "(a per-batch dropna, a ragged last batch) or the model's configured sizes.")
+        out.append(f"A batch reached the model with the wrong shape ({cul.get('detail')}): check "
+                   "the data pipeline for dropped or added columns (a per-batch dropna, a ragged "
+                   "last batch) or the model's configured sizes.")
     if failed("dtype_device"):
         out.append(f"Match dtypes and devices at `{cul.get('module')}` ({cul.get('detail')}): cast "
                    "inputs with .to(dtype) / move them with .to(device) before the model, and create "

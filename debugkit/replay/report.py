@@ -336,8 +336,10 @@ def check_shapes(raw, record) -> dict:
                       + (f" from {path}" if path else "") + f" ({err['message'].splitlines()[0]})")
             return _check("shapes", False, detail, _culprit(
                 module=frame["module"], input=path,
-                detail=(f"expects {expected}, got {actual}" if expected
-                        else f"got input of shape {actual}: {err['message'].splitlines()[0]}")))
+                detail=(f"{_module(frame['module'])} ({frame['type']}) expects {expected}; got "
+                        f"input of shape {actual}" if expected else
+                        f"{_module(frame['module'])} ({frame['type']}) got input of shape {actual}: "
+                        f"{err['message'].splitlines()[0]}")))
         return _check("shapes", False, "the shape error was raised outside the model's modules "
                                        f"(in the loss or the step function): {err['message'].splitlines()[0]}",
                       _culprit(detail=err["message"].splitlines()[0]))
