@@ -506,17 +506,30 @@ _FH_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>
 
 
 def last_frame(stack: str) -> str | None:
-    """The innermost user frame of a faulthandler dump (``file:line in func``)."""
+    """The innermost project frame of a faulthandler dump (``file:line in func``).
+
+    faulthandler prints each thread's frames innermost first, the current thread first;
+    frames of the standard library, installed packages and debugkit's replay are
+    skipped when a project frame exists.
+    """
     if not stack:
         return None
-    # faulthandler prints the current thread first, innermost frame first.
-    block = stack.split("\n\n")[0] if "Current thread" in stack or "Thread" in stack else stack
-    for m in _FH_FRAME.finditer(block):
-        path = m.group("file").replace("\\", "/")
-        if "/debugkit/replay/" in path or "/torch/" in path or "/threading.py" in path:
-            continue
+    from .code import classify_location
+
+    blocks = [b for b in stack.split("\n\n") if _FH_FRAME.search(b)]
+    current = next((b for b in blocks if "Current thread" in b), blocks[0] if blocks else "")
+    frames = [m for m in _FH_FRAME.finditer(current)]
+    if not frames:
+        return None
+    def text(m):
         return f"{m.group('file')}:{m.group('line')} in {m.group('func')}"
-    return None
+    for m in frames:
+        path = m.group("file").replace("\\", "/")
+        if "/debugkit/replay/" in path or path.startswith("<"):
+            continue
+        if classify_location(m.group("file")) == "project":
+            return text(m)
+    return text(frames[0])
 
 
 def build_report(record: dict, raw: dict | None, *, device: str, crash: dict | None = None,
