@@ -51,6 +51,10 @@ def _finite(t) -> bool:
 
     if not (t.is_floating_point() or t.is_complex()) or t.numel() == 0:
         return True
+    # One reduction, no boolean copy: a finite sum means every element is finite. A
+    # non-finite sum can also be an overflow of large finite values, so confirm it.
+    if bool(torch.isfinite(t.sum())):
+        return True
     return bool(torch.isfinite(t).all())
 
 
