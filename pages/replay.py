@@ -101,10 +101,14 @@ def _show_code(idents: list[dict]) -> None:
         color, icon = STATUS_BADGE.get(i["status"], ("red", ":material/block:"))
         st.markdown(f"`{i['spec']}` ({i['role'].replace('_', ' ')})")
         st.badge(i["status"].replace("_", " "), color=color, icon=icon)
-        st.caption(f"File here: `{i['local_file'] or 'not found'}`  \n"
-                   f"SHA-256 here: `{i['local_sha256'] or '—'}`  \n"
-                   f"SHA-256 recorded: `{i['recorded_sha256'] or '—'}`  \n"
-                   f"Recorded at: `{i['recorded_file'] or '—'}`")
+        lines = [f"File here: `{i['local_file'] or 'not found'}`"]
+        if i["local_sha256"] and i["local_sha256"] == i["recorded_sha256"]:
+            lines.append(f"SHA-256 `{i['local_sha256']}`, as recorded")
+        else:
+            lines += [f"SHA-256 here: `{i['local_sha256'] or '—'}`",
+                      f"SHA-256 recorded: `{i['recorded_sha256'] or '—'}`"]
+        lines.append(f"Recorded at: `{i['recorded_file'] or '—'}`")
+        st.caption("  \n".join(lines))
         if i["status"] != "verified":
             st.caption(i["message"])
 
@@ -118,16 +122,19 @@ def _show_culprit(report: dict, f: dict) -> None:
                     "attribute.", icon=":material/search_off:")
             return
         st.error(c.get("detail") or "see the checks below", icon=":material/target:")
-        cols = st.columns(5)
-        for col, (label, key) in zip(cols, (("Module", "module"), ("Op", "op"), ("Input", "input"),
-                                            ("Sample", "sample_index"), ("Dataset index", "dataset_index"))):
-            v = c.get(key)
-            col.metric(label, "(top level)" if key == "module" and v == "" else ("—" if v is None else str(v)))
+        fields = [(label, c.get(key)) for label, key in (("Module", "module"), ("Op", "op"),
+                                                          ("Input", "input"))]
+        st.markdown("  \n".join(
+            f"**{label}:** " + ("—" if v is None else "`(the model's top level)`" if v == "" else f"`{v}`")
+            for label, v in fields))
+        cols = st.columns(4)
+        cols[0].metric("Sample", "—" if c.get("sample_index") is None else str(c["sample_index"]))
+        cols[1].metric("Dataset index", "—" if c.get("dataset_index") is None else str(c["dataset_index"]))
         if c.get("input") and c.get("sample_index") is not None:
-            _show_sample_values(f, c)
+            _show_sample_values(f, c, report.get("culprit_positions") or [])
 
 
-def _show_sample_values(f: dict, c: dict) -> None:
+def _show_sample_values(f: dict, c: dict, positions: list) -> None:
     sig = _common.signature(path)
     try:
         df = _sample(path, sig, f["id"], c["input"], int(c["sample_index"]))
@@ -140,12 +147,19 @@ def _show_sample_values(f: dict, c: dict) -> None:
         st.metric(f"value of {c['input']}[{c['sample_index']}]",
                   f"{int(v)}" if float(v).is_integer() else f"{v:g}")
     else:
-        bad = ~df["finite"]
-        if bad.any():
-            st.caption(f"{int(bad.sum())} non-finite value(s), highlighted.")
-        st.dataframe(df.style.apply(
-            lambda row: ["background-color: rgba(255, 75, 75, 0.35)" if not row["finite"] else ""] * len(row),
-            axis=1), hide_index=True, height=min(38 + 35 * len(df), 320), key="culprit_values")
+        marked = {str(p) for p in positions}
+        bad = df[~df["finite"] | df["position"].isin(marked)]
+        if len(bad):
+            what = "non-finite" if (~df["finite"]).any() else "offending"
+            st.markdown(f":red[{len(bad)} {what} value(s)] at position(s) "
+                        + ", ".join(f"`{p}`" for p in bad["position"].head(20)))
+        if len(df) <= 16:
+            st.table(_highlight(_row(df), marked | set(df.loc[~df["finite"], "position"])))
+        else:
+            if len(bad):
+                st.table(_highlight(_row(bad), set(bad["position"])))
+            with st.expander(f"All {len(df)} values of the sample", expanded=not len(bad)):
+                st.dataframe(df.set_index("position")[["value"]].T, height=80)
     others = [p for p in _batch_inputs(path, sig, f["id"]) if p != c["input"]]
     if others:
         with st.expander("The same sample's other inputs"):
@@ -156,6 +170,23 @@ def _show_sample_values(f: dict, c: dict) -> None:
                     continue
                 st.caption(p)
                 st.dataframe(o.set_index("position")[["value"]].T, height=80)
+
+
+def _fmt(v: float) -> str:
+    return f"{int(v)}" if v == v and abs(v) != float("inf") and float(v).is_integer() else f"{v:g}"
+
+
+def _row(df):
+    """One sample's values as a one-row table, positions as columns."""
+    import pandas as pd
+
+    return pd.DataFrame([df["value"].map(_fmt).tolist()], columns=df["position"].tolist(),
+                        index=["value"])
+
+
+def _highlight(table, columns: set):
+    red = "background-color: rgba(255, 75, 75, 0.30); font-weight: 600"
+    return table.style.apply(lambda col: [red if str(col.name) in columns else ""] * len(col), axis=0)
 
 
 def _show_report(report: dict, f: dict) -> None:

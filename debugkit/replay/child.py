@@ -339,7 +339,9 @@ def replay_here(req: dict, chan: Channel) -> dict:
     for path, t in iter_leaves(batch):
         if isinstance(t, torch.Tensor):
             refs.setdefault(t.untyped_storage().data_ptr(), tuple(path))
-    probe = Probe(model, refs, n_batch).install()
+    probe = Probe(model, refs, n_batch)
+    probe.batch_bases = _bases(batch)
+    probe.install()
     first = run_pass(model, batch, mode, step_fn, probe, device, anomaly=True)
     raw["diagnosis"] = _probe_findings(probe)
     raw["anomaly"] = first["anomaly"]
@@ -353,6 +355,7 @@ def replay_here(req: dict, chan: Channel) -> dict:
         batch = to_device(load_batch({"path": str(failure_dir)}), device)
         probe.batch_refs = {t.untyped_storage().data_ptr(): tuple(p)
                             for p, t in iter_leaves(batch) if isinstance(t, torch.Tensor)}
+        probe.batch_bases = _bases(batch)
         reproduction = run_pass(model, batch, mode, step_fn, probe, device, anomaly=False)
     probe.remove()
     raw["outcome"] = {k: reproduction[k] for k in ("error", "loss", "loss_finite", "grads_nonfinite",
@@ -367,6 +370,13 @@ def replay_here(req: dict, chan: Channel) -> dict:
     elif target is not None and not num_classes:
         raw["labels_unchecked"] = "neither num_classes nor the model's output width is known"
     return raw
+
+
+def _bases(batch) -> dict:
+    import torch
+
+    return {t.untyped_storage().data_ptr(): t for _, t in iter_leaves(batch)
+            if isinstance(t, torch.Tensor)}
 
 
 def _probe_findings(probe) -> dict:

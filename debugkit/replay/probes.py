@@ -126,7 +126,8 @@ class Probe:
     model : torch.nn.Module
     batch_refs : dict
         ``{storage data_ptr: batch path}`` of the batch's tensors on the replay device,
-        to say which batch input reached a module.
+        to say which batch input reached a module. Set :attr:`batch_bases` (``{data_ptr:
+        tensor}``) too to say which position of a sample a sliced input came from.
     n_batch : int or None
         The batch size (dim 0 of the batch's tensors).
     """
@@ -134,6 +135,7 @@ class Probe:
     def __init__(self, model, batch_refs: dict, n_batch: int | None):
         self.model = model
         self.batch_refs = batch_refs
+        self.batch_bases: dict = {}
         self.n_batch = n_batch
         self.handles: list = []
         self.reset()
@@ -172,6 +174,29 @@ class Probe:
             return None
         path = self.batch_refs.get(ptr)
         return format_path(path) if path is not None else None
+
+    def _column_of(self, t) -> list | int | None:
+        """For a view that selects one position of every sample of a batch tensor
+        (``codes[:, j]``), that position (``j``); else None."""
+        try:
+            ptr = t.untyped_storage().data_ptr()
+        except (RuntimeError, AttributeError):
+            return None
+        base = self.batch_bases.get(ptr)
+        if base is None or base.dim() != t.dim() + 1 or t.dim() < 1 or not base.is_contiguous():
+            return None
+        if t.shape[0] != base.shape[0] or t.stride(0) != base.stride(0):
+            return None
+        rem = t.storage_offset() - base.storage_offset()
+        inner = list(base.shape[1:])
+        if rem < 0 or rem >= max(1, int(base[0].numel())):
+            return None
+        pos = []
+        for size in reversed(inner):
+            pos.append(rem % size)
+            rem //= size
+        pos.reverse()
+        return pos[0] if len(pos) == 1 else pos
 
     # ------------------------------------------------------------------ forward hooks
     def _pre(self, name: str):
@@ -237,7 +262,7 @@ class Probe:
         if found is not None:
             found.update(module=name, type=type(module).__name__,
                          num_embeddings=int(module.num_embeddings), shape=list(idx.shape),
-                         path=self._input_path(idx))
+                         path=self._input_path(idx), input_position=self._column_of(idx))
             self.embeddings.append(found)
 
     def _check_dtype_device(self, name, module, ins) -> None:

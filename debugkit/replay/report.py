@@ -9,7 +9,12 @@ The report (``debugkit replay --json``)::
      "replay": {"type", "message", "seconds"} | null,
      "culprit": {"module", "op", "input", "sample_index", "dataset_index", "detail"},
      "checks": [{"name", "ok", "detail"}, ...],
-     "ran": {"mode", "detail"}, "cross_check": {...} | null, "code": [...], "notes": [...]}
+     "culprit_positions": [...], "ran": {"mode", "detail"}, "cross_check": {...} | null,
+     "code": [...], "notes": [...]}
+
+``culprit_positions`` are the offending positions within the culprit sample of
+``culprit.input`` (its NaN features, the column an out-of-range index came from), for
+display.
 
 A check's ``ok`` is true (passed), false (found the problem) or null (could not be
 judged, e.g. the replay stopped before reaching it, or it does not apply).
@@ -271,17 +276,21 @@ def check_embeddings(raw, record) -> dict:
     n_batch = raw.get("n_batch")
     s = e["samples"][0] if e["samples"] else {"sample": None, "positions": [], "values": []}
     where = sample_phrase(record, s["sample"], n_batch)
-    pos = f" at position {s['positions'][0]}" if s.get("positions") else ""
+    position = s["positions"][0] if s.get("positions") else e.get("input_position")
+    pos = f" at position {position}" if position is not None else ""
+    of = f" of {e['path']}" if e.get("path") and position is not None else ""
     val = s["values"][0] if s["values"] else e["max"]
     detail = (f"{_module(e['module'])} ({e['type']}, num_embeddings={e['num_embeddings']}) got "
-              f"index {val} in {where}{pos}; {e['count']} of {e['total']} indices are outside "
+              f"index {val} in {where}{pos}{of}; {e['count']} of {e['total']} indices are outside "
               f"[0, {e['num_embeddings']}) in {e['n_samples']} sample(s)")
     if len(found) > 1:
         detail += "; also " + ", ".join(_module(x["module"]) for x in found[1:4])
     di = dataset_index(record, s["sample"], n_batch)
-    return _check("embedding_indices", False, detail, _culprit(
-        module=e["module"], input=e.get("path"), sample_index=s["sample"], dataset_index=di,
-        detail=f"index {val} is outside [0, {e['num_embeddings']}) of {_module(e['module'])}"))
+    c = _culprit(module=e["module"], input=e.get("path"), sample_index=s["sample"], dataset_index=di,
+                 detail=f"{where}{pos}{of} holds index {val}, outside [0, {e['num_embeddings']}) "
+                        f"of {_module(e['module'])}")
+    c["_positions"] = [position] if position is not None else []
+    return _check("embedding_indices", False, detail, c)
 
 
 def check_inputs(raw, record) -> dict:
@@ -308,9 +317,10 @@ def check_inputs(raw, record) -> dict:
     if entry.get("module") is not None:
         detail += f"; it enters the model at {_module(entry['module'])} ({entry.get('type')})"
     di = dataset_index(record, s["sample"], n_batch)
-    return _check("finite_inputs", False, detail, _culprit(
-        module=entry.get("module"), input=path, sample_index=s["sample"], dataset_index=di,
-        detail=f"{where} of {path} holds {' and '.join(kinds)}{feat_txt}"))
+    c = _culprit(module=entry.get("module"), input=path, sample_index=s["sample"], dataset_index=di,
+                 detail=f"{where} of {path} holds {' and '.join(kinds)}{feat_txt}")
+    c["_positions"] = list(feats)
+    return _check("finite_inputs", False, detail, c)
 
 
 def _error(raw) -> dict | None:
@@ -473,7 +483,7 @@ def pick_culprit(checks: list[dict], raw: dict | None, record: dict) -> dict:
     for name in CULPRIT_ORDER:
         c = by_name.get(name)
         if c is not None and c["ok"] is False and c.get("_culprit"):
-            return dict(c["_culprit"])
+            return dict(c["_culprit"])  # may carry "_positions", split off by build_report
     err = _error(raw)
     if err:
         frame = err.get("raising_frame")
@@ -543,10 +553,12 @@ def build_report(record: dict, raw: dict | None, *, device: str, crash: dict | N
     reproduced, same = judge(record, original, replay, raw)
     checks = build_checks(raw, record)
     culprit = pick_culprit(checks, raw, record)
+    positions = culprit.pop("_positions", [])
     if cross_check is not None and all(v is None for v in culprit.values()) \
             and any(v is not None for v in (cross_check.get("culprit") or {}).values()):
         culprit = dict(cross_check["culprit"])
         culprit["detail"] = (culprit.get("detail") or "") + " (found by the CPU cross-check)"
+        positions = cross_check.get("culprit_positions") or []
     return {
         "failure": record.get("id"),
         "device": (raw or {}).get("device") or device,
@@ -556,6 +568,7 @@ def build_report(record: dict, raw: dict | None, *, device: str, crash: dict | N
         "replay": replay,
         "culprit": culprit,
         "checks": public_checks(checks),
+        "culprit_positions": positions,
         "ran": (raw or {}).get("ran"),
         "cross_check": cross_check,
         "code": code or [],

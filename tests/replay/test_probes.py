@@ -142,3 +142,27 @@ def test_user_frame_skips_torch_frames():
     assert user_frame(trace) == {"file": "/proj/model.py", "line": 12, "function": "forward",
                                  "code": "y = torch.sqrt(x)"}
     assert user_frame(None) is None
+
+
+def test_a_column_slice_of_a_batch_tensor_names_its_position():
+    class Enc(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Embedding(4, 2)
+            self.b = nn.Embedding(3, 2)
+
+        def forward(self, codes):
+            return torch.cat([self.a(codes[:, 0]), self.b(codes[:, 1])], dim=1)
+
+    codes = torch.tensor([[0, 1], [3, 2], [1, 3]])
+    refs = {codes.untyped_storage().data_ptr(): (0,)}
+    probe = Probe(Enc(), refs, n_batch=3)
+    probe.batch_bases = {codes.untyped_storage().data_ptr(): codes}
+    probe.install()
+    out = run_pass(probe.model, (codes,), "step_fn", lambda m, b: m(b[0]).sum(), probe,
+                   torch.device("cpu"), anomaly=False)
+    probe.remove()
+    e = probe.embeddings[0]
+    assert (e["module"], e["path"], e["input_position"]) == ("b", "batch[0]", 1)
+    assert e["samples"] == [{"sample": 2, "positions": [], "values": [3]}]
+    assert out["error"]["type"] == "IndexError"

@@ -85,6 +85,7 @@ def test_nan_input_sample(reports):
     assert (c["module"], c["op"], c["input"], c["sample_index"], c["dataset_index"]) == \
         ("0", None, "batch[0]", 8, 568)
     assert c["detail"] == "sample 8 (dataset index 568) of batch[0] holds NaN in feature 30"
+    assert r["culprit_positions"] == [30]
     # Tumour 568 is one of the 13 whose concavity and concave points are both exactly 0.
     from sklearn.datasets import load_breast_cancer
 
@@ -125,14 +126,21 @@ def test_embedding_index_out_of_range(reports):
     c = r["culprit"]
     assert (c["module"], c["op"], c["input"], c["sample_index"], c["dataset_index"]) == \
         ("encoder.embeds.personal_status_and_sex", None, "batch['categorical']", 2, 961)
-    assert c["detail"] == "index 3 is outside [0, 3) of `encoder.embeds.personal_status_and_sex`"
+    assert c["detail"] == ("sample 2 (dataset index 961) at position 5 of batch['categorical'] holds "
+                           "index 3, outside [0, 3) of `encoder.embeds.personal_status_and_sex`")
+    assert r["culprit_positions"] == [5]
     assert check(r, "embedding_indices")["detail"] == (
         "`encoder.embeds.personal_status_and_sex` (Embedding, num_embeddings=3) got index 3 in "
-        "sample 2 (dataset index 961); 7 of 32 indices are outside [0, 3) in 7 sample(s)")
+        "sample 2 (dataset index 961) at position 5 of batch['categorical']; 7 of 32 indices are "
+        "outside [0, 3) in 7 sample(s)")
+    # Position 5 of the codes is the sixth categorical column of the CSV.
     # Application 961 is one of the later ones, with the category the first 800 never had.
     import pandas as pd
 
     frame = pd.read_csv("/work/shared/data/german_credit.csv")
+    categorical = [k for k in frame.columns if k != "creditability"
+                   and not pd.api.types.is_numeric_dtype(frame[k])]
+    assert categorical[5] == "personal_status_and_sex"
     assert frame.loc[961, "personal_status_and_sex"] == "male : married/widowed"
     assert "male : married/widowed" not in set(frame.loc[:799, "personal_status_and_sex"])
     assert [x["role"] for x in r["code"]] == ["model_factory", "step_fn"]
