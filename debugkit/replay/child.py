@@ -252,9 +252,12 @@ def run_pass(model, batch, mode, step_fn, probe, device, *, anomaly: bool) -> di
             out["anomaly"] = {"message": str(exc), "op": _anomaly_op(str(exc)),
                               "forward_trace": _anomaly_trace(caught)}
     out["seconds"] = time.perf_counter() - t0
-    for name, p in model.named_parameters():
-        if p.grad is not None and not bool(torch.isfinite(p.grad).all()):
-            out["grads_nonfinite"].append(name)
+    try:
+        for name, p in model.named_parameters():
+            if p.grad is not None and not bool(torch.isfinite(p.grad).all()):
+                out["grads_nonfinite"].append(name)
+    except Exception as exc:  # a CUDA context broken by a device-side assert
+        out["grads_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     out["warnings"] = [str(w.message)[:500] for w in caught
                        if "Anomaly Detection has been enabled" not in str(w.message)
                        and "Error detected in" not in str(w.message)][:5]
