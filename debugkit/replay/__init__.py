@@ -12,8 +12,6 @@ This package imports neither torch nor streamlit; the child does the torch work.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Callable
 
 from ..errors import InvalidInputError, ReplayError
