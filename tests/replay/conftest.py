@@ -70,7 +70,15 @@ def project(tmp_path, monkeypatch):
     (pkg / "__init__.py").write_text("")
     (pkg / "model.py").write_text(textwrap.dedent(PROJECT_SOURCE))
     monkeypatch.syspath_prepend(str(root))
-    return root
+    _forget("tproj")
+    yield root
+    _forget("tproj")
+
+
+def _forget(package: str) -> None:
+    """Drop a test package from sys.modules so the next test's copy is the one found."""
+    for name in [m for m in sys.modules if m == package or m.startswith(package + ".")]:
+        del sys.modules[name]
 
 
 def record_failure(run_dir: Path, *, model_factory="tproj.model:build_model", step_fn=None,
