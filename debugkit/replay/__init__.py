@@ -86,13 +86,22 @@ def _one(run, record, idents, parts, *, device, allow_code, timeout_s, cap, prog
     if outcome.status == "refused":
         raise ReplayError(outcome.message)
     if outcome.status == "error":
-        last = (outcome.traceback or "").strip().splitlines()[-3:]
+        import re
+
+        frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', outcome.traceback or "")
+        user = [f for f in frames if "/debugkit/" not in f[0]]
+        where = f" (at {user[-1][0]}:{user[-1][1]} in {user[-1][2]})" if user else ""
         raise ReplayError(MSG_SETUP_FAILED.format(fid=record["id"], type=outcome.error_type,
-                                                  message=outcome.message)
-                          + (("\n" + "\n".join(last)) if last else ""))
+                                                  message=(outcome.message or "").splitlines()[0]
+                                                  if outcome.message else "") + where)
     raw = merge_partial(outcome.raw, outcome.partial)
     crash = crash_of(outcome)
     notes = []
+    err = ((raw or {}).get("outcome") or {}).get("error") or {}
+    capped = None if may_cuda else cap
+    if capped and (err.get("type") == "MemoryError" or "can't allocate memory" in err.get("message", "")):
+        notes.append(f"the replay ran under a memory cap of {capped >> 20} MiB (address space); "
+                     "raise it with --memory-mb if the step needs more")
     if outcome.status in ("crashed", "timeout") and outcome.log_tail.strip():
         notes.append("child output (last lines): " + outcome.log_tail.strip()[-1500:])
     if outcome.status in ("crashed", "timeout") and outcome.stack.strip():

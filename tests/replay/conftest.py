@@ -55,6 +55,11 @@ def hang_step(model, batch):
         time.sleep(0.05)
 
 
+def alloc_step(model, batch):
+    big = torch.ones(4 * 2 ** 30, dtype=torch.uint8)  # 4 GiB
+    return big.float().sum()
+
+
 def write_marker(command="", width=4):
     open(command, "w").write("factory ran")
     return build_model(width)

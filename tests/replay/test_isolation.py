@@ -42,6 +42,14 @@ def test_hang_is_stopped_at_the_timeout_with_where_it_was(project, tmp_path):
     assert r["reproduced"] is False
 
 
+def test_memory_cap_stops_a_step_that_allocates_too_much(project, tmp_path):
+    run = record_failure(tmp_path / "run", step_fn="tproj.model:alloc_step")
+    r = replay(run, device="cpu", memory_mb=2048)
+    assert r["replay"]["type"] == "RuntimeError"
+    assert "can't allocate memory" in r["replay"]["message"]
+    assert any(n.startswith("the replay ran under a memory cap of 2048 MiB") for n in r["notes"])
+
+
 def test_cli_reports_a_segfault_with_exit_status_0(project, tmp_path):
     run = record_failure(tmp_path / "run", step_fn="tproj.model:segfault_step")
     proc = run_cli("replay", run, "--json", "--device", "cpu", cwd=project)
@@ -119,8 +127,9 @@ def test_factory_that_raises_is_a_setup_error(project, tmp_path):
     rec["factory_kwargs"] = {"no_such_argument": 1}
     fj.write_text(json.dumps(rec))
     with pytest.raises(ReplayError, match=r"the replay could not start the step: TypeError: "
-                                          r"build_model\(\) got an unexpected keyword argument"):
+                                          r"build_model\(\) got an unexpected keyword argument") as e:
         replay(run, device="cpu")
+    assert "\n" not in str(e.value)
 
 
 def test_device_cuda_without_cuda_is_refused():
