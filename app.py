@@ -15,6 +15,7 @@ PAGES = [
     ("pages/home.py", "Home", ":material/home:", "home"),
     ("pages/overview.py", "Overview", ":material/dashboard:", "overview"),
     ("pages/distributed.py", "Distributed", ":material/lan:", "distributed"),
+    ("pages/replay.py", "Replay", ":material/replay:", "replay"),
 ]
 
 pages = [st.Page(f, title=t, icon=i, url_path=u, default=(u == "home")) for f, t, i, u in PAGES]

@@ -27,6 +27,10 @@ SAMPLES: dict[str, tuple[list[str], int]] = {
                        "-m", "examples.ddp_digits", "--slow-rank", "2", "--profile"], 0),
     "ddp-hang": (["torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                   "-m", "examples.ddp_digits", "--uneven"], 1),
+    "wine-missing-feature": (["examples.wine_deliveries"], 1),
+    "cancer-nan-input": (["examples.cancer_ratio"], 1),
+    "digits-metric-zero-distance": (["examples.digits_metric"], 1),
+    "credit-unseen-category": (["examples.credit_categories"], 1),
 }
 
 

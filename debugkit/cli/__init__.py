@@ -19,6 +19,7 @@ COMMANDS = [
     "info",
     "diagnose",
     "importcmd",
+    "replay",
 ]
 
 EXIT_OK = 0

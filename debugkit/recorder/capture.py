@@ -181,6 +181,8 @@ def write_capture(
         "capture_errors": errors,
         **(extra or {}),
     }
+    if model is not None:  # replay restores train/eval mode (dropout, batch norm)
+        record["model_training"] = bool(getattr(model, "training", True))
     for names in files.values():
         for name in names:
             record.setdefault("sha256", {})[name] = sha256_file(tmp / name)

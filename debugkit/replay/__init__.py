@@ -1,0 +1,185 @@
+"""Replay a captured failing step and point at its cause.
+
+``replay(run, failure_id)`` checks the capture's files and code, runs the step again in
+a child process (:mod:`debugkit.replay.child`, under a timeout and a memory cap, with
+probes and anomaly detection on), and returns the report built by
+:mod:`debugkit.replay.report`. When the failure happened on CUDA and the replay ran on
+CUDA, the step is replayed on the CPU too (the "CPU cross-check"), whose kernels raise
+readable errors where CUDA's raise ``device-side assert triggered``.
+
+This package imports neither torch nor streamlit; the child does the torch work.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..errors import InvalidInputError, ReplayError
+from .code import CodeIdentity, CodeRefusedError, identify_capture, require_runnable
+from .loading import factory_kwargs, select_failure, verify_files
+from .report import build_report, crash_of, merge_partial
+from .runner import DEFAULT_TIMEOUT_S, cuda_possible, default_memory_cap, run_child
+
+__all__ = ["replay", "plan_identities", "plan_cross_check", "CodeRefusedError", "DEVICES", "DEFAULT_TIMEOUT_S"]
+
+DEVICES = ("auto", "cpu", "cuda")
+MSG_BAD_DEVICE = "device {value!r}: expected one of auto, cpu, cuda"
+MSG_BAD_TIMEOUT = "timeout {value!r}: expected a number of seconds > 0"
+MSG_BAD_MEMORY = "memory cap {value!r}: expected a number of MiB >= 256"
+MSG_SETUP_FAILED = "{fid}: the replay could not start the step: {type}: {message}"
+
+
+def plan_identities(run, record: dict, search_path: list[str] | None = None) -> list[CodeIdentity]:
+    """The code a replay of ``record`` would run, resolved on this machine."""
+    return identify_capture(record, run.manifest, search_path)
+
+
+def plan_cross_check(original_device: str | None, replay_device: str | None) -> str | None:
+    """What the CPU cross-check does for a failure on ``original_device`` replayed on
+    ``replay_device``: ``"cpu"`` (replay once more on the CPU), ``"replayed_on_cpu"``
+    (a CUDA failure already replayed on the CPU: nothing more to run, but say so) or
+    None (the failure was not on CUDA)."""
+    if not str(original_device or "").startswith("cuda"):
+        return None
+    return "cpu" if str(replay_device or "").startswith("cuda") else "replayed_on_cpu"
+
+
+def _validate(device, timeout_s, memory_mb):
+    if device not in DEVICES:
+        raise InvalidInputError(MSG_BAD_DEVICE.format(value=device))
+    try:
+        t = float(timeout_s)
+    except (TypeError, ValueError):
+        raise InvalidInputError(MSG_BAD_TIMEOUT.format(value=timeout_s)) from None
+    if not t > 0 or t != t or t == float("inf"):
+        raise InvalidInputError(MSG_BAD_TIMEOUT.format(value=timeout_s))
+    if memory_mb is not None:
+        try:
+            m = float(memory_mb)
+        except (TypeError, ValueError):
+            raise InvalidInputError(MSG_BAD_MEMORY.format(value=memory_mb)) from None
+        if not m >= 256:
+            raise InvalidInputError(MSG_BAD_MEMORY.format(value=memory_mb))
+    return t
+
+
+def _one(run, record, idents, parts, *, device, allow_code, timeout_s, cap, progress, role):
+    req = {
+        "failure_dir": record["path"], "device": device,
+        "original_device": record.get("device"),
+        "allow_code": allow_code, "code": [i.to_dict() for i in idents],
+        "factory_kwargs": factory_kwargs(record, run.manifest),
+        "num_classes": record.get("num_classes", run.manifest.get("num_classes")),
+        "model_training": record.get("model_training", True),
+        "parts": parts,
+    }
+    may_cuda = device != "cpu" and cuda_possible()
+    env = {"CUDA_LAUNCH_BLOCKING": "1"} if device != "cpu" else {}
+    root = next((i.search_root for i in idents if i.role == "model_factory"), None)
+
+    def on_progress(msg):
+        if progress is not None:
+            progress(f"{role}: {msg}" if role != "replay" else msg)
+
+    outcome = run_child(req, timeout_s=timeout_s, memory_cap_bytes=None if may_cuda else cap,
+                        on_progress=on_progress, cwd=root, extra_env=env)
+    if outcome.status == "refused":
+        raise ReplayError(outcome.message)
+    if outcome.status == "error":
+        import re
+
+        frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', outcome.traceback or "")
+        user = [f for f in frames if "/debugkit/" not in f[0]]
+        where = f" (at {user[-1][0]}:{user[-1][1]} in {user[-1][2]})" if user else ""
+        raise ReplayError(MSG_SETUP_FAILED.format(fid=record["id"], type=outcome.error_type,
+                                                  message=(outcome.message or "").splitlines()[0]
+                                                  if outcome.message else "") + where)
+    raw = merge_partial(outcome.raw, outcome.partial)
+    crash = crash_of(outcome)
+    notes = []
+    err = ((raw or {}).get("outcome") or {}).get("error") or {}
+    capped = None if may_cuda else cap
+    if capped and (err.get("type") == "MemoryError" or "can't allocate memory" in err.get("message", "")):
+        notes.append(f"the replay ran under a memory cap of {capped >> 20} MiB (address space); "
+                     "raise it with --memory-mb if the step needs more")
+    if outcome.status in ("crashed", "timeout") and outcome.log_tail.strip():
+        notes.append("child output (last lines): " + outcome.log_tail.strip()[-1500:])
+    if outcome.status in ("crashed", "timeout") and outcome.stack.strip():
+        notes.append("Python stack of the replay process: " + outcome.stack.strip()[-3000:])
+    return raw, crash, notes
+
+
+def replay(run, failure_id: str | None = None, *, device: str = "auto", allow_code: bool = False,
+           timeout_s: float = DEFAULT_TIMEOUT_S, memory_mb: float | None = None,
+           progress: Callable[[str], None] | None = None,
+           search_path: list[str] | None = None, cross_check: bool = True) -> dict:
+    """Replay one captured failure and return the report.
+
+    Parameters
+    ----------
+    run : Run or path
+        The run (or its directory / .zip).
+    failure_id : str, optional
+        Which capture (default: the run's first).
+    device : {"auto", "cpu", "cuda"}
+        ``auto``: CUDA where available, else the CPU.
+    allow_code : bool
+        Run the capture's code even when its file changed since the run, has no recorded
+        hash, or belongs to an installed package. Code that is missing, not defined in
+        its module, or in the standard library never runs.
+    timeout_s : float
+        Wall-clock limit of each child process (the replay, and the CPU cross-check).
+    memory_mb : float, optional
+        Address-space cap of a CPU replay (default: half the machine's memory).
+    progress : callable, optional
+        Called with a short message at each stage.
+    search_path : list of str, optional
+        Where to look for the capture's modules (default: ``sys.path``).
+
+    Raises
+    ------
+    ReplayError
+        No capture, a corrupt capture, code that may not run, no CUDA for
+        ``device="cuda"``, or a step that could not be set up (the factory raised).
+    """
+    from ..io.run import Run, open_run
+
+    t = _validate(device, timeout_s, memory_mb)
+    if not isinstance(run, Run):
+        run = open_run(run)
+    record = select_failure(run, failure_id)
+    parts = verify_files(record)
+    idents = plan_identities(run, record, search_path)
+    require_runnable(idents, allow_code)
+    cap = int(memory_mb * (1 << 20)) if memory_mb is not None else default_memory_cap()
+    code = [i.to_dict() for i in idents]
+    kw = dict(allow_code=allow_code, timeout_s=t, cap=cap, progress=progress)
+    if progress:
+        progress(f"Replaying {record['id']} (step {record.get('step')}, originally on "
+                 f"{record.get('device') or 'an unknown device'})")
+    raw, crash, notes = _one(run, record, idents, parts, device=device, role="replay", **kw)
+    used = (raw or {}).get("device") or ("cpu" if device == "cpu" else device)
+    orig_dev = str(record.get("device") or "")
+    cross = None
+    if not parts.get("model"):
+        notes.append("the model state was not captured: the replay used freshly initialised weights "
+                     "(data checks such as labels and embedding indices do not depend on them)")
+    if record.get("optimizer_stepped"):
+        notes.append("the optimizer had already stepped when the failure was captured: the captured "
+                     "weights are the updated ones, so the replayed forward pass may differ")
+    if not parts.get("rng"):
+        notes.append("no RNG state in the capture: dropout and other random ops will differ")
+    plan = plan_cross_check(orig_dev, used)
+    if plan == "cpu" and cross_check:
+        if progress:
+            progress("CPU cross-check: replaying on the CPU, whose kernels raise readable errors")
+        c_raw, c_crash, c_notes = _one(run, record, idents, parts, device="cpu", role="CPU cross-check", **kw)
+        cross = build_report(record, c_raw, device="cpu", crash=c_crash, notes=c_notes)
+        cross.pop("cross_check", None)
+        cross.pop("code", None)
+    elif plan == "replayed_on_cpu":
+        notes.append(f"the failure happened on {orig_dev}; this replay ran on the CPU, whose kernels "
+                     "raise readable errors where CUDA's raise 'device-side assert triggered' (so the "
+                     "error type may differ from the original)")
+    return build_report(record, raw, device=used, crash=crash, code=code, cross_check=cross,
+                        notes=notes)

@@ -1,0 +1,422 @@
+"""The replay's child process: ``python -m debugkit.replay.child REQUEST.json``.
+
+It rebuilds the model from the verified factory, loads the captured state and batch,
+restores the RNG states, runs the step with the probes and anomaly detection on, and
+sends what it saw to the parent as JSON lines on the file descriptor the request names
+(``progress``, ``partial`` and finally ``result``, or ``refused``/``internal_error``).
+The parent turns that into the report (:mod:`debugkit.replay.report`); a crash or a
+hang of this process is the parent's to report.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any
+
+from .loading import iter_leaves, load_batch
+
+ANOMALY_NAN = "returned nan values"
+
+
+class Channel:
+    """JSON lines to the parent."""
+
+    def __init__(self, fd: int | None):
+        self.f = os.fdopen(fd, "w", buffering=1) if fd is not None else None
+
+    def send(self, event: str, **payload) -> None:
+        if self.f is None:
+            return
+        self.f.write(json.dumps({"event": event, **payload}, default=str) + "\n")
+        self.f.flush()
+
+
+def _set_limits(req: dict) -> None:
+    import resource
+
+    try:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a segfault leaves no core file
+    except (ValueError, OSError):
+        pass
+    cap = req.get("memory_cap_bytes")
+    if cap:
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        cap = int(cap) if hard == resource.RLIM_INFINITY else min(int(cap), hard)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+
+
+def resolve_device(requested: str, original: str | None):
+    """The torch device to replay on: ``auto`` is CUDA where available, else the CPU."""
+    import torch
+
+    from ..errors import ReplayError
+
+    if requested == "cpu":
+        return torch.device("cpu")
+    if requested in ("cuda", "auto"):
+        if not torch.cuda.is_available():
+            if requested == "cuda":
+                raise ReplayError("--device cuda: CUDA is not available on this machine "
+                                  f"(torch {torch.__version__}, built for CUDA "
+                                  f"{torch.version.cuda or 'none'}); use --device cpu")
+            return torch.device("cpu")
+        index = 0
+        if original and original.startswith("cuda:"):
+            try:
+                index = int(original.split(":", 1)[1])
+            except ValueError:
+                index = 0
+        if index >= torch.cuda.device_count():
+            index = 0
+        return torch.device("cuda", index)
+    raise ReplayError(f"device {requested!r}: expected auto, cpu or cuda")
+
+
+def to_device(obj: Any, device):
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(to_device(x, device) for x in obj))
+    if isinstance(obj, tuple):
+        return tuple(to_device(x, device) for x in obj)
+    if isinstance(obj, list):
+        return [to_device(x, device) for x in obj]
+    if isinstance(obj, dict):
+        return {k: to_device(v, device) for k, v in obj.items()}
+    return obj
+
+
+def restore_rng(failure_dir: Path, device) -> list[str]:
+    """Restore the generator states taken at the start of the failing step."""
+    import random
+
+    import torch
+    from safetensors.torch import load_file
+
+    restored = []
+    tens_path, meta_path = failure_dir / "rng.safetensors", failure_dir / "rng.json"
+    if not tens_path.is_file():
+        return restored
+    tensors = load_file(str(tens_path))
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    if "torch_cpu" in tensors:
+        torch.set_rng_state(tensors["torch_cpu"])
+        restored.append("torch_cpu")
+    if device.type == "cuda":
+        key = f"torch_cuda_{device.index or 0}"
+        if key in tensors:
+            torch.cuda.set_rng_state(tensors[key], device)
+            restored.append(key)
+    if "numpy_keys" in tensors and "numpy" in meta:
+        try:
+            import numpy as np
+
+            m = meta["numpy"]
+            np.random.set_state((m["name"], tensors["numpy_keys"].numpy().astype(np.uint32),
+                                 int(m["pos"]), int(m["has_gauss"]), float(m["cached_gaussian"])))
+            restored.append("numpy")
+        except (ImportError, KeyError, ValueError, TypeError):
+            pass
+    py = meta.get("python")
+    if py:
+        try:
+            random.setstate((py["version"], tuple(py["state"]), py["gauss"]))
+            restored.append("python")
+        except (KeyError, TypeError, ValueError):
+            pass
+    return restored
+
+
+def load_state(model, failure_dir: Path, present: bool) -> dict:
+    """Load ``model.safetensors`` into ``model``; say what matched and what is non-finite."""
+    import torch
+
+    info = {"loaded": False, "missing": [], "unexpected": [], "mismatched": [],
+            "nonfinite_params": [], "error": None}
+    if present:
+        from safetensors.torch import load_file
+
+        state = load_file(str(failure_dir / "model.safetensors"))
+        own = model.state_dict()
+        fit = {}
+        for k, v in state.items():
+            if k in own and isinstance(own[k], torch.Tensor) and tuple(own[k].shape) != tuple(v.shape):
+                info["mismatched"].append(f"{k}: captured {list(v.shape)}, model {list(own[k].shape)}")
+            else:
+                fit[k] = v
+        info["tensors"] = len(state)
+        res = model.load_state_dict(fit, strict=False)
+        info["missing"] = list(res.missing_keys)
+        info["unexpected"] = list(res.unexpected_keys)
+        info["loaded"] = True
+    for name, p in model.named_parameters():
+        if (p.is_floating_point() or p.is_complex()) and not bool(torch.isfinite(p.detach()).all()):
+            info["nonfinite_params"].append(name)
+    return info
+
+
+def pick_loss(result):
+    """The loss a step function returned: a tensor, ``{"loss": ...}``, or a tuple's first."""
+    import torch
+
+    if isinstance(result, torch.Tensor):
+        return result
+    if isinstance(result, dict):
+        for key in ("loss", "total_loss"):
+            if isinstance(result.get(key), torch.Tensor):
+                return result[key]
+    if isinstance(result, (tuple, list)) and result and isinstance(result[0], torch.Tensor):
+        return result[0]
+    if hasattr(result, "loss") and isinstance(result.loss, torch.Tensor):
+        return result.loss
+    return None
+
+
+def choose_mode(batch, step_fn_spec: str | None, num_classes) -> tuple[str, str]:
+    """``(mode, description)`` of the step a replay runs."""
+    import torch
+
+    if step_fn_spec:
+        return "step_fn", f"the captured step_fn {step_fn_spec}(model, batch), then loss.backward()"
+    pair = isinstance(batch, (list, tuple)) and len(batch) == 2 and isinstance(batch[1], torch.Tensor)
+    if pair and num_classes:
+        return "cross_entropy", ("model(inputs), then F.cross_entropy(output, target) and backward "
+                                 f"(num_classes={num_classes})")
+    if pair:
+        return "forward", ("model(inputs) alone (no step_fn and no num_classes recorded), then "
+                           "backward of the output's sum to exercise the backward pass")
+    return "forward", ("model(batch) alone (the batch is not an (inputs, target) pair), then "
+                       "backward of the output's sum to exercise the backward pass")
+
+
+def _error_info(exc: BaseException, probe) -> dict:
+    stack = [f["module"] for f in probe.frames] if probe is not None else []
+    return {"type": type(exc).__name__, "module": type(exc).__module__,
+            "message": str(exc),
+            "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-20000:],
+            "module_stack": stack,
+            "raising_frame": probe.frames[-1] if probe is not None and probe.frames else None}
+
+
+def run_pass(model, batch, mode, step_fn, probe, device, *, anomaly: bool) -> dict:
+    """One forward + backward. Returns what happened (error, loss, gradients, time)."""
+    import torch
+    import torch.nn.functional as F
+
+    model.zero_grad(set_to_none=True)
+    probe.reset()
+    out: dict = {"error": None, "loss": None, "loss_finite": None, "grads_nonfinite": [],
+                 "anomaly": None, "backward_ran": False, "nodes": 0}
+    caught: list = []
+    t0 = time.perf_counter()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with torch.autograd.set_detect_anomaly(anomaly, check_nan=True):
+                if mode == "step_fn":
+                    loss = pick_loss(step_fn(model, batch))
+                    if loss is None:
+                        raise TypeError("step_fn returned no loss tensor (return the loss, "
+                                        "a dict with 'loss', or a tuple starting with it)")
+                elif mode == "cross_entropy":
+                    output = model(batch[0])
+                    loss = F.cross_entropy(output, batch[1])
+                else:
+                    output = model(batch[0] if isinstance(batch, (list, tuple)) and len(batch) == 2
+                                   else batch)
+                    outs = [t for _, t in iter_leaves(output) if t.is_floating_point()]
+                    loss = sum(t.float().sum() for t in outs) if outs else None
+                if loss is not None and loss.numel() != 1:
+                    loss = loss.float().mean()
+                if loss is not None:
+                    out["loss"] = float(loss.detach().float().item())
+                    out["loss_finite"] = math.isfinite(out["loss"])
+                    if loss.requires_grad:
+                        out["nodes"] = probe.watch_backward(loss)
+                        out["backward_ran"] = True
+                        loss.backward()
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+    except Exception as exc:  # the replayed step's own error is the result
+        out["error"] = _error_info(exc, probe)
+        if anomaly and ANOMALY_NAN in str(exc):
+            out["anomaly"] = {"message": str(exc), "op": _anomaly_op(str(exc)),
+                              "forward_trace": _anomaly_trace(caught)}
+    out["seconds"] = time.perf_counter() - t0
+    try:
+        for name, p in model.named_parameters():
+            if p.grad is not None and not bool(torch.isfinite(p.grad).all()):
+                out["grads_nonfinite"].append(name)
+    except Exception as exc:  # a CUDA context broken by a device-side assert
+        out["grads_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    out["warnings"] = [str(w.message)[:500] for w in caught
+                       if "Anomaly Detection has been enabled" not in str(w.message)
+                       and "Error detected in" not in str(w.message)][:5]
+    return out
+
+
+def _anomaly_op(message: str) -> str | None:
+    import re
+
+    m = re.search(r"Function '([^']+)' returned nan", message)
+    return m.group(1) if m else None
+
+
+def _anomaly_trace(caught) -> dict | None:
+    from .probes import user_frame
+
+    for w in caught or []:
+        text = str(w.message)
+        if "Traceback of forward call that caused the error" in text:
+            return user_frame(text)
+    return None
+
+
+def replay_here(req: dict, chan: Channel) -> dict:
+    """Do the replay in this process (the child) and return the raw observations."""
+    chan.send("progress", message="Starting torch")
+    import torch
+
+    from . import datachecks
+    from .code import load_verified_module
+    from .probes import Probe
+
+    failure_dir = Path(req["failure_dir"])
+    device = resolve_device(req["device"], req.get("original_device"))
+    chan.send("progress", message=f"Replaying on {device}")
+    if device.type == "cuda":
+        torch.cuda.init()
+    allow = bool(req.get("allow_code"))
+    idents = {i["role"]: i for i in req["code"]}
+    chan.send("progress", message=f"Importing {idents['model_factory']['spec']} "
+                                  f"({idents['model_factory']['local_file']})")
+    root = idents["model_factory"].get("search_root")
+    if root and root not in sys.path:
+        sys.path.insert(0, root)
+    factory = load_verified_module(idents["model_factory"], allow)
+    step_fn = load_verified_module(idents["step_fn"], allow) if "step_fn" in idents else None
+
+    chan.send("progress", message="Building the model and loading the captured state")
+    model = factory(**(req.get("factory_kwargs") or {}))
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"{idents['model_factory']['spec']} returned {type(model).__name__}, "
+                        "not a torch.nn.Module")
+    state = load_state(model, failure_dir, req.get("parts", {}).get("model", False))
+    model.to(device)
+    model.train(bool(req.get("model_training", True)))
+
+    batch_cpu = load_batch({"path": str(failure_dir)})
+    n_batch = datachecks.batch_size(batch_cpu)
+    target = datachecks.find_target(batch_cpu)
+    num_classes = req.get("num_classes")
+    mode, ran = choose_mode(batch_cpu, idents.get("step_fn", {}).get("spec"), num_classes)
+    raw: dict[str, Any] = {
+        "device": str(device), "torch": torch.__version__, "ran": {"mode": mode, "detail": ran},
+        "n_batch": n_batch, "state": state,
+        "n_embeddings": sum(isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag))
+                            for m in model.modules()),
+        "target_path": list(target[0]) if target else None,
+        "labels": None, "inputs_nonfinite": datachecks.find_nonfinite(
+            batch_cpu, skip=target[0] if target else None, n_batch=n_batch),
+    }
+    if target is not None and num_classes:
+        raw["labels"] = datachecks.check_labels(target[1], int(num_classes), path=target[0],
+                                                n_batch=n_batch)
+    chan.send("partial", raw=raw)
+
+    chan.send("progress", message="Restoring the RNG states and running the step "
+                                  "(forward, then backward with anomaly detection)")
+    restored = restore_rng(failure_dir, device)
+    raw["rng_restored"] = restored
+    batch = to_device(batch_cpu, device)
+    refs = {}
+    for path, t in iter_leaves(batch):
+        if isinstance(t, torch.Tensor):
+            refs.setdefault(t.untyped_storage().data_ptr(), tuple(path))
+    probe = Probe(model, refs, n_batch)
+    probe.batch_bases = _bases(batch)
+    probe.install()
+    first = run_pass(model, batch, mode, step_fn, probe, device, anomaly=True)
+    raw["diagnosis"] = _probe_findings(probe)
+    raw["anomaly"] = first["anomaly"]
+    reproduction = first
+    if first["anomaly"] is not None:
+        # Anomaly mode stopped the backward pass: replay once more without it, from the
+        # same RNG state and batch, so the outcome is what training saw.
+        chan.send("progress", message="Anomaly detection stopped the backward pass; replaying "
+                                      "once more without it for the full gradients")
+        restore_rng(failure_dir, device)
+        batch = to_device(load_batch({"path": str(failure_dir)}), device)
+        probe.batch_refs = {t.untyped_storage().data_ptr(): tuple(p)
+                            for p, t in iter_leaves(batch) if isinstance(t, torch.Tensor)}
+        probe.batch_bases = _bases(batch)
+        reproduction = run_pass(model, batch, mode, step_fn, probe, device, anomaly=False)
+    probe.remove()
+    raw["outcome"] = {k: reproduction[k] for k in ("error", "loss", "loss_finite", "grads_nonfinite",
+                                                   "seconds", "backward_ran", "warnings")}
+    raw["anomaly_pass_error"] = first["error"] if reproduction is not first else None
+    if target is not None and not num_classes and mode == "step_fn":
+        raw["labels_unchecked"] = ("num_classes is not recorded, and a step_fn's model output "
+                                   "need not be class scores")
+    elif target is not None and not num_classes and probe.output_width:
+        raw["labels"] = datachecks.check_labels(target[1], probe.output_width, path=target[0],
+                                                source="output width", n_batch=n_batch)
+    elif target is not None and not num_classes:
+        raw["labels_unchecked"] = "neither num_classes nor the model's output width is known"
+    return raw
+
+
+def _bases(batch) -> dict:
+    import torch
+
+    return {t.untyped_storage().data_ptr(): t for _, t in iter_leaves(batch)
+            if isinstance(t, torch.Tensor)}
+
+
+def _probe_findings(probe) -> dict:
+    return {"embeddings": probe.embeddings, "mismatches": probe.mismatches,
+            "shape_findings": probe.shape_findings, "forward_born": probe.forward_born,
+            "forward_entry": probe.forward_entry, "backward": probe.backward,
+            "output_width": probe.output_width}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    req = json.loads(Path(argv[0]).read_text())
+    _set_limits(req)
+    chan = Channel(req.get("fd"))
+    fh_path = req.get("faulthandler_path")
+    if fh_path:
+        import faulthandler
+
+        fh = open(fh_path, "w")
+        faulthandler.enable(file=fh, all_threads=True)
+        if req.get("dump_after_s"):
+            faulthandler.dump_traceback_later(float(req["dump_after_s"]), exit=False, file=fh)
+    from .code import CodeRefusedError
+    from ..errors import DebugkitError
+
+    try:
+        raw = replay_here(req, chan)
+    except (CodeRefusedError, DebugkitError) as exc:
+        chan.send("refused", type=type(exc).__name__, message=str(exc))
+        return 3
+    except BaseException as exc:  # report anything the replay itself could not survive
+        chan.send("internal_error", type=type(exc).__name__, message=str(exc),
+                  traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-20000:])
+        return 4
+    chan.send("result", raw=raw)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,593 @@
+"""Turn what the replay's child saw into the report: reproduced?, checks, culprit.
+
+Pure functions over plain dicts (no torch), so each rule is tested on its own.
+
+The report (``debugkit replay --json``)::
+
+    {"failure", "device", "reproduced", "same_error",
+     "original": {"type", "message", "step"},
+     "replay": {"type", "message", "seconds"} | null,
+     "culprit": {"module", "op", "input", "sample_index", "dataset_index", "detail"},
+     "checks": [{"name", "ok", "detail"}, ...],
+     "culprit_positions": [...], "ran": {"mode", "detail"}, "cross_check": {...} | null,
+     "code": [...], "notes": [...]}
+
+``culprit_positions`` are the offending positions within the culprit sample of
+``culprit.input`` (its NaN features, the column an out-of-range index came from), for
+display.
+
+A check's ``ok`` is true (passed), false (found the problem) or null (could not be
+judged, e.g. the replay stopped before reaching it, or it does not apply).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+CHECKS = ("captured_state", "labels", "embedding_indices", "finite_inputs", "shapes",
+          "dtype_device", "finite_forward", "finite_backward")
+# The first failing check in this order names the culprit.
+CULPRIT_ORDER = ("labels", "embedding_indices", "shapes", "dtype_device", "finite_inputs",
+                 "captured_state", "finite_forward", "finite_backward")
+
+NONFINITE_TYPE = "NonFiniteError"
+TIMEOUT_TYPE = "Timeout"
+EXITED_TYPE = "ChildExited"
+
+SHAPE_PATTERNS = re.compile("|".join([
+    r"shapes cannot be multiplied", r"size mismatch", r"must match the size of tensor",
+    r"Expected input batch_size", r"Given groups=", r"is invalid for input of size",
+    r"The size of tensor a", r"to have \d+ channels", r"Sizes of tensors must match",
+    r"Dimension out of range", r"Expected \d+D", r"input\.size\(-1\) must be equal",
+    r"size of tensor .* must match", r"shape mismatch", r"Expected .* dimension",
+    r"expected input with shape", r"normalized_shape", r"mat1 and mat2 shapes",
+    r"Expected target size", r"only batches of spatial targets supported",
+]), re.IGNORECASE)
+DTYPE_DEVICE_PATTERNS = re.compile("|".join([
+    r"Expected all tensors to be on the same device", r"must have the same dtype",
+    r"expected scalar type", r"Input type \(.*\) and weight type", r"not implemented for '",
+    r"Expected object of scalar type", r"Found dtype .* but expected", r"same dtype",
+    r"on the same device", r"Expected tensor for argument .* to have .* scalar type",
+    r"should be the same", r"but got .*Float.*Long|but got .*Long.*Float",
+]), re.IGNORECASE)
+
+_HEX = re.compile(r"0x[0-9a-fA-F]+")
+_WS = re.compile(r"\s+")
+
+
+# --------------------------------------------------------------------------- small helpers
+def fmt_path(path) -> str | None:
+    from .loading import format_path
+
+    if path is None:
+        return None
+    return format_path(tuple(path)) if isinstance(path, (list, tuple)) else str(path)
+
+
+def dataset_index(record: dict, sample: int | None, n_batch: int | None) -> int | None:
+    """The dataset index of a batch position, where the capture knows it."""
+    idx = record.get("dataset_indices")
+    if sample is None or not isinstance(idx, list) or not isinstance(sample, int):
+        return None
+    if n_batch is not None and len(idx) != n_batch:
+        return None
+    if 0 <= sample < len(idx) and isinstance(idx[sample], int):
+        return idx[sample]
+    return None
+
+
+def sample_phrase(record: dict, sample: int | None, n_batch: int | None) -> str:
+    if sample is None:
+        return "the batch"
+    di = dataset_index(record, sample, n_batch)
+    return f"sample {sample}" + (f" (dataset index {di})" if di is not None else "")
+
+
+def _num(v) -> str:
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return f"{v:g}"
+    return str(v)
+
+
+def _module(name: str | None) -> str:
+    if name is None:
+        return "(outside the model)"
+    return f"`{name}`" if name else "the model's top-level forward"
+
+
+def normalize_message(msg: str | None) -> str:
+    """Compare messages without addresses or whitespace differences."""
+    return _WS.sub(" ", _HEX.sub("0x…", msg or "")).strip()
+
+
+def is_shape_error(err: dict | None) -> bool:
+    return bool(err) and bool(SHAPE_PATTERNS.search(err.get("message") or ""))
+
+
+def is_dtype_device_error(err: dict | None) -> bool:
+    return bool(err) and bool(DTYPE_DEVICE_PATTERNS.search(err.get("message") or ""))
+
+
+# --------------------------------------------------------------------------- original/replay
+def original_of(record: dict) -> dict:
+    etype = record.get("error_type")
+    if etype is None and record.get("kind") == "nonfinite":
+        etype = NONFINITE_TYPE
+    return {"type": etype, "message": record.get("message"), "step": record.get("step")}
+
+
+def nonfinite_message(loss: float | None, loss_finite: bool | None, grads: list[str]) -> str:
+    """The Recorder's wording for a non-finite step (without its ``step N:`` prefix)."""
+    parts = []
+    if loss_finite is False:
+        parts.append(f"loss is {_num(loss)}")
+    if grads:
+        parts.append(f"gradient norm of {grads[0]!r} is non-finite"
+                     + (f" ({len(grads)} layers in all)" if len(grads) > 1 else ""))
+    return "; ".join(parts)
+
+
+def replay_of(raw: dict | None, crash: dict | None = None) -> dict | None:
+    """The replay's own outcome: its error, a non-finite result, a crash, or None."""
+    if crash is not None:
+        return {"type": crash["type"], "message": crash["message"], "seconds": crash.get("seconds")}
+    outcome = (raw or {}).get("outcome")
+    if not outcome:
+        return None
+    err = outcome.get("error")
+    if err:
+        return {"type": err["type"], "message": err["message"], "seconds": outcome.get("seconds")}
+    grads = outcome.get("grads_nonfinite") or []
+    if outcome.get("loss_finite") is False or grads:
+        return {"type": NONFINITE_TYPE,
+                "message": nonfinite_message(outcome.get("loss"), outcome.get("loss_finite"), grads),
+                "seconds": outcome.get("seconds")}
+    return None
+
+
+def judge(record: dict, original: dict, replay: dict | None, raw: dict | None) -> tuple[bool, bool]:
+    """``(reproduced, same_error)``.
+
+    Reproduced: the replay raised the same exception type (a ``nonfinite`` capture:
+    produced a non-finite loss or gradient again). Same error: the message matches too
+    (a ``nonfinite`` capture: the loss is finite or not as before, and the same
+    parameters have non-finite gradients).
+    """
+    if replay is None or original.get("type") is None:
+        return False, False
+    reproduced = replay["type"] == original["type"]
+    if not reproduced:
+        return False, False
+    if original["type"] == NONFINITE_TYPE and record.get("kind") == "nonfinite":
+        nf = record.get("nonfinite") or {}
+        outcome = (raw or {}).get("outcome") or {}
+        layers = [x for x in nf.get("layers") or [] if x != "__total__"]
+        grads = outcome.get("grads_nonfinite") or []
+        same_loss = nf.get("loss_finite") is None or bool(nf.get("loss_finite")) == bool(outcome.get("loss_finite"))
+        same_layers = (set(layers) == set(grads)) if layers else bool(grads) == bool(nf.get("layers"))
+        return True, bool(same_loss and same_layers)
+    return True, normalize_message(replay["message"]) == normalize_message(original["message"])
+
+
+# --------------------------------------------------------------------------- checks
+def _check(name: str, ok: bool | None, detail: str, culprit: dict | None = None) -> dict:
+    c = {"name": name, "ok": ok, "detail": detail}
+    if culprit is not None:
+        c["_culprit"] = culprit
+    return c
+
+
+def _reached(raw: dict | None) -> bool:
+    return bool(raw) and raw.get("diagnosis") is not None
+
+
+def _culprit(module=None, op=None, input=None, sample_index=None, dataset_index=None,
+             detail=None) -> dict:
+    return {"module": module, "op": op, "input": input, "sample_index": sample_index,
+            "dataset_index": dataset_index, "detail": detail}
+
+
+def check_captured_state(raw, record) -> dict:
+    state = (raw or {}).get("state")
+    if state is None:
+        return _check("captured_state", None, "not reached: the replay stopped before loading the model")
+    problems = []
+    if not state.get("loaded"):
+        why = (record.get("capture_errors") or {}).get("model") or "no model.safetensors in the capture"
+        problems.append(f"the model state was not captured ({why}); the replay used the "
+                        "factory's freshly initialised weights")
+    if state.get("mismatched"):
+        problems.append(f"{len(state['mismatched'])} captured tensors do not fit the rebuilt model "
+                        f"({'; '.join(state['mismatched'][:3])})")
+    if state.get("missing"):
+        problems.append(f"{len(state['missing'])} model tensors were not in the capture "
+                        f"({', '.join(state['missing'][:5])})")
+    if state.get("unexpected"):
+        problems.append(f"{len(state['unexpected'])} captured tensors are unknown to the rebuilt "
+                        f"model ({', '.join(state['unexpected'][:5])})")
+    bad = state.get("nonfinite_params") or []
+    culprit = None
+    if bad:
+        mod = bad[0].rpartition(".")[0]
+        problems.append(f"{len(bad)} parameters are already non-finite in the captured state "
+                        f"({', '.join(bad[:5])}): an earlier step broke the weights")
+        culprit = _culprit(module=mod, detail=f"parameter {bad[0]} is non-finite in the captured "
+                                              "state (an earlier update broke it)")
+    if problems:
+        return _check("captured_state", False, "; ".join(problems), culprit)
+    n = state.get("tensors")
+    return _check("captured_state", True,
+                  f"loaded {n} captured tensors; every parameter is finite" if n is not None
+                  else "loaded the captured state; every parameter is finite")
+
+
+def check_labels(raw, record) -> dict:
+    raw = raw or {}
+    lab = raw.get("labels")
+    if lab is None:
+        if raw.get("state") is None and raw.get("target_path") is None and "n_batch" not in raw:
+            return _check("labels", None, "not reached: the replay stopped before reading the batch")
+        if raw.get("target_path") is None:
+            return _check("labels", None, "not applicable: the batch has no integer target "
+                                          "(an (inputs, target) pair or a 'label'/'target' key)")
+        return _check("labels", None, "not judged: " + (raw.get("labels_unchecked") or
+                                                        "the number of classes is unknown"))
+    path = fmt_path(lab["path"])
+    n_batch = raw.get("n_batch")
+    k = lab["num_classes"]
+    src = "num_classes" if lab.get("source") == "num_classes" else "the model's output width"
+    if not lab["count"]:
+        return _check("labels", True, f"all {lab['total']} labels of {path} are in [0, {k}) ({src})")
+    samples = lab["samples"]
+    first = samples[0]
+    val = first["values"][0]
+    parts = [f"{sample_phrase(record, s['sample'], n_batch)} has label {_num(s['values'][0])}"
+             for s in samples[:3]]
+    more = lab["n_samples"] - len(parts)
+    detail = (f"{lab['count']} of {lab['total']} labels of {path} are outside [0, {k}) ({src}): "
+              + "; ".join(parts) + (f"; {more} more" if more > 0 else ""))
+    di = dataset_index(record, first["sample"], n_batch)
+    return _check("labels", False, detail, _culprit(
+        input=path, sample_index=first["sample"], dataset_index=di,
+        detail=f"{sample_phrase(record, first['sample'], n_batch)} has label {_num(val)}, outside "
+               f"[0, {k}); cross-entropy indexes the output with it (on CUDA a device-side "
+               f"assert, on the CPU 'Target {_num(val)} is out of bounds')"))
+
+
+def check_embeddings(raw, record) -> dict:
+    if not _reached(raw):
+        return _check("embedding_indices", None, "not reached: the replay stopped before the forward pass")
+    diag = raw["diagnosis"]
+    n_emb = raw.get("n_embeddings")
+    found = diag.get("embeddings") or []
+    if not found:
+        if n_emb == 0:
+            return _check("embedding_indices", None, "not applicable: the model has no nn.Embedding")
+        return _check("embedding_indices", True,
+                      f"every index reaching the model's {n_emb} embedding(s) is in range"
+                      if n_emb is not None else "every index reaching an embedding is in range")
+    e = found[0]
+    n_batch = raw.get("n_batch")
+    s = e["samples"][0] if e["samples"] else {"sample": None, "positions": [], "values": []}
+    where = sample_phrase(record, s["sample"], n_batch)
+    position = s["positions"][0] if s.get("positions") else e.get("input_position")
+    pos = f" at position {position}" if position is not None else ""
+    of = f" of {e['path']}" if e.get("path") and position is not None else ""
+    val = s["values"][0] if s["values"] else e["max"]
+    detail = (f"{_module(e['module'])} ({e['type']}, num_embeddings={e['num_embeddings']}) got "
+              f"index {val} in {where}{pos}{of}; {e['count']} of {e['total']} indices are outside "
+              f"[0, {e['num_embeddings']}) in {e['n_samples']} sample(s)")
+    if len(found) > 1:
+        detail += "; also " + ", ".join(_module(x["module"]) for x in found[1:4])
+    di = dataset_index(record, s["sample"], n_batch)
+    c = _culprit(module=e["module"], input=e.get("path"), sample_index=s["sample"], dataset_index=di,
+                 detail=f"{where}{pos}{of} holds index {val}, outside [0, {e['num_embeddings']}) "
+                        f"of {_module(e['module'])}")
+    c["_positions"] = [position] if position is not None else []
+    return _check("embedding_indices", False, detail, c)
+
+
+def check_inputs(raw, record) -> dict:
+    raw = raw or {}
+    if "inputs_nonfinite" not in raw:
+        return _check("finite_inputs", None, "not reached: the replay stopped before reading the batch")
+    found = raw["inputs_nonfinite"]
+    if not found:
+        return _check("finite_inputs", True, "no NaN or Inf in the batch's floating-point inputs")
+    f = found[0]
+    n_batch = raw.get("n_batch")
+    kinds = [k for k, key in (("NaN", "nan"), ("+Inf", "posinf"), ("-Inf", "neginf")) if f.get(key)]
+    s = f["samples"][0]
+    where = sample_phrase(record, s["sample"], n_batch)
+    feats = s["positions"]
+    feat_txt = (f" in feature{'s' if len(feats) > 1 else ''} {', '.join(map(str, feats[:10]))}"
+                if feats else "")
+    path = fmt_path(f["path"])
+    detail = (f"{path} holds {' and '.join(kinds)}: {where}{feat_txt}; "
+              f"{f['n_samples']} sample(s) in all")
+    if len(found) > 1:
+        detail += "; also " + ", ".join(fmt_path(x["path"]) for x in found[1:4])
+    entry = ((raw.get("diagnosis") or {}).get("forward_entry") or {})
+    if entry.get("module") is not None:
+        detail += f"; it enters the model at {_module(entry['module'])} ({entry.get('type')})"
+    di = dataset_index(record, s["sample"], n_batch)
+    c = _culprit(module=entry.get("module"), input=path, sample_index=s["sample"], dataset_index=di,
+                 detail=f"{where} of {path} holds {' and '.join(kinds)}{feat_txt}")
+    c["_positions"] = list(feats)
+    return _check("finite_inputs", False, detail, c)
+
+
+def _error(raw) -> dict | None:
+    return ((raw or {}).get("outcome") or {}).get("error")
+
+
+def check_shapes(raw, record) -> dict:
+    if not _reached(raw):
+        return _check("shapes", None, "not reached: the replay stopped before the forward pass")
+    err = _error(raw)
+    findings = raw["diagnosis"].get("shape_findings") or []
+    frame = err.get("raising_frame") if err else None
+    if is_shape_error(err):
+        if frame is not None:
+            f0 = next((f for f in findings if f["module"] == frame["module"]), None)
+            ins = frame.get("inputs") or []
+            actual = f0["actual"] if f0 else (ins[0]["shape"] if ins else None)
+            path = (f0 or {}).get("path") or (ins[0].get("path") if ins else None)
+            expected = (f0 or {}).get("expected")
+            exp_txt = f" expects {expected};" if expected else ""
+            detail = (f"{_module(frame['module'])} ({frame['type']}) raised the shape error:"
+                      f"{exp_txt} got input of shape {actual}"
+                      + (f" from {path}" if path else "") + f" ({err['message'].splitlines()[0]})")
+            return _check("shapes", False, detail, _culprit(
+                module=frame["module"], input=path,
+                detail=(f"{_module(frame['module'])} ({frame['type']}) expects {expected}; got "
+                        f"input of shape {actual}" if expected else
+                        f"{_module(frame['module'])} ({frame['type']}) got input of shape {actual}: "
+                        f"{err['message'].splitlines()[0]}")))
+        return _check("shapes", False, "the shape error was raised outside the model's modules "
+                                       f"(in the loss or the step function): {err['message'].splitlines()[0]}",
+                      _culprit(detail=err["message"].splitlines()[0]))
+    if findings:
+        f0 = findings[0]
+        return _check("shapes", False, f"{_module(f0['module'])} ({f0['type']}) expects "
+                                       f"{f0['expected']}; got input of shape {f0['actual']}",
+                      _culprit(module=f0["module"], input=f0.get("path"),
+                               detail=f"expects {f0['expected']}, got {f0['actual']}"))
+    return _check("shapes", True, "no shape error; every module reached accepted its inputs' shapes")
+
+
+def check_dtype_device(raw, record) -> dict:
+    if not _reached(raw):
+        return _check("dtype_device", None, "not reached: the replay stopped before the forward pass")
+    mism = raw["diagnosis"].get("mismatches") or []
+    err = _error(raw)
+    if mism:
+        m = mism[0]
+        detail = (f"{_module(m['module'])} ({m['type']}): {m['problem']}"
+                  + (f" (from {m['path']})" if m.get("path") else ""))
+        if len(mism) > 1:
+            detail += f"; {len(mism) - 1} more module(s)"
+        return _check("dtype_device", False, detail, _culprit(module=m["module"], input=m.get("path"),
+                                                              detail=m["problem"]))
+    if is_dtype_device_error(err):
+        frame = err.get("raising_frame")
+        mod = frame["module"] if frame else None
+        first = err["message"].splitlines()[0]
+        return _check("dtype_device", False, f"{_module(mod)} raised: {first}",
+                      _culprit(module=mod, detail=first))
+    return _check("dtype_device", True, "inputs match each module's parameter dtype and device")
+
+
+def _forward_nonfinite(raw) -> bool:
+    diag = (raw or {}).get("diagnosis") or {}
+    outcome = (raw or {}).get("outcome") or {}
+    return bool(diag.get("forward_born") or diag.get("forward_entry")
+                or outcome.get("loss_finite") is False or (raw or {}).get("inputs_nonfinite"))
+
+
+def check_forward(raw, record) -> dict:
+    if not _reached(raw):
+        return _check("finite_forward", None, "not reached: the replay stopped before the forward pass")
+    diag = raw["diagnosis"]
+    born = diag.get("forward_born")
+    n_batch = raw.get("n_batch")
+    if born:
+        s = born["samples"][0] if born.get("samples") else {"sample": None}
+        where = sample_phrase(record, s.get("sample"), n_batch)
+        extra = (f"; its parameters {', '.join(born['nonfinite_params'][:3])} are non-finite"
+                 if born.get("nonfinite_params") else "")
+        detail = (f"{_module(born['module'])} ({born['type']}) produced {born['kind']} from finite "
+                  f"inputs, first in {where}{extra}")
+        di = dataset_index(record, s.get("sample"), n_batch)
+        return _check("finite_forward", False, detail, _culprit(
+            module=born["module"], sample_index=s.get("sample"), dataset_index=di,
+            detail=f"its forward output is {born['kind']} although its inputs were finite"))
+    entry = diag.get("forward_entry")
+    if entry:
+        return _check("finite_forward", True, "no module turned finite inputs into NaN/Inf; the "
+                                              f"non-finite values came in with the batch (they reach "
+                                              f"{_module(entry['module'])} first)")
+    outcome = raw.get("outcome") or {}
+    if outcome.get("loss_finite") is False:
+        return _check("finite_forward", False, f"every module's output was finite but the loss is "
+                                               f"{_num(outcome.get('loss'))}: it was made non-finite "
+                                               "outside the model's modules",
+                      _culprit(detail=f"the loss is {_num(outcome.get('loss'))} although every module's "
+                                      "output was finite"))
+    return _check("finite_forward", True, "every module's forward output is finite")
+
+
+def check_backward(raw, record) -> dict:
+    outcome = (raw or {}).get("outcome") or {}
+    if not _reached(raw) or not outcome.get("backward_ran"):
+        why = "the replay stopped before the backward pass" if _reached(raw) or outcome else \
+            "the replay stopped before the forward pass"
+        if outcome and not outcome.get("backward_ran") and not outcome.get("error"):
+            why = "there was no loss requiring a gradient"
+        return _check("finite_backward", None, f"not reached: {why}")
+    diag = raw["diagnosis"]
+    if _forward_nonfinite(raw):
+        return _check("finite_backward", None, "not judged: the forward pass was already non-finite, "
+                                               "so the gradients are too")
+    b = diag.get("backward")
+    anomaly = raw.get("anomaly")
+    n_batch = raw.get("n_batch")
+    if b:
+        s = b["samples"][0] if b.get("samples") else {"sample": None}
+        where = sample_phrase(record, s.get("sample"), n_batch)
+        at = b.get("created_at")
+        made = (f" (its forward op at {at['file']}:{at['line']}: `{at['code']}`)" if at else "")
+        mod = f" in {_module(b['module'])}" if b.get("module") is not None else ""
+        detail = (f"{b['op']}{mod}{made} turned finite incoming gradients into {b['kind']}, "
+                  f"first for {where}")
+        if anomaly and anomaly.get("op") and anomaly["op"] != b["op"]:
+            detail += (f"; anomaly mode stopped one node later, at {anomaly['op']} "
+                       f"(\"{anomaly['message']}\")")
+        elif anomaly:
+            detail += f"; anomaly mode: \"{anomaly['message']}\""
+        di = dataset_index(record, s.get("sample"), n_batch)
+        return _check("finite_backward", False, detail, _culprit(
+            module=b.get("module"), op=b["op"], sample_index=s.get("sample"), dataset_index=di,
+            detail=f"{b['op']}'s gradient is {b['kind']} although the gradient flowing into it "
+                   "was finite" + (f" (forward: {at['code']})" if at else "")))
+    grads = outcome.get("grads_nonfinite") or []
+    if anomaly or grads:
+        op = anomaly.get("op") if anomaly else None
+        return _check("finite_backward", False,
+                      (f"anomaly mode: \"{anomaly['message']}\"" if anomaly else
+                       f"{len(grads)} parameter gradients are non-finite ({', '.join(grads[:5])})"),
+                      _culprit(op=op, detail=anomaly["message"] if anomaly else None))
+    return _check("finite_backward", True, "every gradient is finite (anomaly detection was on)")
+
+
+CHECK_FUNCS = {"captured_state": check_captured_state, "labels": check_labels,
+               "embedding_indices": check_embeddings, "finite_inputs": check_inputs,
+               "shapes": check_shapes, "dtype_device": check_dtype_device,
+               "finite_forward": check_forward, "finite_backward": check_backward}
+
+
+def build_checks(raw: dict | None, record: dict) -> list[dict]:
+    """Every check, in :data:`CHECKS` order (with a private ``_culprit`` on failures)."""
+    return [CHECK_FUNCS[name](raw, record) for name in CHECKS]
+
+
+def pick_culprit(checks: list[dict], raw: dict | None, record: dict) -> dict:
+    """The first failing check's culprit in :data:`CULPRIT_ORDER`; else what the error says."""
+    by_name = {c["name"]: c for c in checks}
+    for name in CULPRIT_ORDER:
+        c = by_name.get(name)
+        if c is not None and c["ok"] is False and c.get("_culprit"):
+            return dict(c["_culprit"])  # may carry "_positions", split off by build_report
+    err = _error(raw)
+    if err:
+        frame = err.get("raising_frame")
+        mod = frame["module"] if frame else None
+        return _culprit(module=mod, detail=f"no check explains the error; it was raised in "
+                                           f"{_module(mod)}: {err['type']}: "
+                                           f"{(err['message'].splitlines() or [''])[0]}")
+    return _culprit()
+
+
+def public_checks(checks: list[dict]) -> list[dict]:
+    return [{"name": c["name"], "ok": c["ok"], "detail": c["detail"]} for c in checks]
+
+
+# --------------------------------------------------------------------------- the report
+def crash_of(outcome) -> dict | None:
+    """``{"type", "message", "seconds"}`` for a child that crashed or hung, else None."""
+    if outcome.status not in ("crashed", "timeout"):
+        return None
+    where = last_frame(outcome.stack)
+    if outcome.status == "timeout":
+        typ = TIMEOUT_TYPE
+    else:
+        typ = outcome.signal_name or EXITED_TYPE
+    msg = outcome.message + (f"; it was at {where}" if where else "")
+    return {"type": typ, "message": msg, "seconds": round(outcome.seconds, 3)}
+
+
+_FH_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+
+
+def last_frame(stack: str) -> str | None:
+    """The innermost project frame of a faulthandler dump (``file:line in func``).
+
+    faulthandler prints each thread's frames innermost first, the current thread first;
+    frames of the standard library, installed packages and debugkit's replay are
+    skipped when a project frame exists.
+    """
+    if not stack:
+        return None
+    from .code import classify_location
+
+    blocks = [b for b in stack.split("\n\n") if _FH_FRAME.search(b)]
+    current = next((b for b in blocks if "Current thread" in b), blocks[0] if blocks else "")
+    frames = [m for m in _FH_FRAME.finditer(current)]
+    if not frames:
+        return None
+    def text(m):
+        return f"{m.group('file')}:{m.group('line')} in {m.group('func')}"
+    for m in frames:
+        path = m.group("file").replace("\\", "/")
+        if "/debugkit/replay/" in path or path.startswith("<"):
+            continue
+        if classify_location(m.group("file")) == "project":
+            return text(m)
+    return text(frames[0])
+
+
+def build_report(record: dict, raw: dict | None, *, device: str, crash: dict | None = None,
+                 code: list[dict] | None = None, cross_check: dict | None = None,
+                 notes: list[str] | None = None) -> dict:
+    """The replay report (see the module docstring)."""
+    original = original_of(record)
+    replay = replay_of(raw, crash)
+    if replay is not None and isinstance(replay.get("seconds"), float):
+        replay["seconds"] = round(replay["seconds"], 4)
+    reproduced, same = judge(record, original, replay, raw)
+    checks = build_checks(raw, record)
+    culprit = pick_culprit(checks, raw, record)
+    positions = culprit.pop("_positions", [])
+    if cross_check is not None and all(v is None for v in culprit.values()) \
+            and any(v is not None for v in (cross_check.get("culprit") or {}).values()):
+        culprit = dict(cross_check["culprit"])
+        culprit["detail"] = (culprit.get("detail") or "") + " (found by the CPU cross-check)"
+        positions = cross_check.get("culprit_positions") or []
+    return {
+        "failure": record.get("id"),
+        "device": (raw or {}).get("device") or device,
+        "reproduced": reproduced,
+        "same_error": same,
+        "original": original,
+        "replay": replay,
+        "culprit": culprit,
+        "checks": public_checks(checks),
+        "culprit_positions": positions,
+        "ran": (raw or {}).get("ran"),
+        "cross_check": cross_check,
+        "code": code or [],
+        "notes": list(notes or []),
+    }
+
+
+def merge_partial(raw: dict | None, partial: dict | None) -> dict | None:
+    """The best observations available: the full result, else what came before a crash."""
+    return raw if raw is not None else partial
+
+
+def summarize(report: dict) -> Any:
+    """One line for a terminal: what happened and the culprit."""
+    r = report
+    rep = r.get("replay")
+    head = (f"{r['failure']} on {r['device']}: "
+            + ("reproduced" if r["reproduced"] else "not reproduced")
+            + (" (same error)" if r["same_error"] else ""))
+    if rep:
+        head += f"; replay: {rep['type']}: {(rep.get('message') or '').splitlines()[0] if rep.get('message') else ''}"
+    return head

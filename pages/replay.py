@@ -1,0 +1,330 @@
+"""Replay a captured failure: its error, the code it runs, and what the replay found."""
+
+from pathlib import Path
+
+import streamlit as st
+
+from debugkit.errors import DebugkitError
+from pages import _common
+
+_common.page_guard()
+
+SAMPLES_DIR = Path(__file__).resolve().parents[1] / "sample_runs"
+RESULTS = "debugkit_replay_results"
+REQUEST = "debugkit_replay_request"
+OK_ICON = {True: ":green[:material/check_circle:]", False: ":red[:material/cancel:]",
+           None: ":gray[:material/remove_circle_outline:]"}
+STATUS_BADGE = {"verified": ("green", ":material/verified:"), "changed": ("orange", ":material/edit:"),
+                "unrecorded": ("orange", ":material/help:"), "installed": ("orange", ":material/inventory_2:")}
+
+path = _common.require_run("its failure replays")
+
+
+@st.cache_data(**_common.CACHE, show_spinner=False)
+def _identities(path: str, sig: tuple, fid: str) -> list[dict]:
+    from debugkit.io.run import open_run
+    from debugkit.replay import plan_identities
+
+    run = open_run(path)
+    return [i.to_dict() for i in plan_identities(run, run.failure(fid))]
+
+
+@st.cache_data(**_common.CACHE, show_spinner=False)
+def _sample(path: str, sig: tuple, fid: str, input_path: str, sample: int):
+    from debugkit.io.run import open_run
+    from debugkit.replay.loading import read_sample
+
+    return read_sample(open_run(path).failure(fid), input_path, sample)
+
+
+@st.cache_data(**_common.CACHE, show_spinner=False)
+def _batch_inputs(path: str, sig: tuple, fid: str) -> list[str]:
+    from debugkit.io.run import open_run
+    from debugkit.replay.loading import format_path, iter_leaves, load_batch
+
+    return [format_path(p) for p, t in iter_leaves(load_batch(open_run(path).failure(fid)))
+            if len(t.shape) >= 1]
+
+
+@st.cache_data(max_entries=8, ttl=900, show_spinner=False)
+def _repro(path: str, sig: tuple, fid: str, report_key: str, _report) -> bytes:
+    from debugkit.io.run import open_run
+    from debugkit.replay import plan_identities
+    from debugkit.replay.repro import build_repro
+
+    run = open_run(path)
+    rec = run.failure(fid)
+    return build_repro(run, rec, plan_identities(run, rec), _report)
+
+
+def _pick_failure(failures: list[dict]) -> dict:
+    from debugkit.replay.loading import validate_failure_id
+
+    ids = [f["id"] for f in failures]
+    wanted = st.query_params.get("failure")
+    index = 0
+    if wanted:
+        try:
+            validate_failure_id(wanted)
+            if wanted not in ids:
+                raise DebugkitError(f"failure {wanted!r}: this run has no such capture; "
+                                    f"showing {ids[0]}")
+            index = ids.index(wanted)
+        except DebugkitError as exc:
+            st.warning(str(exc), icon=":material/link_off:")
+    by_id = {f["id"]: f for f in failures}
+    fid = st.selectbox("Failure", ids, index=index, key=f"replay_failure_{path}",
+                       format_func=lambda i: f"step {by_id[i].get('step')} · rank {by_id[i].get('rank')} · "
+                                             f"{by_id[i].get('error_type') or by_id[i].get('kind')} · {i}")
+    if st.query_params.get("failure") != fid:
+        st.query_params["failure"] = fid
+    return by_id[fid]
+
+
+def _show_failure(f: dict) -> None:
+    st.markdown(f"**{f.get('error_type') or 'Non-finite values'}** at step {f.get('step')}, "
+                f"rank {f.get('rank')}, on `{f.get('device') or '?'}`")
+    st.code(f.get("message") or "", language=None, wrap_lines=True)
+    idx = f.get("dataset_indices")
+    if idx:
+        st.caption(f"Batch of {len(idx)} samples; dataset indices {idx[:10]}" + (" …" if len(idx) > 10 else ""))
+    if f.get("capture_errors"):
+        st.caption("Parts that could not be captured: "
+                   + "; ".join(f"{k}: {v}" for k, v in f["capture_errors"].items()))
+    if f.get("traceback"):
+        with st.expander("Traceback"):
+            st.code(f["traceback"], language="python")
+
+
+def _show_code(idents: list[dict]) -> None:
+    for i in idents:
+        color, icon = STATUS_BADGE.get(i["status"], ("red", ":material/block:"))
+        st.markdown(f"`{i['spec']}` ({i['role'].replace('_', ' ')})")
+        st.badge(i["status"].replace("_", " "), color=color, icon=icon)
+        lines = [f"File here: `{i['local_file'] or 'not found'}`"]
+        if i["local_sha256"] and i["local_sha256"] == i["recorded_sha256"]:
+            lines.append(f"SHA-256 `{i['local_sha256']}`, as recorded")
+        else:
+            lines += [f"SHA-256 here: `{i['local_sha256'] or '—'}`",
+                      f"SHA-256 recorded: `{i['recorded_sha256'] or '—'}`"]
+        lines.append(f"Recorded at: `{i['recorded_file'] or '—'}`")
+        st.caption("  \n".join(lines))
+        if i["status"] != "verified":
+            st.caption(i["message"])
+
+
+def _show_culprit(report: dict, f: dict) -> None:
+    c = report["culprit"]
+    with st.container(border=True, key="culprit"):
+        st.markdown("#### :red[:material/target:] Culprit")
+        if not any(v is not None for v in c.values()):
+            st.info("No culprit found: no check failed and the replay raised nothing it could "
+                    "attribute.", icon=":material/search_off:")
+            return
+        st.error(c.get("detail") or "see the checks below", icon=":material/target:")
+        fields = [(label, c.get(key)) for label, key in (("Module", "module"), ("Op", "op"),
+                                                          ("Input", "input"))]
+        st.markdown("  \n".join(
+            f"**{label}:** " + ("—" if v is None else "`(the model's top level)`" if v == "" else f"`{v}`")
+            for label, v in fields))
+        cols = st.columns(4)
+        cols[0].metric("Sample", "—" if c.get("sample_index") is None else str(c["sample_index"]))
+        cols[1].metric("Dataset index", "—" if c.get("dataset_index") is None else str(c["dataset_index"]))
+        if c.get("input") and c.get("sample_index") is not None:
+            _show_sample_values(f, c, report.get("culprit_positions") or [])
+
+
+def _show_sample_values(f: dict, c: dict, positions: list) -> None:
+    sig = _common.signature(path)
+    try:
+        df = _sample(path, sig, f["id"], c["input"], int(c["sample_index"]))
+    except DebugkitError as exc:
+        _common.show_error(exc)
+        return
+    st.markdown(f"**Sample {c['sample_index']} of `{c['input']}`**")
+    if len(df) == 1:
+        v = df["value"].iloc[0]
+        st.metric(f"value of {c['input']}[{c['sample_index']}]",
+                  f"{int(v)}" if float(v).is_integer() else f"{v:g}")
+    else:
+        marked = {str(p) for p in positions}
+        bad = df[~df["finite"] | df["position"].isin(marked)]
+        if len(bad):
+            what = "non-finite" if (~df["finite"]).any() else "offending"
+            st.markdown(f":red[{len(bad)} {what} value(s)] at position(s) "
+                        + ", ".join(f"`{p}`" for p in bad["position"].head(20)))
+        if len(df) <= 16:
+            st.table(_highlight(_row(df), marked | set(df.loc[~df["finite"], "position"])))
+        else:
+            if len(bad):
+                st.table(_highlight(_row(bad), set(bad["position"])))
+            with st.expander(f"All {len(df)} values of the sample", expanded=not len(bad)):
+                st.dataframe(df.set_index("position")[["value"]].T, height=80)
+    others = [p for p in _batch_inputs(path, sig, f["id"]) if p != c["input"]]
+    if others:
+        with st.expander("The same sample's other inputs"):
+            for p in others:
+                try:
+                    o = _sample(path, sig, f["id"], p, int(c["sample_index"]))
+                except DebugkitError:
+                    continue
+                st.caption(p)
+                st.dataframe(o.set_index("position")[["value"]].T, height=80)
+
+
+def _fmt(v: float) -> str:
+    return f"{int(v)}" if v == v and abs(v) != float("inf") and float(v).is_integer() else f"{v:g}"
+
+
+def _row(df):
+    """One sample's values as a one-row table, positions as columns."""
+    import pandas as pd
+
+    return pd.DataFrame([df["value"].map(_fmt).tolist()], columns=df["position"].tolist(),
+                        index=["value"])
+
+
+def _highlight(table, columns: set):
+    red = "background-color: rgba(255, 75, 75, 0.30); font-weight: 600"
+    return table.style.apply(lambda col: [red if str(col.name) in columns else ""] * len(col), axis=0)
+
+
+def _show_report(report: dict, f: dict) -> None:
+    from debugkit.replay.advice import advice_for
+
+    rep = report["replay"]
+    cols = st.columns(4)
+    cols[0].metric("Reproduced", "yes" if report["reproduced"] else "no")
+    cols[1].metric("Same error", "yes" if report["same_error"] else "no")
+    cols[2].metric("Replayed on", report["device"])
+    cols[3].metric("Step time", f"{rep['seconds']:.3f} s" if rep and rep.get("seconds") is not None else "—")
+    if rep:
+        st.code(f"{rep['type']}: {rep['message']}", language=None, wrap_lines=True)
+    else:
+        st.success("The replayed step raised nothing and produced finite values.")
+    if report.get("ran"):
+        st.caption(f"Ran: {report['ran']['detail']}")
+    _show_culprit(report, f)
+    advice = advice_for(report)
+    if advice:
+        st.markdown("#### What to do")
+        for a in advice:
+            st.warning(a, icon=":material/build:")
+    st.markdown("#### Checks")
+    for ch in report["checks"]:
+        st.markdown(f"{OK_ICON[ch['ok']]} **{ch['name']}**: {ch['detail']}")
+    if report.get("cross_check"):
+        x = report["cross_check"]
+        with st.expander("CPU cross-check", expanded=True):
+            xr = x.get("replay")
+            st.code(f"{xr['type']}: {xr['message']}" if xr else "no error on the CPU", language=None,
+                    wrap_lines=True)
+            for ch in x["checks"]:
+                st.markdown(f"{OK_ICON[ch['ok']]} **{ch['name']}**: {ch['detail']}")
+    for n in report.get("notes") or []:
+        st.caption(f":material/info: {n}")
+    with st.expander("Report (JSON)"):
+        st.json(report, expanded=False)
+
+
+def _run_replay(f: dict, device: str, allow: bool, timeout: float) -> None:
+    from debugkit.replay import replay
+
+    key = f"{path}|{f['id']}"
+    with st.status(f"Replaying {f['id']} on {device}…", expanded=True) as status:
+        try:
+            report = replay(path, f["id"], device=device, allow_code=allow, timeout_s=timeout,
+                            progress=status.write)
+        except DebugkitError as exc:
+            status.update(label="The replay could not run", state="error", expanded=True)
+            _common.show_error(exc)
+            return
+        except Exception as exc:  # never a blank page
+            status.update(label="The replay failed", state="error", expanded=True)
+            _common.show_error(exc, "the replay")
+            return
+        label = ("Reproduced" if report["reproduced"] else "Not reproduced") + \
+            (" (same error)" if report["same_error"] else "") + f" on {report['device']}"
+        status.update(label=label, state="complete", expanded=False)
+    st.session_state.setdefault(RESULTS, {})[key] = report
+
+
+def render() -> None:
+    from debugkit.replay.code import NEEDS_ALLOW, NEVER
+    from debugkit.replay.runner import cuda_possible
+
+    try:
+        failures = _common.table(path, "failures")
+    except DebugkitError as exc:
+        _common.show_error(exc)
+        return
+    st.title("Replay")
+    if not failures:
+        st.info("This run has no failure capture. A step that raises inside `with rec.step(batch):` "
+                "(or goes NaN with `halt_on_nonfinite=True`) is captured automatically.",
+                icon=":material/check:")
+        return
+    f = _pick_failure(failures)
+    try:
+        idents = _identities(path, _common.signature(path), f["id"])
+    except DebugkitError as exc:
+        _common.show_error(exc)
+        idents = []
+    left, right = st.columns([3, 2])
+    with left:
+        st.subheader("What failed")
+        _show_failure(f)
+    with right:
+        st.subheader("Code the replay runs")
+        _show_code(idents)
+
+    never = [i for i in idents if i["status"] in NEVER]
+    sample = Path(path).resolve().is_relative_to(SAMPLES_DIR.resolve())
+    needs_trust = bool(idents) and (not sample or any(i["status"] in NEEDS_ALLOW for i in idents))
+    st.subheader("Replay")
+    c1, c2 = st.columns([2, 1])
+    devices = ["auto", "cpu", "cuda"] if cuda_possible() else ["auto", "cpu"]
+    device = c1.radio("Device", devices, horizontal=True, key="replay_device",
+                      help="auto: CUDA where this server has it, else the CPU" +
+                           ("" if cuda_possible() else " (this server has no GPU)"))
+    timeout = c2.number_input("Timeout (s)", min_value=5.0, max_value=3600.0, value=120.0, step=10.0,
+                              key="replay_timeout")
+    trusted = True
+    if never:
+        st.error(never[0]["message"], icon=":material/block:")
+    elif needs_trust:
+        why = ("this run was uploaded or opened from outside the bundled samples" if not sample
+               else "the code differs from the recorded one")
+        i0 = idents[0]
+        trusted = st.checkbox(
+            f"I trust this code ({why}): run `{i0['spec']}` from `{i0['local_file']}` "
+            f"(SHA-256 `{(i0['local_sha256'] or '')[:16]}…`)"
+            + (" and " + ", ".join(f"`{i['spec']}`" for i in idents[1:]) if len(idents) > 1 else ""),
+            key=f"replay_trust_{path}_{f['id']}")
+        st.caption("A replay executes the model's code in a separate process with a timeout and "
+                   "a memory cap; it is not a sandbox.")
+    # The click is kept in session state by a callback (not read from the button's return
+    # value), so a rerun that page_guard() triggers does not lose it.
+    request = f"{path}|{f['id']}"
+    st.button("Replay", type="primary", icon=":material/replay:", key="replay_button",
+              disabled=bool(never) or not idents or not trusted,
+              on_click=lambda: st.session_state.__setitem__(REQUEST, request))
+    if st.session_state.pop(REQUEST, None) == request:
+        _run_replay(f, device, allow=needs_trust and trusted, timeout=float(timeout))
+    report = st.session_state.get(RESULTS, {}).get(f"{path}|{f['id']}")
+    if report is not None:
+        _show_report(report, f)
+    if idents and not never:
+        try:
+            rkey = repr(report.get("culprit")) if report else ""
+            data = _repro(path, _common.signature(path), f["id"], rkey, report)
+            st.download_button("Download a minimal repro", data=data, file_name=f"{f['id']}-repro.zip",
+                               mime="application/zip", icon=":material/download:", on_click="ignore",
+                               key="repro_download",
+                               help="repro.py plus the capture: reproduces the error with torch and "
+                                    "safetensors only, without debugkit, for a bug report")
+        except DebugkitError as exc:
+            _common.show_error(exc)
+
+
+render()

@@ -1,0 +1,111 @@
+"""AppTest of the Replay page: deep link, confirmation, progress, culprit, checks."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parents[2]
+FID = "r0-s0000075-exception"
+
+
+def app(run: str, failure: str | None = None) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
+    at.query_params["run"] = run
+    if failure is not None:
+        at.query_params["failure"] = failure
+    at.switch_page("pages/replay.py")
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def texts(at) -> str:
+    return "\n".join([m.value for m in at.markdown] + [c.value for c in at.caption]
+                     + [e.value for e in at.error] + [w.value for w in at.warning]
+                     + [i.value for i in at.info] + [c.value for c in at.code])
+
+
+def test_replay_the_corrupted_label_from_a_deep_link():
+    at = app("digits-bad-label", FID)
+    assert at.selectbox(key=f"replay_failure_{ROOT / 'sample_runs' / 'digits-bad-label'}").value == FID
+    assert "Target 12 is out of bounds." in texts(at)
+    assert ":green-badge[:material/verified: verified]" in texts(at)
+    button = at.button(key="replay_button")
+    assert not button.disabled  # a bundled sample with verified code needs no confirmation
+    assert len(at.checkbox) == 0
+    button.click().run()
+    assert not at.exception, at.exception
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Reproduced"] == "yes" and metrics["Same error"] == "yes"
+    assert (metrics["Sample"], metrics["Dataset index"]) == ("6", "1474")
+    assert metrics["value of batch[1][6]"] == "12"
+    t = texts(at)
+    assert "**Module:** —  \n**Op:** —  \n**Input:** `batch[1]`" in t
+    assert "sample 6 (dataset index 1474) has label 12, outside [0, 10)" in t
+    assert ":red[:material/cancel:] **labels**: 1 of 32 labels of batch[1] are outside [0, 10)" in t
+    assert ":gray[:material/remove_circle_outline:] **embedding_indices**" in t
+    assert any(w.value.startswith("Validate labels in the dataset: sample 6 (dataset index 1474)")
+               for w in at.warning)
+    assert at.query_params["failure"] == [FID] or at.query_params["failure"] == FID
+
+
+@pytest.mark.parametrize("value, shown", [
+    ("../../etc/passwd", "failure id '../../etc/passwd': expected an id like"),
+    ("r0-s0000001-exception", "failure 'r0-s0000001-exception': this run has no such capture"),
+])
+def test_bad_failure_param(value, shown):
+    at = app("digits-bad-label", value)
+    assert any(shown in w.value for w in at.warning)
+    assert at.selectbox[0].value == FID
+
+
+def test_run_without_failures():
+    at = app("digits-mlp")
+    assert any("This run has no failure capture" in i.value for i in at.info)
+
+
+def _upload(name: str, sample: str) -> Path:
+    dst = Path(os.environ["DEBUGKIT_STORE"]) / name
+    shutil.copytree(ROOT / "sample_runs" / sample, dst)
+    return dst
+
+
+def test_an_uploaded_run_asks_before_running_its_code():
+    _upload("their-run", "cancer-nan-input")
+    at = app("their-run")
+    button = at.button(key="replay_button")
+    assert button.disabled
+    (box,) = at.checkbox
+    assert "I trust this code (this run was uploaded or opened from outside the bundled samples)" in box.label
+    assert "examples.cancer_ratio:build_model" in box.label
+    box.check().run()
+    assert not at.button(key="replay_button").disabled
+    at.button(key="replay_button").click().run()
+    assert not at.exception, at.exception
+    metrics = {m.label: m.value for m in at.metric}
+    assert (metrics["Sample"], metrics["Dataset index"]) == ("8", "568")
+    t = texts(at)
+    assert "**Input:** `batch[0]`" in t
+    assert ":red[1 non-finite value(s)] at position(s) `30`" in t
+    assert len(at.table) == 1 and list(at.table[0].value.columns) == ["30"]
+
+
+def test_forged_code_is_refused_without_a_way_to_allow_it():
+    run = _upload("forged", "digits-bad-label")
+    fj = run / "failures" / FID / "failure.json"
+    rec = json.loads(fj.read_text())
+    digest = hashlib.sha256(open(os.__file__, "rb").read()).hexdigest()
+    rec["code"] = {"model_factory": {"spec": "os:system", "module": "os", "qualname": "system",
+                                     "file": os.__file__, "sha256": digest}}
+    fj.write_text(json.dumps(rec))
+    at = app("forged", FID)
+    assert any("part of Python's standard library" in e.value for e in at.error)
+    assert at.button(key="replay_button").disabled
+    assert len(at.checkbox) == 0
