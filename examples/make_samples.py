@@ -21,6 +21,8 @@ OUT = ROOT / "sample_runs"
 SAMPLES: dict[str, tuple[list[str], int]] = {
     "digits-mlp": (["examples.digits"], 0),
     "digits-bad-label": (["examples.digits", "--corrupt-label", "12"], 1),
+    "digits-exploding": (["examples.exploding"], 1),
+    "digits-vanishing": (["examples.vanishing"], 0),
 }
 
 
