@@ -46,8 +46,8 @@ DEFAULTS: dict[str, Any] = {
     # (the whole run when it is shorter, if it has at least dead_min_steps).
     "dead_window": 20,
     "dead_min_steps": 5,
-    # loss_spike: a loss more than spike_mads robust standard deviations (1.4826 x MAD)
-    # above its median over the previous spike_window logged steps, and at least
+    # loss_spike: a loss more than spike_mads robust standard deviations (1.4826 x the
+    # median absolute step-to-step change / sqrt 2) above its median over the previous spike_window logged steps, and at least
     # spike_min_rise (a fraction) above that median.
     "spike_mads": 6.0,
     "spike_window": 50,
@@ -376,9 +376,11 @@ def detect_nonfinite_loss(scalars, config: dict | None = None) -> list[Finding]:
 def detect_loss_spikes(scalars, config: dict | None = None) -> list[Finding]:
     """``loss_spike``: a loss above its trailing median by a robust multiple of the MAD.
 
-    A step is a spike when ``loss - median > spike_mads * 1.4826 * MAD`` and
-    ``loss > median * (1 + spike_min_rise)``, median and MAD taken over the previous
-    ``spike_window`` finite values (at least ``spike_min_history``). Consecutive spike
+    A step is a spike when ``loss - median > spike_mads * sigma`` and
+    ``loss > median * (1 + spike_min_rise)``, over the previous ``spike_window`` finite
+    values (at least ``spike_min_history``): ``median`` is their median and ``sigma`` the
+    robust standard deviation of their noise, ``1.4826 * MAD(diff) / sqrt(2)`` (the
+    median absolute step-to-step change, which a smooth downward trend does not inflate). Consecutive spike
     steps make one finding (its step is the first; evidence gives the peak).
     """
     _check_columns(scalars, ["step", "rank", "key", "value"], "scalars", "scalars")
@@ -399,8 +401,10 @@ def detect_loss_spikes(scalars, config: dict | None = None) -> list[Finding]:
 
         pad = np.concatenate([np.full(w, np.nan), x])
         win = sliding_window_view(pad, w)[cand]  # the w values before each candidate
-        mad = np.nanmedian(np.abs(win - med[cand, None]), axis=1)
-        scale = 1.4826 * mad
+        # The spread of the window's step-to-step changes: a smooth trend (a loss still
+        # falling fast) does not inflate it the way the spread around the median would.
+        mad = np.nanmedian(np.abs(np.diff(win, axis=1)), axis=1)
+        scale = 1.4826 * mad / math.sqrt(2)
         with np.errstate(divide="ignore", invalid="ignore"):
             z = np.where(scale > 0, (x[cand] - med[cand]) / scale, np.inf)
         hit = cand[z > k]
@@ -565,13 +569,13 @@ def detect_exploding_grad(m: GradMatrix, config: dict | None = None) -> list[Fin
     suggest = float(f"{2 * med_total:.2g}") if np.isfinite(med_total) and med_total > 0 else None
     flagged = {m.names[r]: round(float(ff), 3) for r, ff in zip(rows, f)}
     if reason == "jump":
-        what = (f"jumped to {_fmt(v[best, j])} at step {step} on rank {m.rank}, {best_f:.1f}x its median "
+        what = (f"jumped to {_fmt(v[best, j])} at step {step} on rank {m.rank}, {_fmt(best_f)}x its median "
                 f"of {_fmt(med[best, j])} over the previous {cfg['explode_window']} logged steps")
         evidence = {"reason": "jump", "factor": best_f, "value": float(v[best, j]),
                     "trailing_median": float(med[best, j]), "window": cfg["explode_window"]}
     else:
         end_step = int(m.steps[first_grow_end])
-        what = (f"grew {best_f:.1f}x in {n} consecutive logged steps from step {step} to {end_step} on "
+        what = (f"grew {_fmt(best_f)}x in {n} consecutive logged steps from step {step} to {end_step} on "
                 f"rank {m.rank} (at least {cfg['growth_ratio']:g}x per step)")
         evidence = {"reason": "geometric", "factor": best_f, "value": float(v[best, first_grow_end]),
                     "start_value": float(v[best, j]), "end_step": end_step, "growth_steps": n}
@@ -945,7 +949,7 @@ def group_rows(layers: list[str], max_groups: int = 20) -> list[tuple[str, int, 
         else:
             break
     if best is None:
-        best = [[".".join(layers[0].split(".")[:1]) or layers[0], 0, len(layers)]]
+        best = [["", 0, len(layers)]]  # parameters of the root module only
     return [tuple(g) for g in best]
 
 
