@@ -309,6 +309,7 @@ def _trailing_median(x: np.ndarray, window: int, min_count: int) -> np.ndarray:
     """Median of the previous ``window`` values (not including the current one), per row,
     ignoring NaN; NaN where fewer than ``min_count`` values exist."""
     bn = _bn()
+    window = max(1, min(window, x.shape[-1]))  # bottleneck refuses a window longer than x
     med = bn.move_median(x, window, min_count=min(min_count, window), axis=-1)
     out = np.full_like(med, np.nan)
     out[..., 1:] = med[..., :-1]

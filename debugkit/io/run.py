@@ -459,7 +459,8 @@ class Run:
 
 
 def open_run(path: str | os.PathLike) -> Run:
-    """Open a run directory, or a ``.zip`` of one, for reading.
+    """Open a run directory, a ``.zip`` of one, or a TensorBoard log directory (converted
+    once into the cache, see :mod:`debugkit.io.tensorboard`), for reading.
 
     Raises
     ------
@@ -480,7 +481,12 @@ def open_run(path: str | os.PathLike) -> Run:
         p = open_zip_cached(p)
     mpath = p / fmt.MANIFEST
     if not mpath.is_file():
-        raise RunDirError(MSG_NOT_A_RUN.format(path=p))
+        from .tensorboard import is_tensorboard_dir, open_tensorboard_cached
+
+        if not is_tensorboard_dir(p):
+            raise RunDirError(MSG_NOT_A_RUN.format(path=p))
+        p = open_tensorboard_cached(p)  # converted once per version of its event files
+        mpath = p / fmt.MANIFEST
     try:
         raw = mpath.read_bytes()
         manifest = json.loads(raw)

@@ -245,6 +245,15 @@ def test_loss_spike_at_step_s(step):
     assert ev["recovered_after_steps"] == 1
 
 
+def test_short_series_shorter_than_the_windows():
+    loss = np.full(30, 1.0) + 0.01 * np.sin(np.arange(30))
+    loss[20] = 5.0
+    vals = {name: np.ones(30) for name in LAYERS}
+    vals["head.weight"][25] = 50.0
+    found = ga.detect_gradient_findings(grads_frame(vals), scalars_frame(loss))
+    assert [(f.kind, f.step) for f in found] == [("loss_spike", 20), ("exploding_grad", 25)]
+
+
 def test_consecutive_spike_steps_are_one_finding():
     loss = np.full(100, 1.0) + 0.01 * np.sin(np.arange(100))
     loss[50:53] = [4.0, 6.0, 5.0]
