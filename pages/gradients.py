@@ -34,11 +34,10 @@ def _matrices(path: str, sig: tuple):
 def _findings(path: str, sig: tuple, config: tuple):
     from debugkit.diagnose import failures as failure_source
 
-    grads = _common.table(path, "grad_norms")
     scalars = _common.table(path, "scalars")
     from debugkit.io.run import open_run
 
-    out = ga.detect_gradient_findings(grads, scalars, dict(config))
+    out = ga.detect_gradient_findings(None, scalars, dict(config), matrices=_matrices(path, sig))
     out += failure_source.collect(open_run(path), {})
     from debugkit.analysis.findings import sort_findings
 

@@ -240,8 +240,7 @@ def pivot_grad_norms(grads) -> dict[int, GradMatrix]:
             col = np.cumsum(new) - 1
         else:
             steps, col = np.unique(s, return_inverse=True)
-        used = np.zeros(len(cats), dtype=bool)
-        used[np.unique(c)] = True
+        used = np.bincount(c, minlength=len(cats))[:len(cats)] > 0
         keep_layers = [i for i in range(len(layer_cats)) if used[i]]
         row_of = np.full(len(cats), -1, dtype=np.int64)
         row_of[keep_layers] = np.arange(len(keep_layers))
@@ -289,10 +288,10 @@ def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
 
 def _sustained(cond: np.ndarray, window: int) -> np.ndarray:
     """For each row of a bool matrix, True at column t when cond holds on t-window+1..t."""
-    c = np.cumsum(cond, axis=1, dtype=np.int64)
+    c = np.cumsum(cond, axis=1, dtype=np.int32)
     out = np.zeros_like(cond)
     if cond.shape[1] >= window:
-        prev = np.concatenate([np.zeros((cond.shape[0], 1), np.int64), c[:, :-window]], axis=1)
+        prev = np.concatenate([np.zeros((cond.shape[0], 1), np.int32), c[:, :-window]], axis=1)
         out[:, window - 1:] = (c[:, window - 1:] - prev) == window
     return out
 
@@ -679,23 +678,26 @@ def detect_dead_layers(m: GradMatrix, config: dict | None = None) -> list[Findin
     )]
 
 
-def detect_gradient_findings(grads, scalars, config: dict | None = None) -> list[Finding]:
+def detect_gradient_findings(grads, scalars, config: dict | None = None, *,
+                             matrices: dict[int, GradMatrix] | None = None) -> list[Finding]:
     """Every gradient and loss finding of a run, ordered by step.
 
     Parameters
     ----------
     grads : DataFrame
-        :meth:`Run.grad_norms` rows.
+        :meth:`Run.grad_norms` rows (not read when ``matrices`` is given).
     scalars : DataFrame
         :meth:`Run.scalars` rows.
     config : dict, optional
         Overrides of :data:`DEFAULTS`.
+    matrices : dict, optional
+        ``pivot_grad_norms(grads)``, when the caller already has it.
     """
     cfg = resolve_config(config)
     out: list[Finding] = []
     out += detect_nonfinite_loss(scalars, cfg)
     out += detect_loss_spikes(scalars, cfg)
-    for m in pivot_grad_norms(grads).values():
+    for m in (pivot_grad_norms(grads) if matrices is None else matrices).values():
         out += detect_nonfinite_grad(m, scalars, cfg)
         out += detect_exploding_grad(m, cfg)
         out += detect_vanishing_grad(m, cfg)
