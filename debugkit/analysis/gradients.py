@@ -288,11 +288,16 @@ def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
 
 def _sustained(cond: np.ndarray, window: int) -> np.ndarray:
     """For each row of a bool matrix, True at column t when cond holds on t-window+1..t."""
-    c = np.cumsum(cond, axis=1, dtype=np.int32)
     out = np.zeros_like(cond)
-    if cond.shape[1] >= window:
-        prev = np.concatenate([np.zeros((cond.shape[0], 1), np.int32), c[:, :-window]], axis=1)
-        out[:, window - 1:] = (c[:, window - 1:] - prev) == window
+    if cond.shape[1] < window:
+        return out
+    rows = np.flatnonzero(np.count_nonzero(cond, axis=1) >= window)  # only rows that can
+    if not len(rows):
+        return out
+    sub = cond[rows]
+    c = np.cumsum(sub, axis=1, dtype=np.int32)
+    prev = np.concatenate([np.zeros((len(rows), 1), np.int32), c[:, :-window]], axis=1)
+    out[rows, window - 1:] = (c[:, window - 1:] - prev) == window
     return out
 
 
@@ -302,6 +307,49 @@ def _effective_window(n_steps: int, window: int, min_steps: int) -> int | None:
     if n_steps >= min_steps:
         return n_steps
     return None
+
+
+def _window_medians(x: np.ndarray, rows: np.ndarray, cols: np.ndarray, window: int,
+                    min_count: int) -> np.ndarray:
+    """Median of the ``window`` values before ``x[rows[k], cols[k]]`` (NaN ignored; NaN
+    when fewer than ``min_count``), for a few cells only."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    if not len(rows):
+        return np.zeros(0)
+    window = max(1, min(window, x.shape[-1]))
+    pad = np.concatenate([np.full((x.shape[0], window), np.nan), x], axis=1)
+    win = sliding_window_view(pad, window, axis=1)[rows, cols]  # pad[c:c+w] = x[c-w:c]
+    with _quiet():
+        med = np.nanmedian(win, axis=1)
+    med[np.count_nonzero(np.isfinite(win), axis=1) < min(min_count, window)] = np.nan
+    return med
+
+
+def _trailing_jumps(v: np.ndarray, sig: np.ndarray, window: int, min_count: int, factor: float):
+    """(jump mask, trailing median) for ``v >= factor x median(previous window)``.
+
+    The median is computed exactly, but only where the jump is possible at all: a value
+    below ``factor`` x the window's minimum cannot be ``factor`` x its median (the
+    median is at least the minimum), and on healthy runs almost every cell is ruled out
+    by that cheap moving minimum. ``med`` is NaN where it was not needed.
+    """
+    bn = _bn()
+    w = max(1, min(window, v.shape[-1]))
+    mn = bn.move_min(v, w, min_count=1, axis=-1)
+    prev_min = np.full_like(mn, np.nan)
+    prev_min[:, 1:] = mn[:, :-1]
+    with np.errstate(invalid="ignore"):
+        cand = sig & (v >= factor * prev_min)
+    med = np.full(v.shape, np.nan)
+    if np.count_nonzero(cand) > 0.05 * v.size:
+        med = _trailing_median(v, window, min_count)
+    else:
+        r, c = np.nonzero(cand)
+        med[r, c] = _window_medians(v, r, c, window, min_count)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        jump = cand & (med > 0) & (v / med >= factor)
+    return jump, med
 
 
 def _trailing_median(x: np.ndarray, window: int, min_count: int) -> np.ndarray:
@@ -528,10 +576,10 @@ def detect_exploding_grad(m: GradMatrix, config: dict | None = None) -> list[Fin
         return []
     v = np.where(np.isfinite(m.values), m.values, np.nan)
     sig = _significant(m, cfg)
-    med = _trailing_median(v, cfg["explode_window"], cfg["explode_min_history"])
+    jump, med = _trailing_jumps(v, sig, cfg["explode_window"], cfg["explode_min_history"],
+                                cfg["explode_factor"])
     with np.errstate(invalid="ignore", divide="ignore"):
         factor = v / med
-        jump = sig & (med > 0) & (factor >= cfg["explode_factor"])
         ratio = v[:, 1:] / v[:, :-1]
         up = np.zeros_like(sig)
         up[:, 1:] = (ratio >= cfg["growth_ratio"]) & sig[:, 1:] & (v[:, :-1] > 0)
@@ -565,7 +613,8 @@ def detect_exploding_grad(m: GradMatrix, config: dict | None = None) -> list[Fin
     name = m.names[best]
     step = int(m.steps[j])
     total_row = len(m.names) - 1
-    med_total = med[total_row, j] if reason == "jump" else v[total_row, j]
+    med_total = (_window_medians(v, np.array([total_row]), np.array([j]), cfg["explode_window"],
+                                 cfg["explode_min_history"])[0] if reason == "jump" else v[total_row, j])
     suggest = float(f"{2 * med_total:.2g}") if np.isfinite(med_total) and med_total > 0 else None
     flagged = {m.names[r]: round(float(ff), 3) for r, ff in zip(rows, f)}
     if reason == "jump":

@@ -7,6 +7,9 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hst
+from hypothesis.extra import numpy as hnp
 
 from debugkit.analysis import gradients as ga
 from debugkit.errors import InvalidInputError
@@ -448,3 +451,21 @@ def test_group_rows_picks_the_deepest_readable_depth():
     many = [f"blocks.{i}.{p}" for i in range(30) for p in ("w", "b")]
     assert ga.group_rows(many) == [("blocks", 0, 60)]
     assert ga.group_rows(["w", "b"]) == [("", 0, 2)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=hnp.arrays(np.float64, hst.tuples(hst.integers(1, 4), hst.integers(1, 60)),
+                       elements=hst.one_of(hst.floats(1e-3, 1e3), hst.just(np.nan), hst.just(0.0))),
+       window=hst.integers(2, 25), min_count=hst.integers(1, 10), factor=hst.floats(1.5, 20))
+def test_trailing_jumps_equal_the_brute_force_median(data, window, min_count, factor):
+    sig = np.isfinite(data) & (data > 0)
+    jump, _ = ga._trailing_jumps(data, sig, window, min_count, factor)
+    want = np.zeros_like(sig)
+    for r in range(data.shape[0]):
+        for c in range(data.shape[1]):
+            prev = data[r, max(0, c - window):c]
+            prev = prev[np.isfinite(prev)]
+            if sig[r, c] and len(prev) >= min(min_count, window, data.shape[1]):
+                med = np.median(prev)
+                want[r, c] = med > 0 and data[r, c] / med >= factor
+    np.testing.assert_array_equal(jump, want)
