@@ -43,6 +43,7 @@ DEFAULT_GRAD_PATTERN = r"^grad_norm/(?P<layer>.+)$"
 TOTAL_NAMES = ("total", "__total__", "global", "all")
 EVENT_MARK = ".tfevents."
 MAX_WALK_DEPTH = 6
+MAX_WALK_DIRS = 2000
 
 MSG_CORRUPT = "{path}: corrupt TensorBoard record at byte {offset} ({detail})"
 MSG_NO_EVENTS = "{path}: no TensorBoard event files (*.tfevents.*) found"
@@ -224,7 +225,9 @@ def find_tensorboard_runs(tb_dir: str | os.PathLike) -> list[tuple[str, Path, li
     for ``tb_dir`` itself)."""
     root = Path(tb_dir)
     out = []
-    for d, dirs, files in os.walk(root):
+    for seen, (d, dirs, files) in enumerate(os.walk(root)):
+        if seen >= MAX_WALK_DIRS:  # a home directory typed by mistake: do not crawl it all
+            break
         depth = len(Path(d).relative_to(root).parts)
         dirs[:] = sorted(x for x in dirs if not x.startswith(".")) if depth < MAX_WALK_DEPTH else []
         ev = sorted(Path(d) / f for f in files if _is_event_file(f))

@@ -132,3 +132,44 @@ def test_thresholds_change_the_findings():
 def test_without_a_run_the_page_says_what_to_do():
     at = _page()
     assert "Pick a run in the sidebar to see the gradients" in at.info[0].value
+
+
+def _two_rank_run(root):
+    """A 2-rank run written with the Recorder's writer: rank 1's layer 'b' jumps at 40."""
+    import numpy as np
+
+    from debugkit import format as fmt
+    from debugkit._fsutil import atomic_write_json
+    from debugkit.recorder.writer import RankWriter
+
+    run = root / "two-ranks"
+    run.mkdir(parents=True)
+    atomic_write_json(run / fmt.MANIFEST, {"schema_version": fmt.SCHEMA_VERSION, "run_id": "t",
+                                           "name": "two-ranks", "config": {}})
+    for rank in (0, 1):
+        d = run / fmt.RANKS_DIR / str(rank)
+        w = RankWriter(d, n_layers=3, flush_every_s=3600)
+        atomic_write_json(d / "meta-000.json", {"rank": rank, "layers": ["a", "b"], "segment": 0})
+        for s in range(60):
+            a, b = 1.0 + 0.01 * (s % 3), 0.5 + 0.01 * (s % 5)
+            if rank == 1 and s == 40:
+                b = 50.0
+            w.add("grads", (s, [a, b, float(np.hypot(a, b))]))
+            w.add("scalars", (s, "loss", 1.0 + 0.001 * (s % 4), 0.0))
+        w.close()
+    return run
+
+
+def test_rank_selector_and_rank_param(tmp_path, monkeypatch):
+    _two_rank_run(tmp_path)
+    monkeypatch.setenv("DEBUGKIT_ROOTS", str(tmp_path))
+    at = _page("two-ranks", rank="1")
+    rank_box = next(s for s in at.selectbox if s.label == "Rank")
+    assert rank_box.value == 1 and rank_box.options == ["0", "1"]
+    md = " ".join(m.value for m in at.markdown)
+    assert "**exploding_grad** · step 40 · rank 1 · `b`" in md
+    at = _page("two-ranks", rank="0")
+    assert "**exploding_grad**" not in " ".join(m.value for m in at.markdown)
+    at = _page("two-ranks", rank="7")
+    assert any("?rank=7: this run has no gradient norms from that rank (ranks: 0, 1)" in w.value
+               for w in at.warning)
