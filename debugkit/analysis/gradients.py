@@ -199,6 +199,23 @@ def _layer_codes(layer):
     return np.asarray(codes, dtype=np.int64), cats
 
 
+def _dense_layout(s: np.ndarray, c: np.ndarray, v: np.ndarray, n_cats: int):
+    """(steps, layer x step values) when the rows are whole steps holding every category
+    in order, with strictly increasing steps; None otherwise (the general path)."""
+    if n_cats == 0 or len(s) == 0 or len(s) % n_cats:
+        return None
+    n = len(s) // n_cats
+    if not (c.reshape(n, n_cats) == np.arange(n_cats)).all():
+        return None
+    sm = s.reshape(n, n_cats)
+    if not (sm == sm[:, :1]).all():
+        return None
+    steps = sm[:, 0].copy()
+    if n > 1 and not bool(np.all(steps[1:] > steps[:-1])):
+        return None
+    return steps, np.ascontiguousarray(v.reshape(n, n_cats).T)
+
+
 def pivot_grad_norms(grads) -> dict[int, GradMatrix]:
     """Turn :meth:`Run.grad_norms` rows into one :class:`GradMatrix` per rank.
 
@@ -232,6 +249,20 @@ def pivot_grad_norms(grads) -> dict[int, GradMatrix]:
         ok = c >= 0
         if not ok.all():
             s, c, v = s[ok], c[ok], v[ok]
+        dense = _dense_layout(s, c, v, len(cats))
+        if dense is not None:
+            # The Recorder's layout (every step one full row of layers, in order): a
+            # reshape instead of a scatter.
+            steps, values = dense
+            names = list(cats)
+            if not has_total:
+                with np.errstate(over="ignore", invalid="ignore"):
+                    tot = np.sqrt(np.sum(np.square(values), axis=0))
+                values = np.vstack([values, tot[None, :]])
+                names.append(TOTAL)
+            present = np.ones(values.shape, dtype=bool)
+            out[int(r)] = GradMatrix(int(r), steps, names, values, present)
+            continue
         if len(s) and bool(np.all(s[1:] >= s[:-1])):
             new = np.empty(len(s), dtype=bool)
             new[0] = True
@@ -326,30 +357,36 @@ def _window_medians(x: np.ndarray, rows: np.ndarray, cols: np.ndarray, window: i
     return med
 
 
-def _trailing_jumps(v: np.ndarray, sig: np.ndarray, window: int, min_count: int, factor: float):
-    """(jump mask, trailing median) for ``v >= factor x median(previous window)``.
+def _trailing_jumps(v: np.ndarray, sig: np.ndarray, window: int, min_count: int,
+                    factor: float) -> np.ndarray:
+    """Bool mask of ``sig & (v >= factor x median(previous window))``.
 
-    The median is computed exactly, but only where the jump is possible at all: a value
+    The median is exact, but computed only where the jump is possible at all: a value
     below ``factor`` x the window's minimum cannot be ``factor`` x its median (the
-    median is at least the minimum), and on healthy runs almost every cell is ruled out
-    by that cheap moving minimum. ``med`` is NaN where it was not needed.
+    median is at least the minimum), and on healthy runs that cheap moving minimum rules
+    out almost every cell.
     """
     bn = _bn()
-    w = max(1, min(window, v.shape[-1]))
-    mn = bn.move_min(v, w, min_count=1, axis=-1)
-    prev_min = np.full_like(mn, np.nan)
-    prev_min[:, 1:] = mn[:, :-1]
+    prev_min = np.empty_like(v)
+    prev_min[:, :1] = np.nan
+    if v.shape[1] > 1:  # the minimum of the previous w values, ending one step back
+        w = max(1, min(window, v.shape[1] - 1))
+        prev_min[:, 1:] = bn.move_min(v[:, :-1], w, min_count=1, axis=-1)
     with np.errstate(invalid="ignore"):
-        cand = sig & (v >= factor * prev_min)
-    med = np.full(v.shape, np.nan)
+        np.multiply(prev_min, factor, out=prev_min)
+        cand = sig & (v >= prev_min)
+    del prev_min
     if np.count_nonzero(cand) > 0.05 * v.size:
         med = _trailing_median(v, window, min_count)
-    else:
-        r, c = np.nonzero(cand)
-        med[r, c] = _window_medians(v, r, c, window, min_count)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return cand & (med > 0) & (v / med >= factor)
+    r, c = np.nonzero(cand)
+    med = _window_medians(v, r, c, window, min_count)
     with np.errstate(invalid="ignore", divide="ignore"):
-        jump = cand & (med > 0) & (v / med >= factor)
-    return jump, med
+        ok = (med > 0) & (v[r, c] / med >= factor)
+    jump = np.zeros(v.shape, dtype=bool)
+    jump[r[ok], c[ok]] = True
+    return jump
 
 
 def _trailing_median(x: np.ndarray, window: int, min_count: int) -> np.ndarray:
@@ -576,10 +613,9 @@ def detect_exploding_grad(m: GradMatrix, config: dict | None = None) -> list[Fin
         return []
     v = np.where(np.isfinite(m.values), m.values, np.nan)
     sig = _significant(m, cfg)
-    jump, med = _trailing_jumps(v, sig, cfg["explode_window"], cfg["explode_min_history"],
-                                cfg["explode_factor"])
+    jump = _trailing_jumps(v, sig, cfg["explode_window"], cfg["explode_min_history"],
+                           cfg["explode_factor"])
     with np.errstate(invalid="ignore", divide="ignore"):
-        factor = v / med
         ratio = v[:, 1:] / v[:, :-1]
         up = np.zeros_like(sig)
         up[:, 1:] = (ratio >= cfg["growth_ratio"]) & sig[:, 1:] & (v[:, :-1] > 0)
@@ -597,7 +633,9 @@ def detect_exploding_grad(m: GradMatrix, config: dict | None = None) -> list[Fin
     if use_jump:
         j = first_jump
         rows = np.flatnonzero(jump[:, j])
-        f = factor[rows, j]
+        meds = _window_medians(v, rows, np.full(len(rows), j), cfg["explode_window"],
+                               cfg["explode_min_history"])
+        f = v[rows, j] / meds
         reason = "jump"
     else:
         j = first_grow
@@ -618,10 +656,11 @@ def detect_exploding_grad(m: GradMatrix, config: dict | None = None) -> list[Fin
     suggest = float(f"{2 * med_total:.2g}") if np.isfinite(med_total) and med_total > 0 else None
     flagged = {m.names[r]: round(float(ff), 3) for r, ff in zip(rows, f)}
     if reason == "jump":
+        med_best = float(meds[list(rows).index(best)])
         what = (f"jumped to {_fmt(v[best, j])} at step {step} on rank {m.rank}, {_fmt(best_f)}x its median "
-                f"of {_fmt(med[best, j])} over the previous {cfg['explode_window']} logged steps")
+                f"of {_fmt(med_best)} over the previous {cfg['explode_window']} logged steps")
         evidence = {"reason": "jump", "factor": best_f, "value": float(v[best, j]),
-                    "trailing_median": float(med[best, j]), "window": cfg["explode_window"]}
+                    "trailing_median": med_best, "window": cfg["explode_window"]}
     else:
         end_step = int(m.steps[first_grow_end])
         what = (f"grew {_fmt(best_f)}x in {n} consecutive logged steps from step {step} to {end_step} on "
@@ -822,14 +861,21 @@ def compute_heatmap_bins(m: GradMatrix, max_bins: int = 300, rows: list | None =
     p = m.present[idx] if rows is not None else m.present
     edges = bin_edges(m.n_steps, max_bins)
     starts = edges[:-1]
+    shape = (len(names), len(starts))
     fin = np.isfinite(v)
-    mx = np.fmax.reduceat(np.where(fin, v, np.nan), starts, axis=1)
-    isnan = np.isnan(v) & p
-    isinf = np.isinf(v)
-    n_nan = np.add.reduceat(isnan, starts, axis=1, dtype=np.int64)
-    n_inf = np.add.reduceat(isinf, starts, axis=1, dtype=np.int64)
-    count = np.add.reduceat(p, starts, axis=1, dtype=np.int64)
-    nz = np.add.reduceat(p & (v == 0), starts, axis=1, dtype=np.int64)
+    all_fin = bool(fin.all())
+    mx = np.fmax.reduceat(v if all_fin else np.where(fin, v, np.nan), starts, axis=1)
+    if all_fin:  # the common case: skip the NaN/Inf passes
+        n_nan = n_inf = np.zeros(shape, np.int64)
+    else:
+        n_nan = np.add.reduceat(np.isnan(v) & p, starts, axis=1, dtype=np.int64)
+        n_inf = np.add.reduceat(np.isinf(v), starts, axis=1, dtype=np.int64)
+    if p.all():
+        count = np.broadcast_to(np.diff(edges)[None, :], shape).astype(np.int64)
+    else:
+        count = np.add.reduceat(p, starts, axis=1, dtype=np.int64)
+    zero = v == 0
+    nz = np.add.reduceat(p & zero, starts, axis=1, dtype=np.int64) if zero.any() else np.zeros(shape, np.int64)
     start_step = m.steps[starts]
     end_step = m.steps[edges[1:] - 1]
     cell_edges = np.append(start_step, end_step[-1] + 1).astype(np.float64)

@@ -346,7 +346,7 @@ class Run:
             "rank": np.concatenate(ranks),
             "layer": pd.Categorical.from_codes(code, categories=categories),
             "grad_norm": np.concatenate(values),
-        })
+        }, copy=False)  # fresh arrays: no need for pandas to copy 10M rows again
 
     # ------------------------------------------------------------------- failures, events
     def failures(self) -> list[dict]:

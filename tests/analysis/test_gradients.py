@@ -459,7 +459,7 @@ def test_group_rows_picks_the_deepest_readable_depth():
        window=hst.integers(2, 25), min_count=hst.integers(1, 10), factor=hst.floats(1.5, 20))
 def test_trailing_jumps_equal_the_brute_force_median(data, window, min_count, factor):
     sig = np.isfinite(data) & (data > 0)
-    jump, _ = ga._trailing_jumps(data, sig, window, min_count, factor)
+    jump = ga._trailing_jumps(data, sig, window, min_count, factor)
     want = np.zeros_like(sig)
     for r in range(data.shape[0]):
         for c in range(data.shape[1]):
@@ -469,3 +469,17 @@ def test_trailing_jumps_equal_the_brute_force_median(data, window, min_count, fa
                 med = np.median(prev)
                 want[r, c] = med > 0 and data[r, c] / med >= factor
     np.testing.assert_array_equal(jump, want)
+
+
+def test_dense_and_general_pivots_agree():
+    vals = healthy(n=50)
+    vals["enc.0.bias"][20] = np.nan
+    g = grads_frame(vals)
+    dense = ga.pivot_grad_norms(g)[0]                                   # reshape path
+    general = ga.pivot_grad_norms(g.sample(frac=1, random_state=1))[0]  # scatter path
+    assert dense.names == general.names == LAYERS + [ga.TOTAL]
+    np.testing.assert_array_equal(dense.steps, general.steps)
+    np.testing.assert_array_equal(dense.values, general.values)
+    np.testing.assert_array_equal(dense.present, general.present)
+    no_total = ga.pivot_grad_norms(grads_frame(vals, total=False))[0]
+    np.testing.assert_allclose(no_total.values[-1], dense.values[-1])

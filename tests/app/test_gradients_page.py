@@ -173,3 +173,32 @@ def test_rank_selector_and_rank_param(tmp_path, monkeypatch):
     at = _page("two-ranks", rank="7")
     assert any("?rank=7: this run has no gradient norms from that rank (ranks: 0, 1)" in w.value
                for w in at.warning)
+
+
+def test_a_live_run_is_shown_live_and_picks_up_new_steps(tmp_path, monkeypatch):
+    from debugkit import format as fmt
+    from debugkit._fsutil import atomic_write_json
+    from debugkit.recorder.writer import RankWriter
+
+    run = tmp_path / "live"
+    run.mkdir()
+    atomic_write_json(run / fmt.MANIFEST, {"schema_version": fmt.SCHEMA_VERSION, "run_id": "l",
+                                           "name": "live", "config": {}})
+    d = run / fmt.RANKS_DIR / "0"
+    w = RankWriter(d, n_layers=2, flush_every_s=3600)  # heartbeat: running, this process
+    atomic_write_json(d / "meta-000.json", {"rank": 0, "layers": ["w"], "segment": 0})
+    try:
+        for s in range(10):
+            w.add("grads", (s, [1.0, 1.0]))
+        w.flush()
+        monkeypatch.setenv("DEBUGKIT_ROOTS", str(tmp_path))
+        at = _page("live")
+        assert at.caption[0].value == "live · running · live: refreshes every few seconds"
+        assert any("10 logged steps" in m.value for m in at.markdown)
+        for s in range(10, 25):
+            w.add("grads", (s, [1.0, 1.0]))
+        w.flush()
+        at.run()
+        assert any("25 logged steps" in m.value for m in at.markdown)
+    finally:
+        w.close()
