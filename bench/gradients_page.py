@@ -179,8 +179,8 @@ def main(argv=None) -> None:
         return
     sizes = a.rows or [1_000_000, 10_000_000]
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (shared with other "
-          f"work: wall times include waiting for a CPU, so CPU time (time.process_time, the work "
-          f"is single-threaded) is the figure to compare); {a.repeats} repeats, fresh process each; medians")
+          f"work: wall times include waiting for a CPU, so the process's CPU time (time.process_time, "
+          f"all threads) is the figure to compare); {a.repeats} repeats, fresh process each; medians")
     with tempfile.TemporaryDirectory(prefix="dk-bench-") as tmp:
         for rows in sizes:
             path = Path(tmp) / f"run-{rows}"

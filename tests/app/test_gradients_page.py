@@ -202,3 +202,4 @@ def test_a_live_run_is_shown_live_and_picks_up_new_steps(tmp_path, monkeypatch):
         assert any("25 logged steps" in m.value for m in at.markdown)
     finally:
         w.close()
+

@@ -51,3 +51,28 @@ def test_click_spike_shows_step_details(server, page, tmp_path):
     assert details.filter(has_text="learning rate").first.inner_text().split()[-1] == "10"
     page.get_by_text("r0-s0000103-nonfinite").first.wait_for()
     page.screenshot(path=str(tmp_path / "gradients-click.png"), full_page=True)
+
+
+def test_typed_tensorboard_log_dir_opens_on_the_gradients_page(server, page, tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    logdir = tmp_path / "my-tb-run"
+    w = SummaryWriter(str(logdir))
+    for s in range(30):
+        w.add_scalar("grad_norm/fc1.weight", 1.0 + 0.01 * s, s)
+        w.add_scalar("grad_norm/fc2.weight", float("nan") if s >= 25 else 0.5, s)
+        w.add_scalar("loss", 2.0 - 0.01 * s, s)
+    w.close()
+    page.goto(server.url + "/gradients")
+    wait_for_app(page)
+    page.get_by_text("Open a path").click()
+    page.get_by_label("Run directory, .zip or TensorBoard log dir").fill(str(logdir))
+    page.get_by_test_id("stBaseButton-secondaryFormSubmit").click()
+    page.get_by_text("fc2.weight").first.wait_for(timeout=90_000)
+    wait_for_app(page)
+    page.get_by_text("nonfinite_grad").first.wait_for(timeout=60_000)
+    page.get_by_text("2 of 2 parameters").first.wait_for()
+    assert "run=my-tb-run" in page.url
+    assert list(logdir.iterdir())[0].name.startswith("events.out.tfevents.")
+    assert len(list(logdir.iterdir())) == 1  # the log directory is only read
+    page.screenshot(path=str(tmp_path / "tensorboard.png"), full_page=True)
