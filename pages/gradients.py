@@ -147,19 +147,34 @@ def _step_details(m, step, scalars, failures, rid):
                     + f": {fail.get('error_type') or fail.get('kind')}")
         if not _common.link_to("pages/replay.py", "Replay this capture", icon=":material/replay:",
                                run=rid, failure=fail["id"], step=fail["step"]):
-            st.caption(f"Replay it with `debugkit replay {path} {fail['id']}`.")
+            st.caption(f"Capture folder: `{fail.get('path')}` (batch, model, optimizer and RNG state "
+                       "of that step, for replay).")
     else:
         st.caption("No failure capture in this run.")
+    # Shown as text so that NaN/Inf read as such (a numeric column would show a blank).
+    shown_table = table.assign(
+        grad_norm=[_num(v) for v in table["grad_norm"]],
+        trailing_median=[_num(v, "—") for v in table["trailing_median"]],
+        ratio=[_num(v, "—", ".2f") for v in table["ratio"]])
     st.dataframe(
-        table, hide_index=True, width="stretch",
+        shown_table, hide_index=True, width="stretch",
         column_config={
             "layer": st.column_config.TextColumn("layer"),
-            "grad_norm": st.column_config.NumberColumn("grad norm", format="%.4g"),
-            "trailing_median": st.column_config.NumberColumn("median of previous 20", format="%.4g"),
-            "ratio": st.column_config.NumberColumn("ratio", format="%.2f"),
+            "grad_norm": st.column_config.TextColumn("grad norm"),
+            "trailing_median": st.column_config.TextColumn("median of previous 20"),
+            "ratio": st.column_config.TextColumn("ratio to median"),
             "status": st.column_config.TextColumn("status"),
         },
         height=min(600, 35 * len(table) + 40))
+
+
+def _num(v, nan="NaN", spec=".4g") -> str:
+    v = float(v)
+    if math.isnan(v):
+        return nan
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    return format(v, spec)
 
 
 def _sig():
