@@ -203,3 +203,16 @@ def test_a_live_run_is_shown_live_and_picks_up_new_steps(tmp_path, monkeypatch):
     finally:
         w.close()
 
+
+
+def test_overview_links_a_nonfinite_capture_here():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.query_params["run"] = "digits-exploding"
+    at.switch_page("pages/overview.py")
+    at.run()
+    assert not at.exception
+    links = [(x.proto.label, x.proto.page, x.proto.query_string) for x in at.get("page_link")]
+    assert ("See the gradients at this step", "gradients",
+            "run=digits-exploding&failure=r0-s0000103-nonfinite&step=103") in links
+    at = _page("digits-exploding", failure="r0-s0000103-nonfinite", step="103")
+    assert "Step 103" in _subheaders(at)
