@@ -50,7 +50,7 @@ def test_click_spike_shows_step_details(server, page, tmp_path):
     assert details.filter(has_text="total grad norm").first.inner_text().split()[-1] == "12.66"
     assert details.filter(has_text="learning rate").first.inner_text().split()[-1] == "10"
     page.get_by_text("r0-s0000103-nonfinite").first.wait_for()
-    page.screenshot(path=str(tmp_path / "gradients-click.png"), full_page=True)
+    page.screenshot(path=str(tmp_path / "gradients-click.png"), timeout=120_000)
 
 
 def test_typed_tensorboard_log_dir_opens_on_the_gradients_page(server, page, tmp_path):
@@ -75,4 +75,4 @@ def test_typed_tensorboard_log_dir_opens_on_the_gradients_page(server, page, tmp
     assert "run=my-tb-run" in page.url
     assert list(logdir.iterdir())[0].name.startswith("events.out.tfevents.")
     assert len(list(logdir.iterdir())) == 1  # the log directory is only read
-    page.screenshot(path=str(tmp_path / "tensorboard.png"), full_page=True)
+    page.screenshot(path=str(tmp_path / "tensorboard.png"), timeout=120_000)
