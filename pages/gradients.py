@@ -214,7 +214,7 @@ def render():
     if want_rank is not None and want_rank not in ranks:
         st.warning(f"?rank={want_rank}: this run has no gradient norms from that rank "
                    f"(ranks: {', '.join(map(str, ranks))}); showing rank {ranks[0]}.")
-    c_rank, c_mod, c_rx, c_clip, c_thr = st.columns([0.8, 2.6, 2, 1.4, 1.3], vertical_alignment="bottom")
+    c_rank, c_mod, c_rx, c_clip, c_thr = st.columns([0.7, 2.4, 1.9, 1.4, 1.6], vertical_alignment="bottom")
     with c_rank:
         rank = st.selectbox("Rank", ranks, index=ranks.index(want_rank) if want_rank in ranks else 0,
                             disabled=len(ranks) == 1)
