@@ -16,6 +16,7 @@ PAGES = [
     ("pages/overview.py", "Overview", ":material/dashboard:", "overview"),
     ("pages/distributed.py", "Distributed", ":material/lan:", "distributed"),
     ("pages/replay.py", "Replay", ":material/replay:", "replay"),
+    ("pages/gradients.py", "Gradients", ":material/ssid_chart:", "gradients"),
 ]
 
 pages = [st.Page(f, title=t, icon=i, url_path=u, default=(u == "home")) for f, t, i, u in PAGES]

@@ -31,6 +31,8 @@ SAMPLES: dict[str, tuple[list[str], int]] = {
     "cancer-nan-input": (["examples.cancer_ratio"], 1),
     "digits-metric-zero-distance": (["examples.digits_metric"], 1),
     "credit-unseen-category": (["examples.credit_categories"], 1),
+    "digits-exploding": (["examples.exploding"], 1),
+    "digits-vanishing": (["examples.vanishing"], 0),
 }
 
 

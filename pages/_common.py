@@ -240,7 +240,7 @@ def sidebar() -> None:
             st.rerun()
         with st.expander("Open a path", expanded=False):
             with st.form("open_path", clear_on_submit=False, border=False):
-                text = st.text_input("Run directory or .zip", placeholder="runs/my-run")
+                text = st.text_input("Run directory, .zip or TensorBoard log dir", placeholder="runs/my-run")
                 if st.form_submit_button("Open") and text.strip():
                     _open_typed(text)
                     st.rerun()

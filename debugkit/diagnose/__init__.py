@@ -15,6 +15,7 @@ from ..analysis.findings import Finding, sort_findings
 SOURCES = [
     "failures",
     "distributed",
+    "gradients",
 ]
 
 

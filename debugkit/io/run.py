@@ -347,7 +347,7 @@ class Run:
             "rank": np.concatenate(ranks),
             "layer": pd.Categorical.from_codes(code, categories=categories),
             "grad_norm": np.concatenate(values),
-        })
+        }, copy=False)  # fresh arrays: no need for pandas to copy 10M rows again
 
     # ------------------------------------------------------------------- failures, events
     def failures(self) -> list[dict]:
@@ -450,7 +450,8 @@ class Run:
 
 
 def open_run(path: str | os.PathLike) -> Run:
-    """Open a run directory, or a ``.zip`` of one, for reading.
+    """Open a run directory, a ``.zip`` of one, or a TensorBoard log directory (converted
+    once into the cache, see :mod:`debugkit.io.tensorboard`), for reading.
 
     ``path`` may be an fsspec URL (``s3://bucket/runs/r1``, ``gs://...``,
     ``memory://...``): the run is read in place (see :mod:`debugkit.io.fs`).
@@ -474,7 +475,12 @@ def open_run(path: str | os.PathLike) -> Run:
         p = open_zip_cached(p if is_local(p) else _fetch_remote(p))
     mpath = p / fmt.MANIFEST
     if not mpath.is_file():
-        raise RunDirError(MSG_NOT_A_RUN.format(path=p))
+        from .tensorboard import is_tensorboard_dir, open_tensorboard_cached
+
+        if not is_tensorboard_dir(p):
+            raise RunDirError(MSG_NOT_A_RUN.format(path=p))
+        p = open_tensorboard_cached(p)  # converted once per version of its event files
+        mpath = p / fmt.MANIFEST
     try:
         raw = mpath.read_bytes()
         manifest = json.loads(raw)

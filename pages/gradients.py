@@ -1,0 +1,300 @@
+"""Gradients: a layer x step heatmap, per-layer lines, findings, and one step's details.
+
+Deep link: ``?run=<id>&step=<int>`` opens that step's details (``&failure=<id>`` picks
+a capture's step when no step is given; ``&rank=<int>`` a rank).
+"""
+
+import math
+
+import streamlit as st
+
+from debugkit.analysis import gradients as ga
+from debugkit.charts.gradients import build_grad_heatmap_figure, build_grad_lines_figure
+from debugkit.errors import DebugkitError, InvalidInputError
+from pages import _common
+
+_common.page_guard()
+path = _common.require_run("the gradients")
+
+SEVERITY_ICON = {"error": ":material/error:", "warning": ":material/warning:", "info": ":material/info:"}
+GRADIENT_KINDS = ("nonfinite_loss", "nonfinite_grad", "exploding_grad", "vanishing_grad",
+                  "dead_layer", "loss_spike", "step_failure")
+MAX_LINES = 12
+MAX_STEP = 10**12
+STEP_KEY = "grad_step"
+
+
+# ----------------------------------------------------------------------------- cached work
+@st.cache_data(**_common.CACHE, show_spinner=False)
+def _matrices(path: str, sig: tuple):
+    return ga.pivot_grad_norms(_common.table(path, "grad_norms"))
+
+
+@st.cache_data(**_common.CACHE, show_spinner=False)
+def _findings(path: str, sig: tuple, config: tuple):
+    from debugkit.diagnose import failures as failure_source
+
+    scalars = _common.table(path, "scalars")
+    from debugkit.io.run import open_run
+
+    out = ga.detect_gradient_findings(None, scalars, dict(config), matrices=_matrices(path, sig))
+    out += failure_source.collect(open_run(path), {})
+    from debugkit.analysis.findings import sort_findings
+
+    return sort_findings(out)
+
+
+@st.cache_data(**_common.CACHE, show_spinner=False)
+def _bins(path: str, sig: tuple, rank: int, rows: tuple):
+    return ga.compute_heatmap_bins(_matrices(path, sig)[rank], 300, rows=list(rows))
+
+
+# ----------------------------------------------------------------------------- query params
+def _param_int(name: str, low: int, high: int):
+    raw = st.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    text = str(raw).strip()
+    if not text.lstrip("-").isdigit() or len(text) > 14:
+        raise InvalidInputError(f"?{name}={str(raw)[:40]!r}: expected a whole number")
+    value = int(text)
+    if not low <= value <= high:
+        raise InvalidInputError(f"?{name}={value}: expected a number from {low} to {high}")
+    return value
+
+
+def _initial_step(failures):
+    """The step named by ?step= (or ?failure=), validated; None when absent."""
+    step = _param_int("step", 0, MAX_STEP)
+    fid = st.query_params.get("failure")
+    if fid:
+        match = [f for f in failures if f.get("id") == fid]
+        if not match:
+            raise InvalidInputError(f"?failure={str(fid)[:80]!r}: no such failure capture in this run")
+        if step is None and isinstance(match[0].get("step"), int):
+            step = match[0]["step"]
+    return step
+
+
+def _set_step(step: int):
+    st.session_state[STEP_KEY] = int(step)
+    st.query_params["step"] = str(int(step))
+
+
+def _on_chart_select():
+    event = st.session_state.get("grad_lines_chart")
+    points = (event or {}).get("selection", {}).get("points", []) if event else []
+    for p in points:
+        cd = p.get("customdata")
+        if isinstance(cd, (list, tuple)):
+            cd = cd[0] if cd else None
+        if cd is None:
+            cd = p.get("x")
+        try:
+            _set_step(int(round(float(cd))))
+            return
+        except (TypeError, ValueError):
+            continue
+
+
+# ----------------------------------------------------------------------------- sections
+def _findings_panel(findings, rank):
+    st.subheader("Findings")
+    if not findings:
+        st.success("No gradient or loss problem found.", icon=":material/check:")
+        return
+    counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}
+    st.caption(" · ".join(f"{n} {s}" for s, n in counts.items() if n))
+    with st.container(height=640 if len(findings) > 4 else "content", border=False):
+        for i, f in enumerate(findings):
+            with st.container(border=True):
+                where = f"step {f.step}" + (f" · rank {f.rank}" if f.rank is not None else "")
+                st.markdown(f"{SEVERITY_ICON[f.severity]} **{f.kind}** · {where}"
+                            + (f" · `{f.layer}`" if f.layer else ""))
+                st.caption(f.message)
+                if f.step is not None:
+                    st.button(f"Show step {f.step}", key=f"finding_{i}", on_click=_set_step,
+                              args=(f.step,), icon=":material/zoom_in:",
+                              type="tertiary")
+
+
+def _step_details(m, step, scalars, failures, rid):
+    shown, table = ga.compute_step_details(m, step)
+    st.subheader(f"Step {shown}" + (f" · rank {m.rank}" if len(_matrices(path, _sig())) > 1 else ""))
+    if shown != step:
+        st.caption(f"Step {step} has no gradient norms logged; showing the nearest logged step, {shown}.")
+    vals = ga.scalars_at_step(scalars, shown, m.rank)
+    losses = {k: v for k, v in vals.items() if "loss" in k.rsplit("/", 1)[-1].lower()}
+    lrs = {k: v for k, v in vals.items() if k == "lr" or k.startswith("lr/")}
+    total = table[table["layer"] == ga.TOTAL]
+    cols = st.columns(4)
+    for k, v in list(losses.items())[:1] or [("loss", None)]:
+        cols[0].metric(k, "—" if v is None else f"{v:.4g}")
+    for k, v in list(lrs.items())[:1] or [("lr", None)]:
+        cols[1].metric("learning rate" if k == "lr" else k, "—" if v is None else f"{v:.4g}")
+    if len(total):
+        tv, tr = float(total["grad_norm"].iloc[0]), float(total["ratio"].iloc[0])
+        cols[2].metric("total grad norm", f"{tv:.4g}")
+        cols[3].metric("vs. recent median", "—" if not math.isfinite(tr) else f"{tr:.2f}x")
+    others = {k: v for k, v in vals.items() if k not in losses and k not in lrs}
+    if len(losses) > 1 or len(lrs) > 1 or others:
+        st.caption(" · ".join(f"{k} = {v:.4g}" for k, v in {**losses, **lrs, **others}.items()))
+    fail = ga.nearest_failure(failures, shown, m.rank)
+    if fail:
+        same = fail["step"] == shown
+        st.markdown(f":material/bug_report: Failure capture **{fail['id']}** at step {fail['step']}"
+                    + (" (this step)" if same else f" ({abs(fail['step'] - shown)} steps away)")
+                    + f": {fail.get('error_type') or fail.get('kind')}")
+        if not _common.link_to("pages/replay.py", "Replay this capture", icon=":material/replay:",
+                               run=rid, failure=fail["id"], step=fail["step"]):
+            st.caption(f"Capture folder: `{fail.get('path')}` (batch, model, optimizer and RNG state "
+                       "of that step, for replay).")
+    else:
+        st.caption("No failure capture in this run.")
+    # Shown as text so that NaN/Inf read as such (a numeric column would show a blank).
+    shown_table = table.assign(
+        grad_norm=[_num(v) for v in table["grad_norm"]],
+        trailing_median=[_num(v, "—") for v in table["trailing_median"]],
+        ratio=[_num(v, "—", ".2f") for v in table["ratio"]])
+    st.dataframe(
+        shown_table, hide_index=True, width="stretch",
+        column_config={
+            "layer": st.column_config.TextColumn("layer"),
+            "grad_norm": st.column_config.TextColumn("grad norm"),
+            "trailing_median": st.column_config.TextColumn("median of previous 20"),
+            "ratio": st.column_config.TextColumn("ratio to median"),
+            "status": st.column_config.TextColumn("status"),
+        },
+        height=min(600, 35 * len(table) + 40))
+
+
+def _num(v, nan="NaN", spec=".4g") -> str:
+    v = float(v)
+    if math.isnan(v):
+        return nan
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    return format(v, spec)
+
+
+def _sig():
+    return _common.signature(path)
+
+
+def render():
+    try:
+        sig = _sig()
+        info = _common.summary(path)
+        mats = _matrices(path, sig)
+        scalars = _common.table(path, "scalars")
+        failures = _common.table(path, "failures")
+    except DebugkitError as exc:
+        _common.show_error(exc)
+        return
+    rid = _common._id_for(path)
+    st.title("Gradients")
+    st.caption(f"{info['name']} · {info['status']}"
+               + (" · live: refreshes every few seconds" if info["status"] == "running" else ""))
+    if not mats:
+        st.info("This run has no gradient norms yet. The Recorder logs them every `log_every` steps "
+                "once `rec.step(...)` wraps a step with a backward pass.", icon=":material/info:")
+        return
+
+    try:
+        first = _initial_step(failures)
+        want_rank = _param_int("rank", 0, 1_000_000)
+    except InvalidInputError as exc:
+        _common.show_error(exc)
+        first, want_rank = None, None
+    if first is not None and st.session_state.get("grad_step_link") != (rid, first):
+        st.session_state["grad_step_link"] = (rid, first)
+        st.session_state[STEP_KEY] = first
+
+    ranks = sorted(mats)
+    if want_rank is not None and want_rank not in ranks:
+        st.warning(f"?rank={want_rank}: this run has no gradient norms from that rank "
+                   f"(ranks: {', '.join(map(str, ranks))}); showing rank {ranks[0]}.")
+    c_rank, c_mod, c_rx, c_clip, c_thr = st.columns([0.7, 2.4, 1.9, 1.4, 1.6], vertical_alignment="bottom")
+    with c_rank:
+        rank = st.selectbox("Rank", ranks, index=ranks.index(want_rank) if want_rank in ranks else 0,
+                            disabled=len(ranks) == 1)
+    m = mats[rank]
+    tree = ga.module_prefixes(m.layers)
+    with c_mod:
+        modules = st.multiselect(
+            "Modules", [p for p, _, _ in tree],
+            format_func=lambda p: next(("\u2003" * (d - 1) + f"{p} ({n})" for q, d, n in tree if q == p), p),
+            placeholder="all modules", help="Parameters under any chosen module (a module tree, in model order).")
+    with c_rx:
+        regex = st.text_input("Layer regex", placeholder=r"e.g. attn|\.bias$",
+                              help="Python regular expression searched in each parameter name.")
+    with c_clip:
+        max_norm = st.number_input("What-if clip max_norm", min_value=0.0, value=None, step=0.1,
+                                   format="%.3g", placeholder="off",
+                                   help="Shade the steps torch.nn.utils.clip_grad_norm_(max_norm) "
+                                        "would have clipped.")
+    with c_thr:
+        with st.popover("Thresholds", icon=":material/tune:"):
+            ef = st.number_input("explode_factor", min_value=1.5, value=float(ga.DEFAULTS["explode_factor"]))
+            vr = st.number_input("vanish_rel", min_value=1e-12, value=float(ga.DEFAULTS["vanish_rel"]),
+                                 format="%.1e")
+            sm = st.number_input("spike_mads", min_value=1.0, value=float(ga.DEFAULTS["spike_mads"]))
+            st.caption("See docs/gradients.md for every threshold.")
+    config = (("explode_factor", ef), ("vanish_rel", vr), ("spike_mads", sm))
+
+    try:
+        layers = ga.select_layers(m.layers, modules, regex)
+        findings = _findings(path, sig, config)
+    except DebugkitError as exc:
+        _common.show_error(exc)
+        return
+    if not layers:
+        st.warning("No parameter matches this filter.", icon=":material/filter_alt_off:")
+        return
+    rank_findings = [f for f in findings if f.rank in (None, rank)]
+    clip = ga.compute_clip_whatif(m, max_norm) if max_norm else None
+    step = st.session_state.get(STEP_KEY)
+    fail_steps = [f["step"] for f in failures if isinstance(f.get("step"), int) and f.get("rank") in (None, rank)]
+
+    left, right = st.columns([3, 1.25])
+    with right:
+        _findings_panel(rank_findings, rank)
+    with left:
+        rows = tuple(layers + [ga.TOTAL])
+        bins = _bins(path, sig, rank, rows)
+        groups = ga.group_rows(layers)
+        st.markdown(f"**log10 gradient norm per layer** · {len(layers)} of {len(m.layers)} parameters · "
+                    f"{m.n_steps:,} logged steps in {len(bins.start_step)} bins (each shows its max)")
+        st.plotly_chart(build_grad_heatmap_figure(bins, groups=groups, selected_step=step,
+                                                  failure_steps=fail_steps), key="grad_heatmap")
+        default = ga.default_line_layers(m, rank_findings, layers, limit=6)
+        chosen = st.multiselect("Lines", layers, default=default, max_selections=MAX_LINES,
+                                key=f"grad_lines_pick_{rank}_{hash((tuple(modules), regex))}",
+                                help="Layers drawn as lines (the total is always drawn).")
+        if clip is not None:
+            n = int(clip.clipped.sum())
+            st.caption(f"clip_grad_norm_(max_norm={clip.max_norm:g}) would have clipped {n:,} of "
+                       f"{m.n_steps:,} logged steps ({100 * clip.fraction:.1f} %), shaded in orange"
+                       + (f"; {int(clip.nonfinite.sum())} step(s) had a non-finite total that clipping "
+                          "cannot repair" if clip.nonfinite.any() else "") + ".")
+        fig = build_grad_lines_figure(m, chosen, clip=clip, selected_step=step, failure_steps=fail_steps)
+        st.plotly_chart(fig, key="grad_lines_chart", on_select=_on_chart_select, selection_mode="points")
+        st.caption("Click a point to see that step. NaN/Inf values are the pink x markers at the top; "
+                   "exactly-zero gradients the grey triangles at the bottom.")
+
+    if step is not None:
+        st.divider()
+        _step_details(m, step, scalars, failures, rid)
+    for w in info.get("warnings") or []:
+        st.caption(f":material/info: {w}")
+
+
+try:
+    status_now = _common.summary(path)["status"]
+except DebugkitError as exc:
+    _common.show_error(exc)
+    st.stop()
+if status_now == "running":
+    st.fragment(render, run_every=3)()
+else:
+    render()

@@ -1,0 +1,96 @@
+"""Gradient figures: traces, markers, payload bounds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from debugkit.analysis import gradients as ga
+from debugkit.charts.gradients import (NONFINITE_COLOR, build_grad_heatmap_figure,
+                                       build_grad_lines_figure, figure_payload_points)
+
+
+def _matrix(n=1_000_000, spike=123_457, nan_at=(500_000,)):
+    vals = np.full(n, 1.0) + 0.01 * np.sin(np.arange(n))
+    vals[spike] = 1e4
+    for k in nan_at:
+        vals[k] = np.nan
+    zeros = np.full(n, 0.5)
+    zeros[10:20] = 0.0
+    step = np.repeat(np.arange(n), 2)
+    codes = np.tile([0, 1], n)
+    g = pd.DataFrame({"step": step, "rank": np.zeros(2 * n, np.int32),
+                      "layer": pd.Categorical.from_codes(codes, ["a.w", "b.w"]),
+                      "grad_norm": np.column_stack([vals, zeros]).reshape(-1)})
+    return ga.pivot_grad_norms(g)[0]
+
+
+def test_lines_keep_the_spike_every_nan_and_stay_bounded():
+    m = _matrix()
+    fig = build_grad_lines_figure(m, ["a.w", "b.w"], max_points=5000)
+    by_name = {t.name: t for t in fig.data}
+    line = by_name["a.w"]
+    assert line.mode == "lines+markers"
+    assert len(line.x) <= 5001
+    xs = np.asarray(line.x)
+    assert 123_457 in xs
+    assert float(np.asarray(line.y)[xs.tolist().index(123_457)]) == 1e4
+    np.testing.assert_array_equal(np.asarray(line.customdata), xs)  # the step, for clicks
+    nan = by_name["a.w: NaN/Inf"]
+    assert list(nan.x) == [500_000] and nan.marker.color == NONFINITE_COLOR
+    assert list(nan.customdata) == [500_000] and list(nan.text) == ["nan"]
+    zero = by_name["b.w: 0"]
+    assert list(zero.x) == list(range(10, 20))
+    assert fig.layout.yaxis.type == "log"
+    assert all(len(t.x) <= 5001 for t in fig.data if t.x is not None)
+    assert "total" in by_name
+
+
+def test_lines_draw_clip_shading_and_max_norm():
+    m = _matrix(n=100, spike=50, nan_at=())
+    clip = ga.compute_clip_whatif(m, 5.0)
+    fig = build_grad_lines_figure(m, ["a.w"], clip=clip, selected_step=50, failure_steps=[60])
+    rects = [s for s in fig.layout.shapes if s.type == "rect"]
+    assert [(r.x0, r.x1) for r in rects] == [(49.5, 50.5)]
+    lines = [s for s in fig.layout.shapes if s.type == "line"]
+    assert any(s.y0 == 5.0 and s.xref == "paper" for s in lines)
+    assert any(s.x0 == 50 for s in lines) and any(s.x0 == 60 for s in lines)
+
+
+def test_heatmap_marks_nonfinite_and_zero_cells_and_stays_bounded():
+    m = _matrix()
+    bins = ga.compute_heatmap_bins(m, 300)
+    fig = build_grad_heatmap_figure(bins, groups=ga.group_rows(m.layers))
+    heat = [t for t in fig.data if t.type == "heatmap"]
+    main = heat[0]
+    z = np.asarray(main.z)
+    assert z.shape == (3, 300)
+    assert np.nanmax(z[0]) == 4.0  # log10 of the 1e4 spike
+    assert list(main.y) == ["a.w", "b.w", ga.TOTAL]
+    nan_layer = next(t for t in heat if t.name == "NaN/Inf")
+    zn = np.asarray(nan_layer.z, dtype=float)
+    assert np.nansum(zn[0]) == 1 and np.nansum(zn[1]) == 0
+    col = int(np.nanargmax(zn[0]))
+    assert bins.start_step[col] <= 500_000 <= bins.end_step[col]
+    # 10 zero steps share their bin with non-zero ones: no all-zero cell
+    assert not any(t.name == "exactly 0" for t in heat)
+    assert figure_payload_points(fig) < 20_000
+    assert fig.layout.yaxis.autorange == "reversed"
+
+
+def test_heatmap_zero_overlay_and_group_labels():
+    n = 40
+    names = [f"blocks.{i}.{p}" for i in range(2) for p in ("w", "b", "g")] + ["head.w"]
+    vals = {k: np.ones(n) for k in names}
+    vals["head.w"] = np.zeros(n)
+    rows = [(s, k, v[s]) for k, v in vals.items() for s in range(n)]
+    g = pd.DataFrame(rows, columns=["step", "layer", "grad_norm"]).assign(rank=0)
+    g["layer"] = pd.Categorical(g["layer"], categories=names)
+    m = ga.pivot_grad_norms(g)[0]
+    groups = ga.group_rows(m.layers)
+    assert groups == [("blocks.0", 0, 3), ("blocks.1", 3, 3), ("head", 6, 1)]
+    fig = build_grad_heatmap_figure(ga.compute_heatmap_bins(m, 300), groups=groups)
+    zero = next(t for t in fig.data if t.name == "exactly 0")
+    z = np.asarray(zero.z, dtype=float)
+    assert np.nansum(z[6]) == n and np.nansum(z[:6]) == 0
+    assert [a.text for a in fig.layout.annotations] == ["blocks.0", "blocks.1", "head"]
