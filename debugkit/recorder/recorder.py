@@ -18,6 +18,8 @@ from .._fsutil import atomic_write_json
 from ..errors import InvalidInputError, NonFiniteError
 from .capture import describe_callable, take_rng_state, write_capture
 from .env import collect_env, pip_check
+from .memhistory import MemoryHistory, memory_capacity
+from .memhistory import parse_option as parse_memory_option
 from .norms import GradNormComputer
 from .tracking import track_loader
 from .writer import PendingTensor, RankWriter
@@ -133,15 +135,24 @@ class Recorder:
     halt_on_nonfinite : bool
         Raise :class:`debugkit.NonFiniteError` inside the first step whose loss or a
         gradient norm is NaN/Inf (after capturing it) instead of letting training go on.
+    record_memory_history : bool or dict
+        On CUDA, record the caching allocator's history
+        (``torch.cuda.memory._record_memory_history``) and write PyTorch memory
+        snapshots into ``memory_snapshots/`` when a step fails (taken at the moment of
+        an out-of-memory error) and at close. A dict sets ``max_entries`` (default
+        100,000), ``stacks`` (``"python"`` or ``"all"``) and ``dump_at_close``. Without
+        CUDA it is a no-op that warns once. See docs/memory.md.
     """
 
     def __init__(self, run_dir, model, optimizer=None, *, name=None, config=None,
                  model_factory=None, factory_kwargs=None, step_fn=None, num_classes=None,
-                 log_every=1, flush_every_s=2.0, halt_on_nonfinite=False):
+                 log_every=1, flush_every_s=2.0, halt_on_nonfinite=False,
+                 record_memory_history=False):
         import torch
 
         if int(log_every) < 1:
             raise InvalidInputError(f"log_every={log_every!r}: expected an integer >= 1")
+        parse_memory_option(record_memory_history)  # bad options fail before any file is written
         self.run_dir = Path(run_dir)
         self.model = model
         self._module = _unwrap(model)
@@ -209,11 +220,13 @@ class Recorder:
             "rank": self.rank, "world_size": self.world_size, "local_rank": dist["local_rank"],
             "host": dist["host"], "pid": os.getpid(), "device": str(self.device),
             "backend": dist["backend"], "layers": self.layers, "started_at": now,
-            "segment": self._writer.segment,
+            "segment": self._writer.segment, **memory_capacity(self.device),
         })
         self._writer.event("start", segment=self._writer.segment, pid=os.getpid())
 
         self._rss = _RSS()
+        self._memhist = MemoryHistory(record_memory_history, self.device, self.run_dir,
+                                      self.rank, self._writer.event)
         self._step_no = 0
         self._cur: _Step | None = None
         self._last_exit: float | None = None
@@ -288,6 +301,7 @@ class Recorder:
         for h in self._hooks:
             h.remove()
         atexit.unregister(self._atexit)
+        self._memhist.close(self._last_step)
         state = fmt.STATE_FAILED if failed else fmt.STATE_FINISHED
         self._writer.event("close", state=state, steps=self._step_no)
         self._writer.close(state)
@@ -458,6 +472,7 @@ class Recorder:
                     fid = self._capture(st, "exception", exc)
                     self._writer.event("failure", step=st.step, failure=fid,
                                        error_type=type(exc).__name__, message=str(exc)[:2000])
+                    self._memhist.dump(st.step, "failure", failure=fid)
                 except Exception as cap_err:  # never mask the user's exception
                     self._writer.event("capture_error", step=st.step, message=str(cap_err))
             self._finish_step_rows(st, t1, ok)
