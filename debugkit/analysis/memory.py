@@ -273,7 +273,7 @@ def detect_memory_leaks(memory: pd.DataFrame, capacity: pd.DataFrame | None = No
             span = res["last_step"] - res["judged_from_step"]
             msg = (f"Rank {rank}: {name} keeps growing by {fmt_bytes(res['bytes_per_step'])} per "
                    f"step from step {res['start_step']} (+{fmt_bytes(res['growth_bytes'])} over "
-                   f"{span} steps after warm-up, on the floor of each window)")
+                   f"the {span} steps after warm-up, measured on each window's minimum)")
             severity = "warning"
             if res["oom_step"] is not None:
                 msg += (f"; at this rate the {_where(metric)}'s {fmt_bytes(res['capacity_bytes'])} "
