@@ -5,4 +5,5 @@ Each importer is a module of this package with ``register(subparsers)``, adding 
 """
 
 IMPORTERS: list[str] = [
+    "memory_snapshot",
 ]
