@@ -321,3 +321,77 @@ def leaky_training(steps: int = 30, *, leak_bytes: int = 3 * MiB, act_bytes: int
         b.free(g)
         b.tick(1000)
     return b
+
+
+def synthetic_large_snapshot(events: int = 1_000_000, sites: int = 40, *, leak_every: int = 50,
+                             seed: int = 0) -> dict:
+    """A large snapshot in PyTorch's layout, generated directly (the allocator model above
+    is exact but too slow for millions of events).
+
+    Allocations come from ``sites`` call sites with shared frame lists; every
+    ``leak_every``-th allocation is never freed, the others are freed a few events later
+    (``free_requested`` then ``free_completed``). Each allocation gets its own 1 MiB slot
+    of address space, and the live ones at the end sit in 64 MiB segments tiled with
+    inactive blocks, as the allocator reports them.
+    """
+    import random
+
+    rng = random.Random(seed)
+    frames = [[{"name": "forward", "filename": f"{USER}model_{k}.py", "line": 10 + k},
+               {"name": "train_step", "filename": f"{USER}train.py", "line": 100 + k},
+               {"name": "main", "filename": f"{USER}train.py", "line": 300}]
+              for k in range(sites)]
+    sizes = [512 * (1 + (k * 37) % 2000) for k in range(sites)]  # up to ~1 MiB
+    trace: list[dict] = []
+    pending: list[tuple[int, int, int, int]] = []  # (free at event, addr, size, site)
+    live: dict[int, tuple[int, int]] = {}
+    t, slot, n_alloc = 1_700_000_000_000_000, 0, 0
+    while len(trace) < events:
+        if pending and (pending[0][0] <= len(trace) or rng.random() < 0.5):
+            _, addr, size, k = pending.pop(0)
+            for action in ("free_requested", "free_completed"):
+                trace.append({"action": action, "addr": addr, "size": size, "stream": 0,
+                              "time_us": t, "frames": frames[k]})
+                t += 3
+            del live[addr]
+            continue
+        k = rng.randrange(sites)
+        addr = BASE_ADDRESS + slot * MiB
+        slot += 1
+        n_alloc += 1
+        trace.append({"action": "alloc", "addr": addr, "size": sizes[k], "stream": 0,
+                      "time_us": t, "frames": frames[k]})
+        t += 3
+        live[addr] = (sizes[k], k)
+        if n_alloc % leak_every:
+            pending.append((len(trace) + rng.randrange(2, 40), addr, sizes[k], k))
+    seg_size = 64 * MiB
+    by_seg: dict[int, list[int]] = {}
+    for addr in sorted(live):
+        by_seg.setdefault((addr - BASE_ADDRESS) // seg_size, []).append(addr)
+    segments = []
+    for s, addrs in sorted(by_seg.items()):
+        start = BASE_ADDRESS + s * seg_size
+        blocks, pos, alloc_total, req_total = [], start, 0, 0
+        for addr in addrs:
+            size, k = live[addr]
+            rounded = round_size(size)
+            if addr > pos:
+                blocks.append({"address": pos, "size": addr - pos, "requested_size": 0,
+                               "state": "inactive", "frames": []})
+            blocks.append({"address": addr, "size": rounded, "requested_size": size,
+                           "state": "active_allocated", "frames": frames[k]})
+            pos = addr + rounded
+            alloc_total += rounded
+            req_total += size
+        if pos < start + seg_size:
+            blocks.append({"address": pos, "size": start + seg_size - pos, "requested_size": 0,
+                           "state": "inactive", "frames": []})
+        segments.append({"device": 0, "address": start, "total_size": seg_size,
+                         "allocated_size": alloc_total, "active_size": alloc_total,
+                         "requested_size": req_total, "stream": 0, "segment_type": "large",
+                         "segment_pool_id": (0, 0), "is_expandable": False, "frames": [],
+                         "blocks": blocks})
+    return {"segments": segments, "device_traces": [trace],
+            "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": "", "expandable_segments": False},
+            "external_annotations": []}
