@@ -5,9 +5,12 @@ callable (``os.system``, ``subprocess.Popen``, ``builtins.eval``) and ``REDUCE``
 ``NEWOBJ``/``OBJ``/``BUILD`` call it. Every one of those needs a callable on the stack,
 and the only ways to put one there go through :meth:`pickle.Unpickler.find_class`
 (``EXT1/2/4`` extension codes included) or :meth:`persistent_load`. This unpickler
-refuses both, so a file can produce dicts, lists, tuples, sets, strings, bytes, numbers,
-booleans and None, and nothing else; a file that asks for anything more is refused with
+refuses both, so a file can produce dicts, lists, tuples, strings, numbers, booleans and
+None (and bytes, sets and frozensets, which have opcodes of their own from protocol 3/4
+on), and nothing else; a file that asks for anything more is refused with
 :class:`UnsafePickleError` before the request is honoured, and nothing in it is run.
+PyTorch's snapshots (``pickle.dump`` of plain dicts at the default protocol) need no
+global at all.
 
 It keeps the C unpickler's speed (hundreds of MB per second), which is what makes
 hundreds of MB of PyTorch memory snapshot readable at all.
