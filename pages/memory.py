@@ -135,10 +135,13 @@ def _oom_section(ooms, snapshots, run_id):
             linked = [s for s in snapshots if s.get("failure") == f["id"]]
             with c[1]:
                 for s in linked:
-                    if st.button(f"Open the memory snapshot {s['id']}", key=f"open_{s['id']}",
-                                 icon=":material/troubleshoot:"):
-                        st.session_state["mem_snapshot"] = s["id"]
-                        st.query_params["snapshot"] = s["id"]
+                    st.button(f"Open the memory snapshot {s['id']}", key=f"open_{s['id']}",
+                              icon=":material/troubleshoot:", on_click=_open_snapshot, args=(s["id"],))
+
+
+def _open_snapshot(sid: str) -> None:
+    st.session_state["mem_snapshot"] = sid
+    st.query_params["snapshot"] = sid
 
 
 def _snapshot_section(snapshots, run_status):
