@@ -291,24 +291,23 @@ def build_segments_figure(rows: pd.DataFrame, z: np.ndarray, *, title: str | Non
     """
     import plotly.graph_objects as go
 
-    labels = [f"{a:#x} · {fmt_bytes(t)} · {st}" for a, t, st in
+    labels = [f"{a:#x} · {fmt_bytes(t)} · {st} · {fr / max(t, 1):.0%} free, largest free "
+              f"{fmt_bytes(big)}" for a, t, st, fr, big in
               zip(rows["address"].tolist(), rows["total_size"].tolist(),
-                  rows["segment_type"].astype(str).tolist())]
+                  rows["segment_type"].astype(str).tolist(), rows["free_bytes"].tolist(),
+                  rows["largest_free_bytes"].tolist())]
     bins = z.shape[1] if z.ndim == 2 and z.size else 1
-    hover = np.empty(z.shape, dtype=object)
-    for r in range(z.shape[0]):
-        total = rows["total_size"].iloc[r]
-        free = rows["free_bytes"].iloc[r]
-        big = rows["largest_free_bytes"].iloc[r]
-        for c in range(z.shape[1]):
-            hover[r, c] = (f"{labels[r]}<br>offset {fmt_bytes(total * c / bins)}–"
-                           f"{fmt_bytes(total * (c + 1) / bins)}: {z[r, c]:.0%} in use"
-                           f"<br>segment: {fmt_bytes(free)} free, largest free range {fmt_bytes(big)}")
+    # Offsets of each cell in MiB, as numbers (the hover template formats them).
+    totals = rows["total_size"].to_numpy(dtype=np.float64)[:, None] / MiB
+    frac = np.arange(bins + 1, dtype=np.float64)[None, :] / bins
+    custom = np.stack([np.broadcast_to(totals * frac[:, :-1], z.shape),
+                       np.broadcast_to(totals * frac[:, 1:], z.shape)], axis=-1).round(3)
     fig = go.Figure(go.Heatmap(
-        z=z, y=labels, x=np.arange(bins) / max(bins, 1) * 100, zmin=0, zmax=1,
+        z=z.round(4), y=labels, x=np.round(np.arange(bins) / max(bins, 1) * 100, 3), zmin=0, zmax=1,
         colorscale=[[0, "#f2f2f2"], [0.001, "#c6dbef"], [1, "#08306b"]],
-        colorbar={"title": "in use", "tickformat": ".0%"}, text=hover,
-        hovertemplate="%{text}<extra></extra>", xgap=0, ygap=2))
+        colorbar={"title": "in use", "tickformat": ".0%"}, customdata=custom,
+        hovertemplate="%{y}<br>%{customdata[0]:.2f}–%{customdata[1]:.2f} MiB: %{z:.0%} in use"
+                      "<extra></extra>", xgap=0, ygap=2))
     fig.update_layout(title=title, height=max(220, 26 * len(rows) + 90),
                       margin={"l": 20, "r": 20, "t": 40 if title else 20, "b": 40},
                       xaxis_title="position in segment (%)", yaxis={"automargin": True})

@@ -25,6 +25,7 @@ to the browser.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -239,76 +240,119 @@ def _parse_segments(segments, where: str, stacks: _Stacks):
     return seg_cols, blk_cols, legacy
 
 
-def _parse_traces(traces, where: str, stacks: _Stacks):
+def _parse_traces(traces, where: str, stacks: _Stacks) -> list[dict]:
+    """Per device, the trace as numpy columns.
+
+    Written column by column (one list comprehension per key, then one numpy conversion)
+    because this is where a snapshot's millions of events are; when anything is off, a
+    slow pass over the events says which one and why.
+    """
     import numpy as np
 
-    cols: dict[str, list] = {k: [] for k in ("device", "seq", "action", "addr", "size", "stream",
-                                             "time_us", "device_free", "stack_id")}
     if traces is None:
-        return cols
+        return []
     if not isinstance(traces, list):
         raise InvalidInputError(MSG_FIELD.format(where=where, path="device_traces",
                                                  detail="expected a list (one list per device)"))
-    known = set(ACTIONS)
+    out = []
     for dev, trace in enumerate(traces):
         if not isinstance(trace, list):
             raise InvalidInputError(MSG_FIELD.format(where=where, path=f"device_traces[{dev}]",
                                                      detail="expected a list of events"))
-        n = len(trace)
-        action = [None] * n
-        addr = [None] * n
-        size = [0] * n
-        stream = [0] * n
-        t_us = [None] * n
-        dfree = [None] * n
-        sid = [-1] * n
-        intern = stacks.intern
-        try:  # fast path; on any surprise, the slow path below says where
-            for k, e in enumerate(trace):
-                a = e["action"]
-                action[k] = a
-                if a == "oom":
-                    dfree[k] = e.get("device_free")
-                else:
-                    addr[k] = e["addr"]
-                size[k] = e["size"]
-                stream[k] = e.get("stream", 0)
-                t_us[k] = e.get("time_us")
-                f = e.get("frames")
-                if f:
-                    sid[k] = intern(f, f"device_traces[{dev}][{k}]")
+        if not trace:
+            continue
+        try:
+            action = [e["action"] for e in trace]
+            size = [e["size"] for e in trace]
+            addr = [e.get("addr", -1) for e in trace]
+            stream = [e.get("stream", 0) for e in trace]
+            t_us = [e.get("time_us") for e in trace]
+            dfree = [e.get("device_free") for e in trace]
+            frames = [e.get("frames") for e in trace]
         except (KeyError, TypeError, AttributeError):
             _locate_trace_error(trace, dev, where)
             raise  # pragma: no cover - _locate_trace_error always raises
-        bad = {a for a in action} - known
-        if bad:
-            k = next(i for i, a in enumerate(action) if a in bad)
+        n = len(trace)
+        cat = pd_categorical(action, ACTIONS)
+        if (cat.codes < 0).any():
+            k = int(np.flatnonzero(cat.codes < 0)[0])
             raise InvalidInputError(MSG_FIELD.format(
                 where=where, path=f"device_traces[{dev}][{k}]",
-                detail=f"action {action[k]!r}: expected one of {ACTIONS}"))
-        for name, vals, opt in (("addr", addr, True), ("size", size, False),
-                                ("stream", stream, False), ("device_free", dfree, True)):
-            _check_ints(vals, name, opt, dev, where)
-        cols["device"].append(np.full(n, dev, dtype=np.int32))
-        cols["seq"].append(np.arange(n, dtype=np.int64))
-        cols["action"].append(action)
-        cols["addr"].append(addr)
-        cols["size"].append(size)
-        cols["stream"].append(stream)
-        cols["time_us"].append(t_us)
-        cols["device_free"].append(dfree)
-        cols["stack_id"].append(sid)
-    return cols
+                detail=f"action {action[k]!r:.60}: expected one of {ACTIONS}"))
+        is_oom = cat.codes == ACTIONS.index("oom")
+        cols = {}
+        for name, vals in (("addr", addr), ("size", size), ("stream", stream)):
+            cols[name] = _int_column(vals, name, dev, where, skip=is_oom if name == "addr" else None)
+        missing_addr = (cols["addr"] == -1) & ~is_oom
+        if missing_addr.any():
+            k = int(np.flatnonzero(missing_addr)[0])
+            if "addr" not in trace[k]:
+                raise InvalidInputError(MSG_FIELD.format(where=where, path=f"device_traces[{dev}][{k}]",
+                                                         detail="missing 'addr'"))
+        dfree_arr = _int_column([0 if v is None else v for v in dfree], "device_free", dev, where)
+        try:
+            tus = np.asarray(t_us, dtype=np.float64)
+        except (TypeError, ValueError):
+            k = next(i for i, v in enumerate(t_us) if not (v is None or isinstance(v, (int, float))))
+            raise InvalidInputError(MSG_FIELD.format(
+                where=where, path=f"device_traces[{dev}][{k}]",
+                detail=f"'time_us' must be a number, got {t_us[k]!r:.60}")) from None
+        # Stacks: PyTorch shares one list per distinct traceback, so intern by identity.
+        ids = np.fromiter((id(f) for f in frames), dtype=np.uint64, count=n)
+        uniq, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+        sid_of = np.array([stacks.intern(frames[i], f"device_traces[{dev}][{i}]") for i in first.tolist()],
+                          dtype=np.int32)
+        out.append({
+            "device": np.full(n, dev, dtype=np.int32), "seq": np.arange(n, dtype=np.int64),
+            "action": cat, "addr": cols["addr"], "addr_missing": is_oom, "size": cols["size"],
+            "stream": cols["stream"], "time_us": tus,
+            "device_free": dfree_arr, "device_free_missing": ~is_oom | np.asarray([v is None for v in dfree]),
+            "stack_id": sid_of[inverse.reshape(-1)],
+        })
+    return out
 
 
-def _check_ints(vals, name, optional, dev, where):
+def pd_categorical(values, categories):
+    """A Categorical of ``values`` over ``categories``; unknown values get code -1."""
+    import numpy as np
+    import pandas as pd
+
+    try:
+        codes = pd.Index(list(categories)).get_indexer(values)
+    except TypeError:  # unhashable values
+        codes = np.array([categories.index(v) if isinstance(v, str) and v in categories else -1
+                          for v in values])
+    return pd.Categorical.from_codes(np.where(codes >= 0, codes, -1), categories=list(categories)) \
+        if (codes >= 0).all() else _Codes(codes)
+
+
+class _Codes:
+    """Codes with unknown entries (-1), only for reporting the first bad one."""
+
+    def __init__(self, codes):
+        self.codes = codes
+
+
+def _int_column(vals, name, dev, where, skip=None):
+    """``vals`` as int64, refusing anything that is not an integer (the slow pass names it)."""
+    import numpy as np
+
+    try:
+        arr = np.asarray(vals)
+        ok = arr.dtype.kind in "iub" and arr.ndim == 1
+    except (OverflowError, ValueError, TypeError):
+        ok = False
+    if ok:
+        return arr.astype(np.int64)
     for k, v in enumerate(vals):
-        if v is None and optional:
+        if skip is not None and skip[k]:
             continue
         if isinstance(v, bool) or not isinstance(v, int) or not -(_INT64_MAX + 1) <= v <= _INT64_MAX:
             raise InvalidInputError(MSG_FIELD.format(
                 where=where, path=f"device_traces[{dev}][{k}]",
                 detail=f"{name!r} must be a 64-bit integer, got {v!r:.60}"))
+    return np.asarray([0 if (skip is not None and skip[k]) else v for k, v in enumerate(vals)],
+                      dtype=np.int64)
 
 
 def _locate_trace_error(trace, dev, where):
@@ -344,8 +388,16 @@ def parse_snapshot(data, where: str = "<snapshot>") -> MemorySnapshot:
                else type(data).__name__)
         raise InvalidInputError(MSG_TOP.format(where=where, got=got))
     stacks = _Stacks(where)
-    seg_cols, blk_cols, legacy = _parse_segments(data["segments"], where, stacks)
-    tr = _parse_traces(data.get("device_traces"), where, stacks)
+    # The unpickled snapshot is millions of live containers; a cyclic collection would
+    # walk all of them every few thousand allocations made here, to find nothing.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        seg_cols, blk_cols, legacy = _parse_segments(data["segments"], where, stacks)
+        tr = _parse_traces(data.get("device_traces"), where, stacks)
+    finally:
+        if was_enabled:
+            gc.enable()
     if legacy:
         kind = "legacy"
 
@@ -367,28 +419,21 @@ def parse_snapshot(data, where: str = "<snapshot>") -> MemorySnapshot:
         "stack_id": np.asarray(blk_cols["stack_id"], dtype=np.int32),
     })
 
-    def cat(lists):
-        out = []
-        for x in lists:
-            out.extend(x)
-        return out
+    if tr:
+        def col(name):
+            return np.concatenate([t[name] for t in tr])
 
-    if tr["device"]:
-        def nullable(lists):
-            return pd.array(cat(lists), dtype="Int64")
-
-        tus = np.asarray([np.nan if v is None else float(v) for v in cat(tr["time_us"])],
-                         dtype=np.float64)
         events = pd.DataFrame({
-            "device": np.concatenate(tr["device"]),
-            "seq": np.concatenate(tr["seq"]),
-            "action": pd.Categorical(cat(tr["action"]), categories=list(ACTIONS)),
-            "addr": nullable(tr["addr"]),
-            "size": np.asarray(cat(tr["size"]), dtype=np.int64),
-            "stream": np.asarray(cat(tr["stream"]), dtype=np.int64),
-            "time_us": tus,
-            "device_free": nullable(tr["device_free"]),
-            "stack_id": np.asarray(cat(tr["stack_id"]), dtype=np.int32),
+            "device": col("device"),
+            "seq": col("seq"),
+            "action": pd.Categorical.from_codes(np.concatenate([t["action"].codes for t in tr]),
+                                                categories=list(ACTIONS)),
+            "addr": pd.arrays.IntegerArray(col("addr"), col("addr_missing")),
+            "size": col("size"),
+            "stream": col("stream"),
+            "time_us": col("time_us"),
+            "device_free": pd.arrays.IntegerArray(col("device_free"), col("device_free_missing")),
+            "stack_id": col("stack_id").astype(np.int32),
         })
     else:
         events = pd.DataFrame({

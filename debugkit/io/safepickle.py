@@ -18,6 +18,7 @@ hundreds of MB of PyTorch memory snapshot readable at all.
 
 from __future__ import annotations
 
+import gc
 import io
 import pickle
 from pathlib import Path
@@ -74,6 +75,10 @@ def load_plain(source, where: str | None = None):
 
 
 def _load(f, where: str):
+    # Millions of small containers: the cyclic collector would rescan them again and
+    # again while they are built (none of them can be garbage yet), so pause it.
+    was_enabled = gc.isenabled()
+    gc.disable()
     try:
         return _PlainDataUnpickler(f, where).load()
     except UnsafePickleError:
@@ -82,3 +87,6 @@ def _load(f, where: str):
             AttributeError, OverflowError, MemoryError, RecursionError) as exc:
         raise InvalidInputError(MSG_CORRUPT.format(
             where=where, detail=f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)) from None
+    finally:
+        if was_enabled:
+            gc.enable()
