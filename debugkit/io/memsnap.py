@@ -33,6 +33,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from operator import itemgetter, methodcaller
 from typing import Any
 
 from .. import format as fmt
@@ -261,14 +262,14 @@ def _parse_traces(traces, where: str, stacks: _Stacks) -> list[dict]:
                                                      detail="expected a list of events"))
         if not trace:
             continue
-        try:
-            action = [e["action"] for e in trace]
-            size = [e["size"] for e in trace]
-            addr = [e.get("addr", -1) for e in trace]
-            stream = [e.get("stream", 0) for e in trace]
-            t_us = [e.get("time_us") for e in trace]
-            dfree = [e.get("device_free") for e in trace]
-            frames = [e.get("frames") for e in trace]
+        try:  # map() with C-level getters: no Python bytecode per event
+            action = list(map(itemgetter("action"), trace))
+            size = list(map(itemgetter("size"), trace))
+            addr = list(map(methodcaller("get", "addr", -1), trace))
+            stream = list(map(methodcaller("get", "stream", 0), trace))
+            t_us = list(map(methodcaller("get", "time_us"), trace))
+            dfree = list(map(methodcaller("get", "device_free"), trace))
+            frames = list(map(methodcaller("get", "frames"), trace))
         except (KeyError, TypeError, AttributeError):
             _locate_trace_error(trace, dev, where)
             raise  # pragma: no cover - _locate_trace_error always raises
@@ -289,7 +290,16 @@ def _parse_traces(traces, where: str, stacks: _Stacks) -> list[dict]:
             if "addr" not in trace[k]:
                 raise InvalidInputError(MSG_FIELD.format(where=where, path=f"device_traces[{dev}][{k}]",
                                                          detail="missing 'addr'"))
-        dfree_arr = _int_column([0 if v is None else v for v in dfree], "device_free", dev, where)
+        dfree_arr = np.zeros(n, dtype=np.int64)
+        dfree_missing = np.ones(n, dtype=bool)
+        oom_idx = np.flatnonzero(is_oom)
+        if len(oom_idx):
+            vals = [dfree[i] for i in oom_idx.tolist()]
+            have = np.asarray([v is not None for v in vals], dtype=bool)
+            for i, v in zip(oom_idx[have].tolist(), [v for v in vals if v is not None]):
+                _int(v, where, f"device_traces[{dev}][{i}]", "device_free")
+                dfree_arr[i] = v
+            dfree_missing[oom_idx[have]] = False
         try:
             tus = np.asarray(t_us, dtype=np.float64)
         except (TypeError, ValueError):
@@ -298,7 +308,7 @@ def _parse_traces(traces, where: str, stacks: _Stacks) -> list[dict]:
                 where=where, path=f"device_traces[{dev}][{k}]",
                 detail=f"'time_us' must be a number, got {t_us[k]!r:.60}")) from None
         # Stacks: PyTorch shares one list per distinct traceback, so intern by identity.
-        ids = np.fromiter((id(f) for f in frames), dtype=np.uint64, count=n)
+        ids = np.fromiter(map(id, frames), dtype=np.uint64, count=n)
         uniq, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
         sid_of = np.array([stacks.intern(frames[i], f"device_traces[{dev}][{i}]") for i in first.tolist()],
                           dtype=np.int32)
@@ -306,7 +316,7 @@ def _parse_traces(traces, where: str, stacks: _Stacks) -> list[dict]:
             "device": np.full(n, dev, dtype=np.int32), "seq": np.arange(n, dtype=np.int64),
             "action": cat, "addr": cols["addr"], "addr_missing": is_oom, "size": cols["size"],
             "stream": cols["stream"], "time_us": tus,
-            "device_free": dfree_arr, "device_free_missing": ~is_oom | np.asarray([v is None for v in dfree]),
+            "device_free": dfree_arr, "device_free_missing": dfree_missing,
             "stack_id": sid_of[inverse.reshape(-1)],
         })
     return out
@@ -339,7 +349,8 @@ def _int_column(vals, name, dev, where, skip=None):
 
     try:
         arr = np.asarray(vals)
-        ok = arr.dtype.kind in "iub" and arr.ndim == 1
+        ok = arr.ndim == 1 and (arr.dtype.kind in "ib" or (
+            arr.dtype.kind == "u" and (not len(arr) or int(arr.max()) <= _INT64_MAX)))
     except (OverflowError, ValueError, TypeError):
         ok = False
     if ok:
