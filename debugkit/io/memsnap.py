@@ -99,6 +99,7 @@ class MemorySnapshot:
     events: Any
     allocator_settings: dict = field(default_factory=dict)
     annotations: list = field(default_factory=list)
+    from_cache: bool = False
 
     @property
     def devices(self) -> list[int]:
@@ -461,8 +462,17 @@ def parse_snapshot(data, where: str = "<snapshot>") -> MemorySnapshot:
         annotations=notes if isinstance(notes, list) else [])
 
 
-def read_snapshot(path: str | os.PathLike) -> MemorySnapshot:
+# Bump when the parsed tables change, so old cache entries are not read.
+PARSE_VERSION = 1
+
+
+def read_snapshot(path: str | os.PathLike, *, cache: bool = True) -> MemorySnapshot:
     """Read a snapshot pickle with the restricted unpickler and parse it.
+
+    Parsing a large snapshot takes seconds per million events, so the parsed tables are
+    kept in debugkit's cache (``$DEBUGKIT_CACHE/memsnap/``, Arrow files keyed by the
+    file's path, size and modification time); the next read of the same file loads them
+    in a fraction of that. The snapshot file itself is only read.
 
     Raises
     ------
@@ -473,8 +483,77 @@ def read_snapshot(path: str | os.PathLike) -> MemorySnapshot:
     p = Path(path)
     if not p.is_file():
         raise InvalidInputError(f"{p}: no such file")
+    entry = _cache_entry(p) if cache else None
+    if entry is not None and entry.is_dir():
+        try:
+            return _read_cached(entry, str(p))
+        except (OSError, ValueError, KeyError, ImportError) as exc:  # a damaged entry: parse again
+            shutil.rmtree(entry, ignore_errors=True)
+            del exc
     data = load_plain(p)
-    return parse_snapshot(data, where=str(p))
+    snap = parse_snapshot(data, where=str(p))
+    del data
+    if entry is not None:
+        try:
+            _write_cached(entry, snap)
+        except OSError:
+            pass  # a read-only or full cache only costs speed
+    return snap
+
+
+def _cache_entry(p: Path) -> Path | None:
+    import hashlib
+
+    from .upload import cache_dir
+
+    try:
+        st = p.stat()
+        key = f"{p.resolve()}|{st.st_size}|{st.st_mtime_ns}|{PARSE_VERSION}"
+        return cache_dir() / "memsnap" / hashlib.sha256(key.encode()).hexdigest()[:32]
+    except OSError:
+        return None
+
+
+_TABLES = ("segments", "blocks", "events")
+
+
+def _write_cached(entry: Path, snap: MemorySnapshot) -> None:
+    import uuid
+
+    import pyarrow as pa
+    import pyarrow.feather as feather
+
+    tmp = entry.parent / f".tmp-{entry.name}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir(parents=True)
+    try:
+        for name in _TABLES:
+            feather.write_feather(pa.Table.from_pandas(getattr(snap, name), preserve_index=False),
+                                  str(tmp / f"{name}.arrow"), compression="uncompressed")
+        (tmp / "meta.json").write_text(json.dumps({
+            "format": snap.format, "stacks": snap.stacks, "allocator_settings": snap.allocator_settings,
+            "annotations": snap.annotations, "version": PARSE_VERSION}, default=repr))
+        try:
+            os.replace(tmp, entry)
+        except OSError:  # another process wrote it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _read_cached(entry: Path, where: str) -> MemorySnapshot:
+    import pyarrow.feather as feather
+
+    meta = json.loads((entry / "meta.json").read_text())
+    if meta.get("version") != PARSE_VERSION:
+        raise ValueError("old cache entry")
+    tables = {name: feather.read_table(str(entry / f"{name}.arrow"), memory_map=True).to_pandas()
+              for name in _TABLES}
+    return MemorySnapshot(
+        source=where, format=meta["format"],
+        stacks=[tuple(tuple(f) for f in st) for st in meta["stacks"]],
+        allocator_settings=meta.get("allocator_settings") or {},
+        annotations=meta.get("annotations") or [], from_cache=True, **tables)
 
 
 # ---------------------------------------------------------------------------- in a run

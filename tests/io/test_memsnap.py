@@ -244,3 +244,46 @@ def test_memory_capacity_of_an_old_run_is_null():
     cap = open_run(SAMPLE_RUNS / "digits-mlp").memory_capacity()
     assert cap["rank"].tolist() == [0]
     assert cap["host_capacity_bytes"].isna().all() and cap["device_capacity_bytes"].isna().all()
+
+
+# ---------------------------------------------------------------------------- parse cache
+def test_second_read_comes_from_the_parsed_cache_and_is_identical(tmp_path):
+    import pandas as pd
+
+    p = tmp_path / "s.pickle"
+    b = leaky_training(10)
+    b.oom(8 * MiB, MiB)
+    b.dump(p)
+    first = read_snapshot(p)
+    second = read_snapshot(p)
+    assert (first.from_cache, second.from_cache) == (False, True)
+    for name in ("segments", "blocks", "events"):
+        pd.testing.assert_frame_equal(getattr(first, name), getattr(second, name))
+    assert first.stacks == second.stacks and first.allocator_settings == second.allocator_settings
+    # a changed file is parsed again
+    leaky_training(3).dump(p)
+    os.utime(p, ns=(1, 1))
+    third = read_snapshot(p)
+    assert not third.from_cache and len(third.events) == len(leaky_training(3).trace)
+
+
+def test_a_damaged_cache_entry_is_parsed_again(tmp_path):
+    from debugkit.io.upload import cache_dir
+
+    p = tmp_path / "s.pickle"
+    leaky_training(4).dump(p)
+    read_snapshot(p)
+    (entry,) = [d for d in (cache_dir() / "memsnap").iterdir() if not d.name.startswith(".")]
+    (entry / "events.arrow").write_bytes(b"garbage")
+    snap = read_snapshot(p)
+    assert not snap.from_cache and len(snap.events) == len(leaky_training(4).trace)
+    assert read_snapshot(p).from_cache
+
+
+def test_cache_can_be_skipped(tmp_path):
+    from debugkit.io.upload import cache_dir
+
+    p = tmp_path / "s.pickle"
+    leaky_training(2).dump(p)
+    assert not read_snapshot(p, cache=False).from_cache
+    assert not (cache_dir() / "memsnap").exists()
