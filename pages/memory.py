@@ -276,11 +276,18 @@ def _segments_tab(key, device, depth, user_code, v):
                                                         if len(rows) < len(segs) else ""))
     st.plotly_chart(build_segments_figure(rows, z), key="snap_segments")
     show = segs.sort_values("total_size", ascending=False).head(200)
-    st.dataframe(show.assign(address=show["address"].map(hex)), hide_index=True, height=260,
-                 column_order=["address", "total_size", "segment_type", "stream", "allocated_bytes",
-                               "free_bytes", "largest_free_bytes", "free_share", "allocations"],
+    st.dataframe(show.assign(address=show["address"].map(hex),
+                             size=show["total_size"].map(fmt_bytes),
+                             allocated=show["allocated_bytes"].map(fmt_bytes),
+                             free=show["free_bytes"].map(fmt_bytes),
+                             largest_free=show["largest_free_bytes"].map(fmt_bytes)),
+                 hide_index=True, height=_height(len(show)),
+                 column_order=["address", "size", "segment_type", "stream", "allocated", "free",
+                               "largest_free", "free_share", "allocations"],
                  column_config={"free_share": st.column_config.ProgressColumn(
-                     "free share", min_value=0.0, max_value=1.0, format="percent")})
+                     "free share", min_value=0.0, max_value=1.0, format="percent"),
+                     "largest_free": st.column_config.TextColumn(
+                         "largest free range", help="The largest tensor this segment could still take.")})
 
 
 def _largest_tab(v):
@@ -294,7 +301,8 @@ def _largest_tab(v):
     else:
         st.caption("No history: the largest tensors alive when the snapshot was taken.")
     st.plotly_chart(build_largest_allocations_figure(t), key="snap_largest")
-    st.dataframe(t.assign(addr=t["addr"].map(hex)), hide_index=True, height=300,
+    st.dataframe(t.assign(addr=t["addr"].map(hex), bytes=t["size"], size=t["size"].map(fmt_bytes)),
+                 hide_index=True, height=_height(len(t)),
                  column_order=["size", "share", "site", "age_s", "addr", "stack"],
                  column_config={"share": st.column_config.NumberColumn("share", format="percent"),
                                 "age_s": st.column_config.NumberColumn("age (s)", format="%.3f")})
@@ -307,10 +315,25 @@ def _leaks_tab(v):
     st.caption("Tensors still alive when the snapshot was taken, by site. Red: allocated all "
                "along the trace and never freed, the signature of a leak.")
     st.plotly_chart(build_leaked_sites_figure(t), key="snap_leaks")
-    st.dataframe(t, hide_index=True, height=300,
-                 column_config={"still_alive_share": st.column_config.NumberColumn(
-                     "still alive", format="percent"),
-                     "span_share": st.column_config.NumberColumn("span", format="percent")})
+    from debugkit.analysis.memory import fmt_bytes
+
+    st.dataframe(t.assign(live=t["live_bytes"].map(fmt_bytes)), hide_index=True, height=_height(len(t)),
+                 column_order=["site", "live", "live_count", "allocated_in_trace", "still_alive_share",
+                               "span_share", "accumulating", "first_alloc_s", "last_alloc_s",
+                               "preexisting", "stack"],
+                 column_config={"live_count": "alive", "allocated_in_trace": "allocated in trace",
+                                "still_alive_share": st.column_config.NumberColumn(
+                                    "still alive", format="percent"),
+                                "span_share": st.column_config.NumberColumn(
+                                    "span of trace", format="percent"),
+                                "first_alloc_s": st.column_config.NumberColumn("first (s)", format="%.3f"),
+                                "last_alloc_s": st.column_config.NumberColumn("last (s)", format="%.3f"),
+                                "preexisting": "before the trace"})
+
+
+def _height(rows: int) -> int:
+    """A table height that fits ``rows`` rows, up to about ten."""
+    return 38 + 35 * max(1, min(rows, 10))
 
 
 # ---------------------------------------------------------------------------- page
