@@ -139,6 +139,24 @@ def _oom_section(ooms, snapshots, run_id):
                               icon=":material/troubleshoot:", on_click=_open_snapshot, args=(s["id"],))
 
 
+def _follow_oom_click(event, ooms, run_id) -> None:
+    """A click on an OOM marker of the timeline opens that capture in Replay."""
+    ids = {f["id"]: f for f in ooms}
+    points = ((event or {}).get("selection") or {}).get("points") or []
+    for p in points:
+        fid = p.get("customdata")
+        fid = fid[0] if isinstance(fid, list) and fid else fid
+        if fid not in ids:
+            continue  # a click on a memory curve, or a stale value
+        f = ids[fid]
+        if _common.has_page("pages/replay.py"):
+            st.switch_page("pages/replay.py", query_params={"run": run_id, "failure": fid,
+                                                             "step": str(f.get("step"))})
+        st.info(f"Out of memory at step {f.get('step')} on rank {f.get('rank')}: capture "
+                f"`{fid}`. Replay it with `debugkit replay` (the Replay page is not served here).",
+                icon=":material/replay:")
+
+
 def _open_snapshot(sid: str) -> None:
     st.session_state["mem_snapshot"] = sid
     st.query_params["snapshot"] = sid
@@ -160,7 +178,7 @@ def _snapshot_section(snapshots, run_status):
     ids = [s["id"] for s in snapshots]
     wanted = st.query_params.get("snapshot") or st.session_state.get("mem_snapshot")
     if wanted and wanted not in ids:
-        st.warning(f"snapshot {str(wanted)[:80]!r}: no such snapshot in this run; showing {ids[0]}.")
+        st.warning(f"snapshot {str(wanted)[:80]!r}: no such snapshot in this run.")
         wanted = None
     by_id = {s["id"]: s for s in snapshots}
 
@@ -169,7 +187,8 @@ def _snapshot_section(snapshots, run_status):
         step = f"step {s['step']}" if isinstance(s.get("step"), int) else "no step"
         return f"{sid} · {s.get('reason')} · {step} · {fmt_bytes(s.get('size_bytes'))}"
 
-    sid = st.selectbox("Snapshot", ids, index=ids.index(wanted) if wanted else 0,
+    default = next((s["id"] for s in snapshots if s.get("reason") == "oom"), ids[-1])
+    sid = st.selectbox("Snapshot", ids, index=ids.index(wanted or default),
                        format_func=_label, key=f"mem_snap_pick_{wanted}")
     if sid != st.query_params.get("snapshot"):
         st.query_params["snapshot"] = sid
@@ -373,7 +392,9 @@ def render():
             mem, bands, metrics=series or list(SERIES_LABELS), x=x,
             layout="side" if layout == "side by side" else "overlay", oom_failures=ooms,
             leaks=leaks if x == "step" else (), scale_to_capacity=show_cap)
-        st.plotly_chart(fig, key="mem_timeline")
+        event = st.plotly_chart(fig, key="mem_timeline", on_select="rerun",
+                                selection_mode="points")
+        _follow_oom_click(event, ooms, run_id)
         if not len(bands):
             st.caption("No capacity recorded for this run (runs recorded by an older debugkit "
                        "lack it), so there is no capacity line or band.")

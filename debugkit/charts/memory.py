@@ -174,10 +174,13 @@ def build_memory_timeline_figure(memory: pd.DataFrame, bands: pd.DataFrame | Non
             x=[xpos], y=[0], mode="markers+text", text=["OOM"], textposition="top center",
             marker={"symbol": "x", "size": 12, "color": OOM_COLOR},
             textfont={"color": OOM_COLOR}, name=f"out of memory, step {step}",
+            customdata=[f.get("id")],  # the capture id: a click on the marker opens it
             hovertemplate=(f"step {step}, rank {f.get('rank')}: {f.get('error_type') or 'OOM'}"
                            f"<br>capture {f.get('id')}<extra></extra>")),
             row=1, col=(cols.index(f.get("rank")) + 1) if side and f.get("rank") in cols else 1)
     fig.update_xaxes(title_text="step" if x == "step" else "time", row=len(panels))
+    if x == "step" and len(df) and int(df["step"].max()) - int(df["step"].min()) <= 10:
+        fig.update_xaxes(dtick=1)  # a short run: whole steps only
     fig.update_layout(height=300 * len(panels) + 80, margin={"l": 60, "r": 20, "t": 40, "b": 40},
                       legend={"orientation": "h", "y": -0.12}, hovermode="closest")
     return fig

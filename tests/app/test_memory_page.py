@@ -120,6 +120,10 @@ def test_oom_capture_is_linked_and_its_snapshot_opens(oom_run):
     assert any(f"Capture `{fid}`: replay it with `debugkit replay`." in c for c in _texts(at.caption))
     (spec,) = _chart_specs(at)[:1]
     assert any(t["name"] == "out of memory, step 3" for t in spec["data"])
+    # the snapshot taken at the OOM is the one shown first
+    assert [s.value for s in at.selectbox if s.label == "Snapshot"] == ["r0-s0000003-oom"]
+    at.selectbox(key="mem_snap_pick_None").set_value("r0-imported-extra").run()
+    assert at.query_params["snapshot"] == "r0-imported-extra"
     open_btn = [b for b in at.button if b.label.startswith("Open the memory snapshot")]
     assert [b.label for b in open_btn] == ["Open the memory snapshot r0-s0000003-oom"]
     open_btn[0].click().run()
@@ -170,3 +174,25 @@ def test_legacy_snapshot_without_times_renders(oom_run):
     assert any("PyTorch 2.0 format" in c for c in _texts(at.caption))
     titles = [s["layout"].get("xaxis", {}).get("title", {}).get("text") for s in _chart_specs(at)]
     assert "allocator event" in titles
+
+
+def test_two_ranks_overlaid_or_side_by_side(monkeypatch):
+    store = Path(os.environ["DEBUGKIT_STORE"])
+    run = store / "two-ranks"
+    for rank in (0, 1):  # two real ranks' recorders writing one run, as torchrun would
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        model = torch.nn.Linear(4, 2)
+        with Recorder(run, model, flush_every_s=0.1) as rec:
+            for _ in range(4):
+                with rec.step():
+                    model(torch.randn(3, 4)).sum().backward()
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    at = _app("two-ranks")
+    (spec,) = _chart_specs(at)[:1]
+    assert [t["name"] for t in spec["data"]] == ["RSS (rank 0)", "RSS (rank 1)"]
+    at.segmented_control(key="mem_layout").set_value("side by side").run()
+    assert not at.exception
+    (spec,) = _chart_specs(at)[:1]
+    assert [t["xaxis"] for t in spec["data"]] == ["x", "x2"]

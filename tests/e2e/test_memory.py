@@ -43,3 +43,19 @@ def test_memory_page_timeline_and_snapshot_tabs(server, page, tmp_path):
     wait_for_app(page)
     page.screenshot(path=str(tmp_path / "memory-leaks-tab.png"))
     assert "snapshot=r0-imported-oom" in page.url
+
+
+def test_clicking_the_oom_marker_opens_the_capture(server, page, tmp_path):
+    from tests.app.test_memory_page import make_oom_run
+
+    run, fid = make_oom_run(server.store)
+    page.set_viewport_size({"width": 1400, "height": 1600})
+    page.goto(server.url + f"/memory?run={run.name}")
+    wait_for_app(page)
+    page.get_by_text("Out-of-memory failures").first.wait_for(timeout=90_000)
+    marker = page.locator(".js-plotly-plot .scatterlayer .trace path.point").last
+    marker.wait_for(timeout=60_000)
+    marker.click(force=True)
+    page.get_by_text(f"capture {fid}").first.wait_for(timeout=60_000)
+    wait_for_app(page)
+    page.screenshot(path=str(tmp_path / "memory-oom-click.png"))
