@@ -176,10 +176,12 @@ def _snapshot_section(snapshots, run_status):
                 icon=":material/info:")
         return
     ids = [s["id"] for s in snapshots]
-    wanted = st.query_params.get("snapshot") or st.session_state.get("mem_snapshot")
-    if wanted and wanted not in ids:
+    wanted = st.query_params.get("snapshot")
+    if wanted and wanted not in ids:  # a link from a stranger, or to another run's snapshot
         st.warning(f"snapshot {str(wanted)[:80]!r}: no such snapshot in this run.")
         wanted = None
+    if not wanted and st.session_state.get("mem_snapshot") in ids:
+        wanted = st.session_state["mem_snapshot"]  # query params are cleared on page change
     by_id = {s["id"]: s for s in snapshots}
 
     def _label(sid):
@@ -188,8 +190,13 @@ def _snapshot_section(snapshots, run_status):
         return f"{sid} · {s.get('reason')} · {step} · {fmt_bytes(s.get('size_bytes'))}"
 
     default = next((s["id"] for s in snapshots if s.get("reason") == "oom"), ids[-1])
-    sid = st.selectbox("Snapshot", ids, index=ids.index(wanted or default),
-                       format_func=_label, key=f"mem_snap_pick_{wanted}")
+    sid = wanted or default
+    # The query parameter is the source of truth (deep links, the OOM buttons, the picker's
+    # own changes through its callback); the picker is set to it before it is drawn.
+    if st.session_state.get("mem_snap_pick") != sid:
+        st.session_state["mem_snap_pick"] = sid
+    st.selectbox("Snapshot", ids, format_func=_label, key="mem_snap_pick",
+                 on_change=lambda: _open_snapshot(st.session_state["mem_snap_pick"]))
     if sid != st.query_params.get("snapshot"):
         st.query_params["snapshot"] = sid
     st.session_state["mem_snapshot"] = sid

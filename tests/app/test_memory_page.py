@@ -122,7 +122,7 @@ def test_oom_capture_is_linked_and_its_snapshot_opens(oom_run):
     assert any(t["name"] == "out of memory, step 3" for t in spec["data"])
     # the snapshot taken at the OOM is the one shown first
     assert [s.value for s in at.selectbox if s.label == "Snapshot"] == ["r0-s0000003-oom"]
-    at.selectbox(key="mem_snap_pick_None").set_value("r0-imported-extra").run()
+    at.selectbox(key="mem_snap_pick").set_value("r0-imported-extra").run()
     assert at.query_params["snapshot"] == "r0-imported-extra"
     open_btn = [b for b in at.button if b.label.startswith("Open the memory snapshot")]
     assert [b.label for b in open_btn] == ["Open the memory snapshot r0-s0000003-oom"]
