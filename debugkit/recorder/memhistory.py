@@ -278,6 +278,12 @@ class MemoryHistory:
         self._event("memory_snapshot", step=step, snapshot=sid, reason=reason, failure=failure)
         return sid
 
+    def step_ok(self, step: int) -> None:
+        """A step ended without an exception: an OOM it caught and survived (a retry with a
+        smaller batch, say) is written now, as an ``oom`` snapshot without a failure."""
+        if self._oom_snapshot is not None:
+            self.dump(step, "oom")
+
     def close(self, step: int | None) -> None:
         """Dump the final snapshot (if configured) and stop recording history."""
         if not self.active:

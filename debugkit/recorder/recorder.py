@@ -476,6 +476,8 @@ class Recorder:
                 except Exception as cap_err:  # never mask the user's exception
                     self._writer.event("capture_error", step=st.step, message=str(cap_err))
             self._finish_step_rows(st, t1, ok)
+            if ok:
+                self._memhist.step_ok(st.step)
 
     def _finish_step_rows(self, st: _Step, t1: float, ok: bool):
         import torch

@@ -183,6 +183,20 @@ def test_cuda_path_records_history_snapshots_at_oom_failure_and_close(tmp_path, 
     assert mh._oom_snapshot is None
 
 
+def test_an_oom_the_step_survived_is_written_when_the_step_ends(tmp_path, fake_cuda):
+    dev = torch.device("cuda:0")
+    mh = MemoryHistory(True, dev, tmp_path, 0, lambda *a, **k: None)
+    mh.step_ok(4)  # nothing pending: nothing written
+    assert not (tmp_path / "memory_snapshots").exists()
+    fake_cuda.observers[0](0, 8 * MiB, 70 * MiB, MiB)  # caught by the user's retry
+    mh.step_ok(5)
+    side = json.loads((tmp_path / "memory_snapshots" / "r0-s0000005-oom.json").read_text())
+    assert side["failure"] is None and side["oom_requested_bytes"] == 8 * MiB
+    mh.step_ok(6)
+    assert len(list((tmp_path / "memory_snapshots").glob("*.pickle"))) == 1
+    mh.close(6)
+
+
 def test_cuda_snapshot_failures_never_break_training(tmp_path, fake_cuda, monkeypatch):
     events = []
     dev = torch.device("cuda:0")
