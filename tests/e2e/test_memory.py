@@ -28,7 +28,7 @@ def test_memory_page_timeline_and_snapshot_tabs(server, page, tmp_path):
     page.goto(server.url + "/memory?run=leak-with-snapshot")
     wait_for_app(page)
     page.get_by_text("keeps growing by").first.wait_for(timeout=90_000)
-    page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
+    page.locator(".js-plotly-plot").first.wait_for(timeout=180_000)  # plotly.js loads lazily
     page.get_by_text("Out of memory at event").first.wait_for(timeout=90_000)
     wait_for_app(page)
     assert page.locator(".js-plotly-plot").count() >= 2
@@ -54,7 +54,7 @@ def test_clicking_the_oom_marker_opens_the_capture(server, page, tmp_path):
     wait_for_app(page)
     page.get_by_text("Out-of-memory failures").first.wait_for(timeout=90_000)
     marker = page.locator(".js-plotly-plot .scatterlayer .trace path.point").last
-    marker.wait_for(timeout=60_000)
+    marker.wait_for(timeout=180_000)
     marker.click(force=True)
     page.get_by_text(f"capture {fid}").first.wait_for(timeout=60_000)
     wait_for_app(page)
