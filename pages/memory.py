@@ -162,7 +162,7 @@ def _open_snapshot(sid: str) -> None:
     st.query_params["snapshot"] = sid
 
 
-def _snapshot_section(snapshots, run_status):
+def _snapshot_section(snapshots):
     from debugkit.analysis.memory import fmt_bytes
 
     st.header("PyTorch memory snapshots")
@@ -407,7 +407,7 @@ def render():
                        "lack it), so there is no capacity line or band.")
     if ooms:
         _oom_section(ooms, snapshots, run_id)
-    _snapshot_section(snapshots, info["status"])
+    _snapshot_section(snapshots)
 
 
 try:
