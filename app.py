@@ -17,6 +17,7 @@ PAGES = [
     ("pages/distributed.py", "Distributed", ":material/lan:", "distributed"),
     ("pages/replay.py", "Replay", ":material/replay:", "replay"),
     ("pages/gradients.py", "Gradients", ":material/ssid_chart:", "gradients"),
+    ("pages/memory.py", "Memory", ":material/memory:", "memory"),
 ]
 
 pages = [st.Page(f, title=t, icon=i, url_path=u, default=(u == "home")) for f, t, i, u in PAGES]

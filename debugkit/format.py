@@ -18,6 +18,10 @@ FAILURES_DIR = "failures"
 RANK_META = "meta.json"
 HEARTBEAT = "heartbeat.json"
 FAILURE_JSON = "failure.json"
+# PyTorch memory snapshots: memory_snapshots/<id>.pickle + <id>.json (see docs/run-format.md).
+MEMORY_SNAPSHOTS_DIR = "memory_snapshots"
+SNAPSHOT_SUFFIX = ".pickle"
+SNAPSHOT_META_SUFFIX = ".json"
 
 # Per-rank tables: ranks/<rank>/<table>-<segment>.arrows (Arrow IPC streams).
 TABLES = ("scalars", "grads", "memory", "steps")

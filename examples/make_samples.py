@@ -33,6 +33,7 @@ SAMPLES: dict[str, tuple[list[str], int]] = {
     "credit-unseen-category": (["examples.credit_categories"], 1),
     "digits-exploding": (["examples.exploding"], 1),
     "digits-vanishing": (["examples.vanishing"], 0),
+    "memory-leak": (["examples.memory_leak"], 0),
 }
 
 

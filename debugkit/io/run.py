@@ -425,6 +425,46 @@ class Run:
             pass
         return env
 
+    # ------------------------------------------------------------------- memory
+    def memory_capacity(self):
+        """Memory each rank may use, for capacity lines and run-out projections.
+
+        Returns
+        -------
+        DataFrame with columns ``rank``, ``device`` (as the rank's meta names it),
+        ``device_capacity_bytes`` (the CUDA device's total memory: the rank's meta, else
+        the manifest's ``env.gpus``; null on CPU) and ``host_capacity_bytes`` (the smaller
+        of the host's physical memory and its cgroup limit; null when not recorded).
+        """
+        import pandas as pd
+
+        gpus = {g.get("index"): g.get("total_memory_bytes")
+                for g in (self.manifest.get("env") or {}).get("gpus") or [] if isinstance(g, dict)}
+        rows = []
+        for r in self.ranks:
+            meta = self.rank_meta(r)
+            device = str(meta.get("device") or "")
+            dev_cap = meta.get("device_memory_bytes")
+            if dev_cap is None and device.startswith("cuda"):
+                idx = int(device.split(":")[1]) if ":" in device and device.split(":")[1].isdigit() else 0
+                dev_cap = gpus.get(idx)
+            host = [v for v in (meta.get("host_memory_bytes"), meta.get("host_memory_limit_bytes"))
+                    if isinstance(v, (int, float)) and v > 0]
+            rows.append({"rank": r, "device": device,
+                         "device_capacity_bytes": dev_cap if isinstance(dev_cap, (int, float)) else None,
+                         "host_capacity_bytes": min(host) if host else None})
+        df = pd.DataFrame(rows, columns=["rank", "device", "device_capacity_bytes", "host_capacity_bytes"])
+        for c in ("device_capacity_bytes", "host_capacity_bytes"):
+            df[c] = df[c].astype("Int64")
+        return df
+
+    def memory_snapshots(self) -> list[dict]:
+        """PyTorch memory snapshots in ``memory_snapshots/`` (see
+        :func:`debugkit.io.memsnap.list_snapshots`)."""
+        from .memsnap import list_snapshots
+
+        return list_snapshots(self.path)
+
     # ------------------------------------------------------------------- summaries
     def row_counts(self) -> dict[str, int]:
         """Number of complete rows per table, over all ranks."""

@@ -19,6 +19,8 @@ from .capture import describe_callable, take_rng_state, write_capture
 from .comm import CommTimer
 from .dist import process_group_info
 from .env import collect_env, pip_check
+from .memhistory import MemoryHistory, memory_capacity
+from .memhistory import parse_option as parse_memory_option
 from .norms import GradNormComputer
 from .tracking import track_loader
 from .writer import PendingTensor, RankWriter
@@ -130,11 +132,19 @@ class Recorder:
         Opt-in hang watchdog: when a step runs longer than this, the rank writes a stack
         dump of all its threads and a ``hang`` event (and asks the other ranks to dump
         theirs), without stopping the job. See :mod:`debugkit.recorder.watchdog`.
+    record_memory_history : bool or dict
+        On CUDA, record the caching allocator's history
+        (``torch.cuda.memory._record_memory_history``) and write PyTorch memory
+        snapshots into ``memory_snapshots/`` when a step fails (taken at the moment of
+        an out-of-memory error) and at close. A dict sets ``max_entries`` (default
+        100,000), ``stacks`` (``"python"`` or ``"all"``) and ``dump_at_close``. Without
+        CUDA it is a no-op that warns once. See docs/memory.md.
     """
 
     def __init__(self, run_dir, model, optimizer=None, *, name=None, config=None,
                  model_factory=None, factory_kwargs=None, step_fn=None, num_classes=None,
-                 log_every=1, flush_every_s=2.0, halt_on_nonfinite=False, hang_timeout_s=None):
+                 log_every=1, flush_every_s=2.0, halt_on_nonfinite=False, hang_timeout_s=None,
+                 record_memory_history=False):
         import torch
 
         if int(log_every) < 1:
@@ -142,6 +152,7 @@ class Recorder:
         if hang_timeout_s is not None and not (isinstance(hang_timeout_s, (int, float))
                                                and math.isfinite(hang_timeout_s) and hang_timeout_s > 0):
             raise InvalidInputError(MSG_HANG_TIMEOUT.format(value=hang_timeout_s))
+        parse_memory_option(record_memory_history)  # bad options fail before any file is written
         self.run_dir = Path(run_dir)
         self.model = model
         self._module = _unwrap(model)
@@ -210,7 +221,7 @@ class Recorder:
             "host": dist["host"], "pid": os.getpid(), "device": str(self.device),
             "local_world_size": dist["local_world_size"], "node_rank": dist["node_rank"],
             "backend": dist["backend"], "layers": self.layers, "started_at": now,
-            "segment": self._writer.segment,
+            "segment": self._writer.segment, **memory_capacity(self.device),
         })
         self._writer.event("start", segment=self._writer.segment, pid=os.getpid())
         self._comm = CommTimer()
@@ -223,6 +234,8 @@ class Recorder:
                                           timeout_s=float(hang_timeout_s), event=self._writer.event)
 
         self._rss = _RSS()
+        self._memhist = MemoryHistory(record_memory_history, self.device, self.run_dir,
+                                      self.rank, self._writer.event)
         self._step_no = 0
         self._cur: _Step | None = None
         self._last_exit: float | None = None
@@ -299,6 +312,7 @@ class Recorder:
         if self._watchdog is not None:
             self._watchdog.stop()
         atexit.unregister(self._atexit)
+        self._memhist.close(self._last_step)
         state = fmt.STATE_FAILED if failed else fmt.STATE_FINISHED
         self._writer.event("close", state=state, steps=self._step_no)
         self._writer.close(state)
@@ -506,9 +520,12 @@ class Recorder:
                     fid = self._capture(st, "exception", exc)
                     self._writer.event("failure", step=st.step, failure=fid,
                                        error_type=type(exc).__name__, message=str(exc)[:2000])
+                    self._memhist.dump(st.step, "failure", failure=fid)
                 except Exception as cap_err:  # never mask the user's exception
                     self._writer.event("capture_error", step=st.step, message=str(cap_err))
             self._finish_step_rows(st, t1, ok)
+            if ok:
+                self._memhist.step_ok(st.step)
 
     def _finish_step_rows(self, st: _Step, t1: float, ok: bool):
         import torch

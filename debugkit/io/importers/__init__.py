@@ -6,4 +6,5 @@ Each importer is a module of this package with ``register(subparsers)``, adding 
 
 IMPORTERS: list[str] = [
     "tensorboard",
+    "memory_snapshot",
 ]

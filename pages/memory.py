@@ -1,0 +1,421 @@
+"""Memory: per-step timelines with capacity and warning bands, leak / pressure /
+fragmentation findings, out-of-memory captures, and PyTorch memory snapshots."""
+
+from pathlib import Path
+
+import streamlit as st
+
+from debugkit.errors import DebugkitError
+from pages import _common
+
+_common.page_guard()
+
+path = _common.require_run("its memory")
+
+SERIES_LABELS = {"allocated_bytes": "allocated (GPU)", "reserved_bytes": "reserved (GPU)",
+                 "peak_bytes": "peak allocated (GPU)", "rss_bytes": "RSS (host)"}
+KIND_TITLES = {"memory_leak": "Memory leak", "memory_pressure": "Memory pressure",
+               "fragmentation": "Fragmentation"}
+
+
+# ---------------------------------------------------------------------------- cached work
+@st.cache_data(**_common.CACHE, show_spinner=False)
+def _findings(path: str, sig: tuple, gpu_threshold: float, host_threshold: float):
+    from debugkit.analysis.memory import (detect_fragmentation, detect_memory_leaks,
+                                          detect_memory_pressure)
+    from debugkit.io.run import open_run
+
+    run = open_run(path)
+    mem, cap = run.memory(), run.memory_capacity()
+    cfg = {"gpu_threshold": gpu_threshold, "host_threshold": host_threshold}
+    if not len(mem):
+        return []
+    return [f.to_dict() for f in detect_memory_leaks(mem, cap, cfg)
+            + detect_memory_pressure(mem, cap, cfg) + detect_fragmentation(mem, cap, cfg)]
+
+
+def _snap_key(p: str) -> tuple:
+    st_ = Path(p).stat()
+    return (p, st_.st_size, st_.st_mtime_ns)
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _snapshot(key: tuple):
+    from debugkit.io.memsnap import read_snapshot
+
+    return read_snapshot(key[0])
+
+
+@st.cache_data(**_common.CACHE, show_spinner=False)
+def _snapshot_views(key: tuple, device: int, depth: int, user_code: bool):
+    from debugkit.analysis import memsnap as ms
+    from debugkit.io.memsnap import summarize
+
+    snap = _snapshot(key)
+    sites = ms.site_labels(snap.stacks, depth=depth, user_code=user_code)
+    allocs = ms.compute_allocations(snap, device)
+    timeline = ms.compute_active_timeline(snap, device, sites=sites, allocs=allocs)
+    peak, largest = ms.compute_largest_at_peak(snap, device, sites=sites, allocs=allocs)
+    leaked = ms.compute_leaked_by_site(snap, device, sites=sites, allocs=allocs)
+    oom = ms.compute_oom_events(snap, device, sites=sites)
+    n_events = int((snap.events["device"] == device).sum())
+    return {"summary": summarize(snap), "timeline": timeline, "peak": peak, "largest": largest,
+            "leaked": leaked, "oom": oom, "n_events": n_events,
+            "settings": snap.allocator_settings, "format": snap.format}
+
+
+@st.cache_data(**_common.CACHE, show_spinner=False)
+def _segments_view(key: tuple, device: int, depth: int, user_code: bool, seq):
+    from debugkit.analysis import memsnap as ms
+
+    snap = _snapshot(key)
+    sites = ms.site_labels(snap.stacks, depth=depth, user_code=user_code)
+    allocs = None if seq is None else ms.compute_allocations(snap, device)
+    segs, blocks = ms.compute_segments_at(snap, device, seq, sites=sites, allocs=allocs)
+    rows, z = ms.compute_segment_occupancy(segs, blocks)
+    return segs, rows, z
+
+
+# ---------------------------------------------------------------------------- pieces
+def _controls(mem):
+    has_gpu = any(mem[c].notna().any() for c in ("allocated_bytes", "reserved_bytes", "peak_bytes"))
+    available = [c for c in SERIES_LABELS if mem[c].notna().any()]
+    ranks = sorted(int(r) for r in mem["rank"].unique())
+    c = st.columns([3, 2, 2, 2])
+    chosen = c[0].multiselect("Series", available, default=available,
+                              format_func=SERIES_LABELS.get, key="mem_series")
+    x = c[1].segmented_control("X axis", ["step", "time"], default="step", key="mem_x") or "step"
+    layout = "overlay"
+    if len(ranks) > 1:
+        layout = c[2].segmented_control("Ranks", ["overlay", "side by side"], default="overlay",
+                                        key="mem_layout") or "overlay"
+    show_cap = c[3].toggle("Scale to capacity", value=False, key="mem_capacity",
+                           help="Fit the y axis to the device's and host's capacity and the "
+                                "warning bands. Off: it fits the data, and a capacity far above "
+                                "it is named at the top of the chart.")
+    with st.expander("Thresholds", expanded=False):
+        t = st.columns(2)
+        gpu = t[0].slider("Warn above this share of GPU memory", 0.5, 0.99, 0.80, 0.01,
+                          key="mem_gpu_thr", disabled=not has_gpu, format="%.2f")
+        host = t[1].slider("Warn above this share of host memory", 0.5, 0.99, 0.75, 0.01,
+                           key="mem_host_thr", format="%.2f")
+    return chosen, ("wall_time" if x == "time" else "step"), layout, show_cap, gpu, host
+
+
+def _finding_box(f):
+    ev = f["evidence"]
+    box = st.error if f["severity"] == "error" else st.warning
+    box(f"**{KIND_TITLES.get(f['kind'], f['kind'])}** · {f['message']}",
+        icon=":material/memory:")
+    if f["kind"] == "memory_leak":
+        from debugkit.analysis.memory import fmt_bytes
+
+        c = st.columns(4)
+        c[0].metric("Growth per step", fmt_bytes(ev["bytes_per_step"]))
+        c[1].metric("Started at step", f"{ev['start_step']:,}")
+        c[2].metric("Grown by", fmt_bytes(ev["growth_bytes"]),
+                    help="Over the steps after warm-up, on each window's minimum.")
+        c[3].metric("Runs out at step", f"{ev['oom_step']:,}" if ev.get("oom_step") is not None else "—",
+                    help="Where the fitted level reaches the capacity at this rate.")
+
+
+def _oom_section(ooms, snapshots, run_id):
+    st.subheader("Out-of-memory failures")
+    for f in ooms:
+        with st.container(border=True):
+            st.markdown(f"**Step {f.get('step')} · rank {f.get('rank')} · "
+                        f"{f.get('error_type') or 'out of memory'}**")
+            st.code((f.get("message") or "").strip()[:1500], language=None, wrap_lines=True)
+            c = st.columns(2)
+            with c[0]:
+                if not _common.link_to("pages/replay.py", f"Replay the failing step {f.get('step')}",
+                                       icon=":material/replay:", run=run_id, failure=f["id"],
+                                       step=f.get("step")):
+                    st.caption(f"Capture `{f['id']}`: replay it with `debugkit replay`.")
+            linked = [s for s in snapshots if s.get("failure") == f["id"]]
+            with c[1]:
+                for s in linked:
+                    st.button(f"Open the memory snapshot {s['id']}", key=f"open_{s['id']}",
+                              icon=":material/troubleshoot:", on_click=_open_snapshot, args=(s["id"],))
+
+
+def _follow_oom_click(event, ooms, run_id) -> None:
+    """A click on an OOM marker of the timeline opens that capture in Replay."""
+    ids = {f["id"]: f for f in ooms}
+    points = ((event or {}).get("selection") or {}).get("points") or []
+    for p in points:
+        fid = p.get("customdata")
+        fid = fid[0] if isinstance(fid, list) and fid else fid
+        if fid not in ids:
+            continue  # a click on a memory curve, or a stale value
+        f = ids[fid]
+        if _common.has_page("pages/replay.py"):
+            st.switch_page("pages/replay.py", query_params={"run": run_id, "failure": fid,
+                                                             "step": str(f.get("step"))})
+        st.info(f"Out of memory at step {f.get('step')} on rank {f.get('rank')}: capture "
+                f"`{fid}`. Replay it with `debugkit replay` (the Replay page is not served here).",
+                icon=":material/replay:")
+
+
+def _open_snapshot(sid: str) -> None:
+    st.session_state["mem_snapshot"] = sid
+    st.query_params["snapshot"] = sid
+
+
+def _snapshot_section(snapshots):
+    from debugkit.analysis.memory import fmt_bytes
+
+    st.header("PyTorch memory snapshots")
+    if not snapshots:
+        st.info("No memory snapshot in this run. On a CUDA device, record with "
+                "`Recorder(..., record_memory_history=True)`: it writes one when a step fails "
+                "(taken at the moment of an out-of-memory error) and one at close. Or add one "
+                "written by `torch.cuda.memory._dump_snapshot(...)` with "
+                "`debugkit import memory-snapshot FILE RUN_DIR`. "
+                "(PyTorch records allocator history only for CUDA memory.)",
+                icon=":material/info:")
+        return
+    ids = [s["id"] for s in snapshots]
+    wanted = st.query_params.get("snapshot")
+    if wanted and wanted not in ids:  # a link from a stranger, or to another run's snapshot
+        st.warning(f"snapshot {str(wanted)[:80]!r}: no such snapshot in this run.")
+        wanted = None
+    if not wanted and st.session_state.get("mem_snapshot") in ids:
+        wanted = st.session_state["mem_snapshot"]  # query params are cleared on page change
+    by_id = {s["id"]: s for s in snapshots}
+
+    def _label(sid):
+        s = by_id[sid]
+        step = f"step {s['step']}" if isinstance(s.get("step"), int) else "no step"
+        return f"{sid} · {s.get('reason')} · {step} · {fmt_bytes(s.get('size_bytes'))}"
+
+    default = next((s["id"] for s in snapshots if s.get("reason") == "oom"), ids[-1])
+    sid = wanted or default
+    # The query parameter is the source of truth (deep links, the OOM buttons, the picker's
+    # own changes through its callback); the picker is set to it before it is drawn.
+    if st.session_state.get("mem_snap_pick") != sid:
+        st.session_state["mem_snap_pick"] = sid
+    st.selectbox("Snapshot", ids, format_func=_label, key="mem_snap_pick",
+                 on_change=lambda: _open_snapshot(st.session_state["mem_snap_pick"]))
+    if sid != st.query_params.get("snapshot"):
+        st.query_params["snapshot"] = sid
+    st.session_state["mem_snapshot"] = sid
+    rec = by_id[sid]
+    key = _snap_key(rec["path"])
+    c = st.columns([2, 2, 3])
+    depth = c[0].slider("Frames per site", 1, 4, 1, key="mem_depth",
+                        help="How many stack frames name an allocation site.")
+    user_code = c[1].toggle("Your code only", value=True, key="mem_user_code",
+                            help="Name sites by the first frame outside site-packages, the "
+                                 "standard library and torch.")
+    try:
+        with st.spinner(f"Reading the snapshot ({fmt_bytes(rec.get('size_bytes'))})…"):
+            snap = _snapshot(key)
+            devices = snap.devices or [0]
+        device = devices[0]
+        if len(devices) > 1:
+            device = c[2].selectbox("Device", devices, format_func=lambda d: f"cuda:{d}",
+                                    key="mem_device")
+        with st.spinner("Aggregating…"):
+            v = _snapshot_views(key, int(device), int(depth), bool(user_code))
+    except DebugkitError as exc:
+        _common.show_error(exc)
+        return
+    except Exception as exc:  # an unexpected failure: say so, keep the page
+        _common.show_error(exc, "the memory snapshot")
+        return
+    s = v["summary"]
+    m = st.columns(3) + st.columns(3)
+    m[0].metric("Reserved", fmt_bytes(s["reserved_bytes"]), help="Held by the caching allocator.")
+    m[1].metric("Allocated", fmt_bytes(s["allocated_bytes"]), help="In live tensors at the snapshot.")
+    m[2].metric("Peak active", fmt_bytes(v["peak"]["bytes"]) if v["peak"] else "—",
+                help="The highest active memory in the recorded history.")
+    m[3].metric("Segments", f"{s['segments']:,}")
+    m[4].metric("Trace events", f"{v['n_events']:,}")
+    m[5].metric("OOM events", f"{len(v['oom'])}")
+    if rec.get("failure"):
+        st.caption(f"Written for the failure capture `{rec['failure']}`"
+                   + (f" at step {rec['step']}" if isinstance(rec.get("step"), int) else "") + ".")
+    if v["format"] == "legacy":
+        st.caption("PyTorch 2.0 format (history on blocks).")
+    tabs = st.tabs(["Active memory over time", "Segments", "Largest at the peak",
+                    "Alive at the end (leaks)"])
+    with tabs[0]:
+        _timeline_tab(v)
+    with tabs[1]:
+        _segments_tab(key, device, depth, user_code, v)
+    with tabs[2]:
+        _largest_tab(v)
+    with tabs[3]:
+        _leaks_tab(v)
+    if v["settings"]:
+        with st.expander("Allocator settings"):
+            st.json(v["settings"], expanded=False)
+
+
+def _timeline_tab(v):
+    from debugkit.charts.memory import build_snapshot_timeline_figure
+
+    if not len(v["timeline"]):
+        st.info("This snapshot has no allocator history (it was taken without "
+                "`torch.cuda.memory._record_memory_history()`), so there is no timeline; the "
+                "other tabs show its state at the moment it was taken.")
+        return
+    st.caption("Memory held by live tensors over the recorded history, stacked by the line "
+               "that allocated them. A band that only grows is memory nobody frees.")
+    fig = build_snapshot_timeline_figure(v["timeline"], peak=v["peak"], oom_events=v["oom"])
+    st.plotly_chart(fig, key="snap_timeline")
+    if len(v["oom"]):
+        from debugkit.analysis.memory import fmt_bytes
+
+        for _, o in v["oom"].iterrows():
+            st.error(f"Out of memory at event {o['seq']:,}: asked for "
+                     f"{fmt_bytes(o['requested_bytes'])} with {fmt_bytes(o['device_free_bytes'])} "
+                     f"free on the device (from {o['site']}).", icon=":material/error:")
+
+
+def _segments_tab(key, device, depth, user_code, v):
+    options = ["at the end (exact)"]
+    if v["peak"] is not None:
+        options += ["at the peak", "at an event"]
+    when = st.segmented_control("Moment", options, default=options[0], key="mem_seg_when") or options[0]
+    seq = None
+    if when == "at the peak":
+        seq = int(v["peak"]["seq"])
+    elif when == "at an event":
+        seq = st.slider("Event", 0, max(0, v["n_events"] - 1), int(v["peak"]["seq"]),
+                        key="mem_seg_event")
+    try:
+        segs, rows, z = _segments_view(key, int(device), int(depth), bool(user_code), seq)
+    except DebugkitError as exc:
+        _common.show_error(exc)
+        return
+    from debugkit.analysis.memory import fmt_bytes
+    from debugkit.charts.memory import build_segments_figure
+
+    total = int(segs["total_size"].sum())
+    free = int(segs["free_bytes"].sum())
+    st.caption(f"{len(segs):,} segments, {fmt_bytes(total)} reserved, {fmt_bytes(free)} of it "
+               f"free ({free / max(total, 1):.0%}). Each row is one cudaMalloc'd segment; dark is "
+               f"in use. Free space split into small ranges is fragmentation: the allocator "
+               f"cannot hand it to a larger tensor." + (" Only the largest segments are drawn."
+                                                        if len(rows) < len(segs) else ""))
+    st.plotly_chart(build_segments_figure(rows, z), key="snap_segments")
+    show = segs.sort_values("total_size", ascending=False).head(200)
+    st.dataframe(show.assign(address=show["address"].map(hex),
+                             size=show["total_size"].map(fmt_bytes),
+                             allocated=show["allocated_bytes"].map(fmt_bytes),
+                             free=show["free_bytes"].map(fmt_bytes),
+                             largest_free=show["largest_free_bytes"].map(fmt_bytes)),
+                 hide_index=True, height=_height(len(show)),
+                 column_order=["address", "size", "segment_type", "stream", "allocated", "free",
+                               "largest_free", "free_share", "allocations"],
+                 column_config={"free_share": st.column_config.ProgressColumn(
+                     "free share", min_value=0.0, max_value=1.0, format="percent"),
+                     "largest_free": st.column_config.TextColumn(
+                         "largest free range", help="The largest tensor this segment could still take.")})
+
+
+def _largest_tab(v):
+    from debugkit.analysis.memory import fmt_bytes
+    from debugkit.charts.memory import build_largest_allocations_figure
+
+    t = v["largest"]
+    if v["peak"] is not None:
+        st.caption(f"The {len(t)} largest of the tensors alive at the peak "
+                   f"({fmt_bytes(v['peak']['bytes'])} active, event {v['peak']['seq']:,}).")
+    else:
+        st.caption("No history: the largest tensors alive when the snapshot was taken.")
+    st.plotly_chart(build_largest_allocations_figure(t), key="snap_largest")
+    st.dataframe(t.assign(addr=t["addr"].map(hex), bytes=t["size"], size=t["size"].map(fmt_bytes)),
+                 hide_index=True, height=_height(len(t)),
+                 column_order=["size", "share", "site", "age_s", "addr", "stack"],
+                 column_config={"share": st.column_config.NumberColumn("share", format="percent"),
+                                "age_s": st.column_config.NumberColumn("age (s)", format="%.3f")})
+
+
+def _leaks_tab(v):
+    from debugkit.charts.memory import build_leaked_sites_figure
+
+    t = v["leaked"]
+    st.caption("Tensors still alive when the snapshot was taken, by site. Red: allocated all "
+               "along the trace and never freed, the signature of a leak.")
+    st.plotly_chart(build_leaked_sites_figure(t), key="snap_leaks")
+    from debugkit.analysis.memory import fmt_bytes
+
+    st.dataframe(t.assign(live=t["live_bytes"].map(fmt_bytes)), hide_index=True, height=_height(len(t)),
+                 column_order=["site", "live", "live_count", "allocated_in_trace", "still_alive_share",
+                               "span_share", "accumulating", "first_alloc_s", "last_alloc_s",
+                               "preexisting", "stack"],
+                 column_config={"live_count": "alive", "allocated_in_trace": "allocated in trace",
+                                "still_alive_share": st.column_config.NumberColumn(
+                                    "still alive", format="percent"),
+                                "span_share": st.column_config.NumberColumn(
+                                    "span of trace", format="percent"),
+                                "first_alloc_s": st.column_config.NumberColumn("first (s)", format="%.3f"),
+                                "last_alloc_s": st.column_config.NumberColumn("last (s)", format="%.3f"),
+                                "preexisting": "before the trace"})
+
+
+def _height(rows: int) -> int:
+    """A table height that fits ``rows`` rows, up to about ten."""
+    return 38 + 35 * max(1, min(rows, 10))
+
+
+# ---------------------------------------------------------------------------- page
+def render():
+    from debugkit.analysis.memory import compute_bands, oom_failures
+    from debugkit.charts.memory import build_memory_timeline_figure
+
+    try:
+        info = _common.summary(path)
+        mem = _common.table(path, "memory")
+        cap = _common.table(path, "memory_capacity")
+        failures = _common.table(path, "failures")
+        snapshots = _common.table(path, "memory_snapshots")
+    except DebugkitError as exc:
+        _common.show_error(exc)
+        return
+    st.title(f"Memory · {info['name']}")
+    run_id = _common._id_for(path)
+    ooms = oom_failures(failures)
+    if not len(mem):
+        st.info("No memory rows yet: the Recorder writes one per step.", icon=":material/hourglass:")
+    else:
+        series, x, layout, show_cap, gpu_thr, host_thr = _controls(mem)
+        try:
+            findings = _findings(path, _common.signature(path), gpu_thr, host_thr)
+        except DebugkitError as exc:
+            _common.show_error(exc)
+            findings = []
+        if findings:
+            for f in findings:
+                _finding_box(f)
+        else:
+            st.success("No leak, pressure or fragmentation found.", icon=":material/check:")
+        bands = compute_bands(cap, {"gpu_threshold": gpu_thr, "host_threshold": host_thr})
+        leaks = [{**f["evidence"], "rank": f["rank"]} for f in findings if f["kind"] == "memory_leak"]
+        fig = build_memory_timeline_figure(
+            mem, bands, metrics=series or list(SERIES_LABELS), x=x,
+            layout="side" if layout == "side by side" else "overlay", oom_failures=ooms,
+            leaks=leaks if x == "step" else (), scale_to_capacity=show_cap)
+        event = st.plotly_chart(fig, key="mem_timeline", on_select="rerun",
+                                selection_mode="points")
+        _follow_oom_click(event, ooms, run_id)
+        if not len(bands):
+            st.caption("No capacity recorded for this run (runs recorded by an older debugkit "
+                       "lack it), so there is no capacity line or band.")
+    if ooms:
+        _oom_section(ooms, snapshots, run_id)
+    _snapshot_section(snapshots)
+
+
+try:
+    status_now = _common.summary(path)["status"]
+except DebugkitError as exc:
+    _common.show_error(exc)
+    st.stop()
+if status_now == "running":
+    st.fragment(render, run_every=5)()
+else:
+    render()
