@@ -36,7 +36,7 @@ def take_rng_state() -> dict:
     import torch
 
     state: dict[str, Any] = {"torch_cpu": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if torch.cuda.is_initialized():  # cheap; is_available() costs more per step
         try:
             state["torch_cuda"] = torch.cuda.get_rng_state_all()
         except RuntimeError:
