@@ -21,6 +21,7 @@ OUT = ROOT / "sample_runs"
 SAMPLES: dict[str, tuple[list[str], int]] = {
     "digits-mlp": (["examples.digits"], 0),
     "digits-bad-label": (["examples.digits", "--corrupt-label", "12"], 1),
+    "credit-audit": (["examples.credit"], 0),
 }
 
 

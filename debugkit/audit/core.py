@@ -301,9 +301,20 @@ class Auditor:
                 disp[g][m] = entry
         summary_ci, summary_j = {}, {}
         extremes = fx.summary_extremes(fx.rates_from_counts(conf, fairlearn_zero=True), order)
+        stat_ci = {}
         for k in fx.SUMMARY:
-            lo, hi = fx.percentile_ci(boot.summary[k], level) if s.n_boot else (np.nan, np.nan)
+            # The interval judged is that of the comparison the metric makes in the data
+            # (the two groups it sets apart): a percentile interval of a max-minus-min
+            # statistic is biased upward and can exclude its own point estimate.
+            m, g_hi, g_lo = extremes[k]
+            top, bottom = boot.rates[m][:, order.index(g_hi)], boot.rates[m][:, order.index(g_lo)]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                pair = (np.where(top > 0, bottom / np.where(top > 0, top, 1.0), np.nan)
+                        if k == "demographic_parity_ratio" else top - bottom)
+            lo, hi = fx.percentile_ci(pair, level) if s.n_boot else (np.nan, np.nan)
             summary_ci[k] = [_f(lo), _f(hi)]
+            slo, shi = fx.percentile_ci(boot.summary[k], level) if s.n_boot else (np.nan, np.nan)
+            stat_ci[k] = [_f(slo), _f(shi)]
             if k == "demographic_parity_ratio":
                 j = fx.judge_at_least(summary[k], (_f(lo), _f(hi)), s.band[0])
             else:
@@ -318,6 +329,7 @@ class Auditor:
                 "disparities": disp, "verdict": verdict, "reasons": [f["text"] for f in findings],
                 "findings": findings,
                 "groups_ci": groups_ci, "summary_ci": summary_ci, "summary_judgement": summary_j,
+                "summary_statistic_ci": stat_ci,
                 "undefined": undefined, "small_groups": small, "order": list(order),
                 "support": {g: {fx.DENOMINATOR_NAMES[k].replace(" ", "_"): v for k, v in d.items()}
                             for g, d in sup.items()},

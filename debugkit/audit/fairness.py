@@ -189,7 +189,9 @@ class BootstrapResult:
     rates : dict of metric -> ndarray (n_boot, groups)
         Group metrics with undefined rates as NaN.
     summary : dict of name -> ndarray (n_boot,)
-        The summary metrics, fairlearn's convention.
+        The summary metrics of each replicate, over the groups whose rate is defined in
+        that replicate (a group without actual negatives in a resample has no FPR, rather
+        than fairlearn's 0, which would make every such resample look maximally unfair).
     """
 
     rates: dict[str, np.ndarray]
@@ -233,8 +235,7 @@ def bootstrap(y_true, y_pred, groups, order, *, n_boot: int, seed: int,
             progress(done / max(n_boot, 1))
     counts = np.concatenate(parts) if parts else np.zeros((0, G, 4), dtype=np.int64)
     nan_rates = rates_from_counts(counts, fairlearn_zero=False)
-    zero_rates = rates_from_counts(counts, fairlearn_zero=True)
-    return BootstrapResult(rates=nan_rates, summary=summary_from_rates(zero_rates), n_boot=n_boot)
+    return BootstrapResult(rates=nan_rates, summary=summary_from_rates(nan_rates), n_boot=n_boot)
 
 
 def percentile_ci(samples: np.ndarray, level: float, axis: int = 0, min_defined: float = 0.5):

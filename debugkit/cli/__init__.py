@@ -19,6 +19,8 @@ COMMANDS = [
     "info",
     "diagnose",
     "importcmd",
+    "audit",
+    "share",
 ]
 
 EXIT_OK = 0
