@@ -186,15 +186,16 @@ class Auditor:
             raise InvalidInputError(f"settings.reference: {', '.join(map(repr, unknown_refs))} not among "
                                     f"the sensitive attributes ({', '.join(a.name for a in attrs)})")
 
-        self._tick(0.6, "Predictions and group metrics (fairlearn)")
+        self._tick(0.6, "Predictions")
         y_pred = adapter.decisions(X, scores=shap_res.output if adapter.preprocess is None
                                    and adapter.kind == "torch" else None)
         sens_doc = {}
         for i, a in enumerate(attrs):
             lo, hi = 0.62 + 0.3 * i / len(attrs), 0.62 + 0.3 * (i + 1) / len(attrs)
-            self._tick(lo, f"Fairness metrics and bootstrap: {a.name}")
+            self._tick(lo, f"Group metrics (fairlearn): {a.name}")
             sens_doc[a.name] = self._fairness(a, y_true, y_pred, lambda f, lo=lo, hi=hi, nm=a.name:
-                                              self._tick(lo + (hi - lo) * f, f"Bootstrap: {nm}"))
+                                              self._tick(lo + (hi - lo) * (0.2 + 0.8 * f),
+                                                         f"Bootstrap: {nm}"))
 
         self._tick(0.93, "Attribution flags and proxies")
         mabs = mean_abs(shap_res.values, space.features)
@@ -263,6 +264,7 @@ class Auditor:
         undefined = fx.undefined_rates(y_true, y_pred, a.groups, order)
         summary = fx.compute_summary(y_true, y_pred, a.groups)
         ref = s.reference.get(a.name) or a.reference or max(order, key=lambda g: (int(table.loc[g, "count"]), g))
+        progress(0.0)
         boot = fx.bootstrap(y_true, y_pred, a.groups, order, n_boot=s.n_boot, seed=s.seed, progress=progress)
         level = s.ci_level
         conf = fx.confusion_by_group(y_true, y_pred, a.groups, order)
@@ -322,6 +324,7 @@ class Auditor:
             m, g_hi, g_lo = extremes[k]
             dn = fx.denominator(m)
             summary_j[k] = fx.cap_for_support(j, [sup[g_hi][dn], sup[g_lo][dn]], s.min_group_size)
+        progress(1.0)
         small = [g for g in order if groups[g]["count"] < s.min_group_size]
         verdict, findings = self._judge_attribute(a.name, ref, groups, disp, summary, summary_ci,
                                                   summary_j, small, undefined, sup, extremes)

@@ -130,6 +130,10 @@ def feature_space(adapter: ModelAdapter, X, n_columns: int) -> FeatureSpace:
             members[f] = []
             features.append(f)
         members[f].append(i)
+    # Features in X's column order (a ColumnTransformer puts its blocks first).
+    pos = {c: i for i, c in enumerate(cols)}
+    first = {f: i for i, f in enumerate(features)}
+    features = sorted(features, key=lambda f: (pos.get(f, len(cols)), first[f]))
     return FeatureSpace(columns=names, features=features, members=members)
 
 

@@ -176,6 +176,11 @@ class ModelAdapter:
     def output_t(self, Xt: np.ndarray) -> np.ndarray:
         """The explained output from the explained estimator's own input."""
         est = self.estimator
+        names = getattr(est, "feature_names_in_", None)
+        if names is not None and isinstance(Xt, np.ndarray) and Xt.ndim == 2 and Xt.shape[1] == len(names):
+            import pandas as pd
+
+            Xt = pd.DataFrame(Xt, columns=list(names))  # as the estimator was fitted
         sign = 1.0 if self.positive_index == 1 else -1.0
         if self.kind in ("tree", "linear"):
             if self.output == "probability":
