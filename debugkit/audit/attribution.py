@@ -150,9 +150,13 @@ def attribution_flags(mean_abs_by_feature: dict[str, float], associations: list[
             msg = (f"{what} ranks #{rank[f]} of {len(rank)} by mean |SHAP| "
                    f"({s:.0%} of the total)")
             if lo_g is not None and hi_g is not None and lo_g != hi_g:
-                msg += (f"; it pushes {a.name}={lo_g} toward the negative outcome the most "
-                        f"(mean SHAP {gm[lo_g]:+.3f} {output}) and {a.name}={hi_g} the least "
-                        f"({gm[hi_g]:+.3f})")
+                if gm[lo_g] < 0 < gm[hi_g]:
+                    msg += (f"; it pushes {a.name}={lo_g} toward the negative outcome (mean SHAP "
+                            f"{gm[lo_g]:+.3f} {output}) and {a.name}={hi_g} toward the positive one "
+                            f"({gm[hi_g]:+.3f})")
+                else:
+                    msg += (f"; its mean SHAP is lowest for {a.name}={lo_g} ({gm[lo_g]:+.3f} {output}) "
+                            f"and highest for {a.name}={hi_g} ({gm[hi_g]:+.3f})")
             flags.append({"kind": kind, "attribute": a.name, "feature": f, "rank": rank[f],
                           "mean_abs": mean_abs_by_feature[f], "share": s,
                           "association": assoc["association"] if assoc else None,

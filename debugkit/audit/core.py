@@ -138,7 +138,9 @@ class Auditor:
 
     def _tick(self, frac: float, msg: str) -> None:
         if self._progress is not None:
-            self._progress(max(0.0, min(1.0, frac)), msg)
+            frac = round(max(0.0, min(1.0, frac)), 6)
+            self._last = frac if frac == 0.0 else max(frac, getattr(self, "_last", 0.0))
+            self._progress(self._last, msg)
 
     def audit_model(self, model, X, y, *, sensitive, run_dir, name, positive_label=1, predict=None,
                     explainer="auto", background=100, group_bins=None) -> Audit:
