@@ -203,22 +203,27 @@ def _share_box(audit_id):
         st.caption("A read-only link to this audit alone: no other page, no run picker, no upload, "
                    "no recompute. Signed with the server's secret (HMAC-SHA256).")
         with st.form("share_form", border=False):
-            exp = st.selectbox("Expires after", list(EXPIRY), index=2)
-            base = st.text_input("Dashboard address", value=_base_url())
-            make = st.form_submit_button("Create link", icon=":material/link:")
-        if make:
+            st.selectbox("Expires after", list(EXPIRY), index=2, key="share_expiry")
+            st.text_input("Dashboard address", value=_base_url(), key="share_base")
+            st.form_submit_button("Create link", icon=":material/link:",
+                                  on_click=lambda: st.session_state.update(share_request=True))
+        if st.session_state.pop("share_request", False):
             try:
                 if not rid:
                     raise DebugkitError("this run is not in the served folders; open it from the run "
                                         "store or sample runs to share it")
-                link, exp_at = share_link(base, rid, audit_id, expires_in_s=parse_duration(EXPIRY[exp]),
+                link, exp_at = share_link(st.session_state["share_base"], rid, audit_id,
+                                          expires_in_s=parse_duration(EXPIRY[st.session_state["share_expiry"]]),
                                           secret=server_secret(_common.store_dir()))
             except DebugkitError as exc:
                 _common.show_error(exc)
             else:
-                st.code(link, language=None, wrap_lines=True)
-                st.caption("Valid until " + dt.datetime.fromtimestamp(exp_at, dt.timezone.utc)
-                           .strftime("%Y-%m-%d %H:%M UTC"))
+                st.session_state["share_link"] = (audit_id, link, exp_at)
+        made = st.session_state.get("share_link")
+        if made and made[0] == audit_id:
+            st.code(made[1], language=None, wrap_lines=True)
+            st.caption("Valid until " + dt.datetime.fromtimestamp(made[2], dt.timezone.utc)
+                       .strftime("%Y-%m-%d %H:%M UTC"))
 
 
 def _parse_lines(text: str, what: str) -> dict:
@@ -249,36 +254,40 @@ def _compute_box(sig):
         if not allowed:
             return
         with st.form("compute_audit"):
-            tname = st.selectbox("Model", [t["name"] for t in allowed],
-                                 format_func=lambda n: next(t["title"] for t in allowed if t["name"] == n))
+            st.selectbox("Model", [t["name"] for t in allowed], key="ac_target",
+                         format_func=lambda n: next(t["title"] for t in allowed if t["name"] == n))
             c = st.columns(4)
-            low = c[0].number_input("Band low", 0.5, 1.0, 0.8, 0.01)
-            high = c[1].number_input("Band high", 1.0, 2.0, 1.25, 0.01)
-            maxd = c[2].number_input("Max difference", 0.0, 1.0, 0.1, 0.01)
-            nboot = c[3].number_input("Bootstrap resamples", 0, 10_000, 1000, 100)
+            c[0].number_input("Band low", 0.5, 1.0, 0.8, 0.01, key="ac_low")
+            c[1].number_input("Band high", 1.0, 2.0, 1.25, 0.01, key="ac_high")
+            c[2].number_input("Max difference", 0.0, 1.0, 0.1, 0.01, key="ac_maxd")
+            c[3].number_input("Bootstrap resamples", 0, 10_000, 1000, 100, key="ac_nboot")
             c = st.columns(4)
-            min_group = c[0].number_input("Min group size", 1, 10_000, 30, 1)
-            top_k = c[1].number_input("Flag top k features", 1, 100, 5, 1)
-            share_thr = c[2].number_input("...or share of total", 0.0, 1.0, 0.10, 0.01)
-            proxy = c[3].number_input("Proxy association", 0.0, 1.0, 0.3, 0.05)
-            bins_text = st.text_area("Bins (one per line, attribute: cut points)",
-                                     value="age_in_years: 25, 35, 45, 60", height=68)
-            ref_text = st.text_input("Reference groups (attribute: group; ...), default the largest",
-                                     value="", placeholder="sex: male; age_in_years: 25-34")
-            go = st.form_submit_button("Compute audit", type="primary", icon=":material/play_arrow:")
-        if not go:
+            c[0].number_input("Min group size", 1, 10_000, 30, 1, key="ac_min_group")
+            c[1].number_input("Flag top k features", 1, 100, 5, 1, key="ac_top_k")
+            c[2].number_input("...or share of total", 0.0, 1.0, 0.10, 0.01, key="ac_share")
+            c[3].number_input("Proxy association", 0.0, 1.0, 0.3, 0.05, key="ac_proxy")
+            st.text_area("Bins (one per line, attribute: cut points)", value="age_in_years: 25, 35, 45, 60",
+                         height=68, key="ac_bins")
+            st.text_input("Reference groups (attribute: group; ...), default the largest", value="",
+                          placeholder="sex: male; age_in_years: 25-34", key="ac_refs")
+            # A callback, not the button's return value: it survives the router's rerun.
+            st.form_submit_button("Compute audit", type="primary", icon=":material/play_arrow:",
+                                  on_click=lambda: st.session_state.update(audit_compute_request=True))
+        if not st.session_state.pop("audit_compute_request", False):
             return
+        ss = st.session_state
         try:
             bins = {k: [float(x) for x in v.replace(";", ",").split(",") if x.strip()]
-                    for k, v in _parse_lines(bins_text, "bins").items()}
-            refs = _parse_lines(ref_text.replace(";", "\n"), "reference groups")
+                    for k, v in _parse_lines(ss["ac_bins"], "bins").items()}
+            refs = _parse_lines(ss["ac_refs"].replace(";", "\n"), "reference groups")
         except (ValueError, DebugkitError) as exc:
             _common.show_error(exc if isinstance(exc, DebugkitError) else
                                DebugkitError(f"bins: {exc}"))
             return
-        _run_audit(tname, {"band": (low, high), "max_difference": maxd, "n_boot": int(nboot),
-                           "min_group_size": int(min_group), "top_k": int(top_k), "share": share_thr,
-                           "proxy_threshold": proxy, "reference": refs}, bins)
+        _run_audit(ss["ac_target"], {"band": (ss["ac_low"], ss["ac_high"]), "max_difference": ss["ac_maxd"],
+                                     "n_boot": int(ss["ac_nboot"]), "min_group_size": int(ss["ac_min_group"]),
+                                     "top_k": int(ss["ac_top_k"]), "share": ss["ac_share"],
+                                     "proxy_threshold": ss["ac_proxy"], "reference": refs}, bins)
 
 
 def _run_audit(tname, settings, bins):
