@@ -106,3 +106,24 @@ def test_the_real_command(sample):
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["id"] == ids[0]
+
+
+def test_diagnose_reports_stored_audits(sample, capsys, tmp_path):
+    import os
+    import shutil
+
+    run, ids = sample
+    assert main(["diagnose", str(run), "--json"]) == 0
+    found = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["kind"] == "bias_audit"]
+    verdicts = {e["id"]: e["verdict"] for e in list_audits(run)}
+    assert sorted(f["evidence"]["audit"] for f in found) == sorted(i for i in ids if verdicts[i] != "pass")
+    for f in found:
+        assert f["severity"] == {"fail": "warning", "needs_review": "info"}[f["evidence"]["verdict"]]
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    target = copy / "audits" / ids[0] / "audit.json"
+    os.chmod(target, 0o644)
+    target.write_text(target.read_text().replace('"verdict": "', '"verdict": "x', 1))
+    assert main(["diagnose", str(copy), "--json"]) == 0
+    bad = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["kind"] == "audit_tampered"]
+    assert len(bad) == 1 and bad[0]["severity"] == "error" and ids[0] in bad[0]["message"]
