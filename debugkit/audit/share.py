@@ -46,6 +46,8 @@ MSG_WEAK_SECRET = ("DEBUGKIT_SECRET is {n} characters long; use at least {min} r
                    "characters (e.g. python -c 'import secrets; print(secrets.token_hex(32))')")
 MSG_DURATION = ("expires={value!r}: expected a number and a unit (s, m, h, d, w), e.g. 14d, "
                 "at most 366 days")
+MSG_NO_SECRET_FILE = ("{path}: cannot read or create the share secret ({detail}); set "
+                      "DEBUGKIT_SECRET to at least 16 random characters")
 MSG_BASE_URL = "base URL {value!r}: expected http:// or https:// and a host"
 
 
@@ -88,12 +90,16 @@ def server_secret(store: str | os.PathLike | None = None) -> bytes:
         return _read_secret_file(path)
     except FileNotFoundError:
         pass
-    store.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidInputError(MSG_NO_SECRET_FILE.format(path=path, detail=exc)) from exc
     value = _secrets.token_hex(32)
     try:
+        store.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:  # another process created it first: use theirs
         return _read_secret_file(path)
+    except OSError as exc:
+        raise InvalidInputError(MSG_NO_SECRET_FILE.format(path=path, detail=exc)) from exc
     with os.fdopen(fd, "w") as f:
         f.write(value + "\n")
         f.flush()

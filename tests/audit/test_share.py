@@ -136,3 +136,13 @@ def test_bad_durations(value):
 def test_bad_base_urls(url):
     with pytest.raises(InvalidInputError, match=r"base URL .*: expected http:// or https:// and a host"):
         check_base_url(url)
+
+
+def test_unwritable_store_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.delenv("DEBUGKIT_SECRET", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(InvalidInputError, match=r"cannot read or create the share secret .*set DEBUGKIT_SECRET"):
+        server_secret(blocker / "store")
