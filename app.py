@@ -22,15 +22,17 @@ share = _common.share_request()
 if share is not None:
     # A share link (or a share-only server): the audit page alone, or the refusal alone.
     # No sidebar, no run picker, no upload, no other page: an edited URL path lands here.
+    # The link's own path (/audit) is served as it is; any other path falls back to the
+    # default page, which only forwards to the audit (or shows the refusal again).
     if share["ok"]:
-        page = st.Page(AUDIT_PAGE, title="Bias audit", icon=":material/balance:", url_path="audit",
-                       default=True)
+        pages = [st.Page(_common.share_forward, title="Bias audit", url_path="shared", default=True),
+                 st.Page(AUDIT_PAGE, title="Bias audit", icon=":material/balance:", url_path="audit")]
         _common.register_pages([AUDIT_PAGE])
     else:
-        page = st.Page(_common.share_refused, title="Link not valid", icon=":material/link_off:",
-                       url_path="audit", default=True)
+        pages = [st.Page(_common.share_refused, title="Link not valid", url_path="refused", default=True),
+                 st.Page(_common.share_refused_here, title="Link not valid", url_path="audit")]
         _common.register_pages([])
-    st.navigation([page], position="hidden").run()
+    st.navigation(pages, position="hidden").run()
 else:
     pages = [st.Page(f, title=t, icon=i, url_path=u, default=(u == "home")) for f, t, i, u in PAGES]
     _common.register_pages([f for f, *_ in PAGES])

@@ -334,3 +334,14 @@ def share_refused() -> None:
     ctx = st.session_state.get(SESSION_SHARE) or {}
     st.error(ctx.get("message") or SHARE_REFUSED.format(reason="it is not valid"),
              icon=":material/link_off:")
+
+
+def share_refused_here() -> None:
+    """The refusal, served at the link's own path (``/audit``)."""
+    share_refused()
+
+
+def share_forward() -> None:
+    """Where a share-link visitor lands on any path but ``/audit``: on to the audit."""
+    st.switch_page("pages/audit.py", query_params={k: st.query_params.get(k) for k in
+                                                   ("run", "audit", "token") if st.query_params.get(k)})

@@ -126,8 +126,9 @@ def build_disparity_figure(attr: dict, band=(0.8, 1.25), metrics=("selection_rat
                   annotation_text=f"band {band[0]:g}–{band[1]:g}", annotation_position="top left",
                   annotation_font_size=11)
     fig.add_vline(x=1.0, line={"color": "#555", "width": 1, "dash": "dot"})
-    fig.update_xaxes(type="log", range=[np.log10(lo_x), np.log10(hi_x)],
-                     title=f"ratio to the reference group ({ref})")
+    ticks = [t for t in (0.05, 0.1, 0.2, 0.5, band[0], 1.0, band[1], 2, 5, 10, 20) if lo_x <= t <= hi_x]
+    fig.update_xaxes(type="log", range=[np.log10(lo_x), np.log10(hi_x)], tickvals=ticks,
+                     ticktext=[f"{t:g}" for t in ticks], title=f"ratio to the reference group ({ref})")
     return _layout(fig, height=max(300, 60 * len(metrics) + 120), title=title)
 
 
