@@ -52,7 +52,11 @@ def test_share_link_in_a_fresh_browser_shows_the_audit_alone(share_server, brows
         page.goto(link(share_server, audit_id))
         wait_for_app(page)
         page.get_by_text("Bias audit: ").first.wait_for()
-        page.get_by_text(f"Shared read-only view of audit").first.wait_for()
+        page.get_by_text("Shared read-only view of audit").first.wait_for()
+        page.get_by_role("button", name="Download report (HTML)").wait_for()
+        page.get_by_text("Provenance").first.wait_for()
+        wait_for_app(page)
+        wait_for_charts(page, 4)
         assert page.get_by_test_id("stSidebar").count() == 0
         assert page.get_by_test_id("stSidebarNav").count() == 0
         assert page.get_by_text("Open a run").count() == 0
@@ -60,7 +64,6 @@ def test_share_link_in_a_fresh_browser_shows_the_audit_alone(share_server, brows
         assert page.get_by_text("Compute a new audit").count() == 0
         assert page.get_by_text("Share with compliance").count() == 0
         assert page.get_by_role("button", name="Download report (HTML)").count() == 1
-        wait_for_charts(page, 4)
         page.screenshot(path=str(tmp_path / "shared.png"))
     finally:
         ctx.close()
@@ -74,6 +77,8 @@ def test_another_page_in_the_url_still_shows_only_the_audit(share_server, browse
         page.goto(link(share_server, audit_id, page="overview"))
         wait_for_app(page)
         page.get_by_text("Bias audit: ").first.wait_for()
+        page.get_by_text("Provenance").first.wait_for()
+        wait_for_app(page)
         assert page.get_by_test_id("stSidebar").count() == 0
         assert page.get_by_text("Steps", exact=True).count() == 0
     finally:
