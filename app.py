@@ -18,10 +18,28 @@ PAGES = [
     ("pages/replay.py", "Replay", ":material/replay:", "replay"),
     ("pages/gradients.py", "Gradients", ":material/ssid_chart:", "gradients"),
     ("pages/memory.py", "Memory", ":material/memory:", "memory"),
+    ("pages/audit.py", "Bias audit", ":material/balance:", "audit"),
 ]
+AUDIT_PAGE = "pages/audit.py"
 
-pages = [st.Page(f, title=t, icon=i, url_path=u, default=(u == "home")) for f, t, i, u in PAGES]
-_common.register_pages([f for f, *_ in PAGES])
-nav = st.navigation(pages)
-_common.sidebar()
-nav.run()
+share = _common.share_request()
+if share is not None:
+    # A share link (or a share-only server): the audit page alone, or the refusal alone.
+    # No sidebar, no run picker, no upload, no other page: an edited URL path lands here.
+    # The link's own path (/audit) is served as it is; any other path falls back to the
+    # default page, which only forwards to the audit (or shows the refusal again).
+    if share["ok"]:
+        pages = [st.Page(_common.share_forward, title="Bias audit", url_path="shared", default=True),
+                 st.Page(AUDIT_PAGE, title="Bias audit", icon=":material/balance:", url_path="audit")]
+        _common.register_pages([AUDIT_PAGE])
+    else:
+        pages = [st.Page(_common.share_refused, title="Link not valid", url_path="refused", default=True),
+                 st.Page(_common.share_refused_here, title="Link not valid", url_path="audit")]
+        _common.register_pages([])
+    st.navigation(pages, position="hidden").run()
+else:
+    pages = [st.Page(f, title=t, icon=i, url_path=u, default=(u == "home")) for f, t, i, u in PAGES]
+    _common.register_pages([f for f, *_ in PAGES])
+    nav = st.navigation(pages)
+    _common.sidebar()
+    nav.run()

@@ -17,6 +17,8 @@ __all__ = [
     "ReplayError",
     "NonFiniteError",
     "MissingDependencyError",
+    "AuditError",
+    "ShareTokenError",
     "DebugkitWarning",
     "TruncatedRecordWarning",
 ]
@@ -71,6 +73,14 @@ class MissingDependencyError(DebugkitError):
             f"{feature} needs the optional package {package!r}; "
             f"install it with: pip install {pip_name or package}"
         )
+
+
+class AuditError(DebugkitError):
+    """A bias audit could not be computed, or a stored audit is missing or was altered."""
+
+
+class ShareTokenError(DebugkitError):
+    """A share link's token is malformed, altered, expired, or for another run or audit."""
 
 
 class DebugkitWarning(UserWarning):

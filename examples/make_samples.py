@@ -34,6 +34,7 @@ SAMPLES: dict[str, tuple[list[str], int]] = {
     "digits-exploding": (["examples.exploding"], 1),
     "digits-vanishing": (["examples.vanishing"], 0),
     "memory-leak": (["examples.memory_leak"], 0),
+    "credit-audit": (["examples.credit"], 0),
 }
 
 

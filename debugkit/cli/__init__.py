@@ -20,6 +20,8 @@ COMMANDS = [
     "diagnose",
     "importcmd",
     "replay",
+    "audit",
+    "share",
 ]
 
 EXIT_OK = 0

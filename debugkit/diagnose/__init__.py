@@ -17,6 +17,7 @@ SOURCES = [
     "distributed",
     "gradients",
     "memory",
+    "audit",
 ]
 
 

@@ -1,0 +1,276 @@
+"""Stored audits: ``<run>/audits/<id>/``, immutable, with an id derived from the content.
+
+``audit.json`` holds every number (see docs/run-format.md); ``rows.parquet`` the per-row
+data the charts draw (SHAP values, feature values, groups, outcomes). The id is the
+first 16 hex digits of the SHA-256 of ``audit.json``'s canonical form (sorted keys, no
+whitespace, without the ``id`` field), and ``audit.json`` records the SHA-256 of every
+other file, so changing any byte of an audit is detected when it is read. An audit is
+written into ``audits/.tmp-*`` and renamed into place; its files are made read-only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import stat
+import uuid
+from pathlib import Path
+from typing import Any
+
+from .._fsutil import sha256_file
+from ..errors import AuditError, InvalidInputError, RunDirError
+
+AUDITS_DIR = "audits"
+AUDIT_JSON = "audit.json"
+ROWS_FILE = "rows.parquet"
+AUDIT_FORMAT = "1.0"
+ID_LEN = 16
+_ID = re.compile(r"^[0-9a-f]{16}$")
+
+MSG_BAD_ID = "audit id {value!r}: expected 16 lowercase hex digits"
+MSG_NO_AUDIT = "{run}: no audit with id {id!r} (stored: {known})"
+MSG_NO_AUDITS = "{run}: no stored audits (compute one with debugkit.audit.audit_model or on the Audit page)"
+MSG_TAMPERED = ("audit {id}: {what} was modified after the audit was stored "
+                "(expected sha256 {expected}, found {found}); the audit cannot be trusted")
+MSG_UNREADABLE = "audit {id}: {file} is unreadable ({detail})"
+
+
+def validate_audit_id(value: Any) -> str:
+    """Check an audit id's shape (ids arrive in URLs and on command lines)."""
+    if not isinstance(value, str) or not _ID.match(value):
+        raise InvalidInputError(MSG_BAD_ID.format(value=str(value)[:40]))
+    return value
+
+
+def clean_json(obj: Any) -> Any:
+    """JSON-able copy: numpy scalars to Python, NaN/Inf to None, tuples to lists."""
+    if isinstance(obj, dict):
+        return {str(k): clean_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [clean_json(v) for v in obj]
+    if hasattr(obj, "item") and callable(obj.item) and not isinstance(obj, (str, bytes)):
+        try:
+            obj = obj.item()
+        except (TypeError, ValueError):
+            return str(obj)
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, (str, int, bool)) or obj is None:
+        return obj
+    return str(obj)
+
+
+def canonical_bytes(doc: dict) -> bytes:
+    """The bytes the id is the hash of: ``doc`` without ``id``, sorted keys, compact."""
+    body = {k: v for k, v in doc.items() if k != "id"}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode("utf-8")
+
+
+def content_id(doc: dict) -> str:
+    return hashlib.sha256(canonical_bytes(doc)).hexdigest()[:ID_LEN]
+
+
+def audits_dir(run_dir) -> Path:
+    return Path(run_dir) / AUDITS_DIR
+
+
+def write_audit(run_dir, doc: dict, rows) -> "Audit":
+    """Store an audit; returns it. An identical audit already stored is returned as is.
+
+    ``doc`` gets ``format``, ``files`` (name -> sha256) and ``id``; ``rows`` (a DataFrame)
+    is written as ``rows.parquet`` (zstd).
+    """
+    run_dir = Path(run_dir)
+    base = audits_dir(run_dir)
+    base.mkdir(parents=True, exist_ok=True)
+    tmp = base / f".tmp-{uuid.uuid4().hex[:12]}"
+    tmp.mkdir()
+    try:
+        rows_path = tmp / ROWS_FILE
+        rows.to_parquet(rows_path, index=False, compression="zstd")
+        doc = clean_json(doc)
+        doc["format"] = AUDIT_FORMAT
+        doc["files"] = {ROWS_FILE: sha256_file(rows_path)}
+        doc.pop("id", None)
+        aid = content_id(doc)
+        doc = {"id": aid, **doc}
+        data = json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False).encode("utf-8") + b"\n"
+        with open(tmp / AUDIT_JSON, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        for p in tmp.iterdir():
+            os.chmod(p, stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+        final = base / aid
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not (final / AUDIT_JSON).is_file():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)  # the same content is already stored
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return load_audit(run_dir, aid)
+
+
+def find_identical(run_dir, substance_sha256: str) -> "Audit | None":
+    """A stored audit whose ``substance_sha256`` (everything but who/when) matches."""
+    for entry in list_audits(run_dir):
+        if entry.get("substance_sha256") == substance_sha256 and not entry.get("error"):
+            try:
+                return load_audit(run_dir, entry["id"])
+            except AuditError:
+                continue
+    return None
+
+
+class Audit:
+    """A stored audit, verified when loaded.
+
+    Attributes
+    ----------
+    id : str
+    path : Path
+        Its folder ``<run>/audits/<id>``.
+    doc : dict
+        The content of ``audit.json``.
+    """
+
+    def __init__(self, path: Path, doc: dict, raw: bytes):
+        self.path = Path(path)
+        self.doc = doc
+        self._raw = raw
+        self._rows = None
+
+    def __repr__(self) -> str:
+        return f"Audit({self.id!r}, name={self.name!r}, verdict={self.verdict!r})"
+
+    @property
+    def id(self) -> str:
+        return self.doc["id"]
+
+    @property
+    def name(self) -> str:
+        return str(self.doc.get("name") or self.id)
+
+    @property
+    def verdict(self) -> str:
+        return str(self.doc.get("verdict"))
+
+    @property
+    def reasons(self) -> list[str]:
+        return list(self.doc.get("reasons") or [])
+
+    def json_bytes(self) -> bytes:
+        """``audit.json`` exactly as stored (what "Download JSON" serves)."""
+        return self._raw
+
+    @property
+    def json_sha256(self) -> str:
+        """SHA-256 of :meth:`json_bytes` (printed in the HTML report)."""
+        return hashlib.sha256(self._raw).hexdigest()
+
+    @property
+    def rows(self):
+        """Per-row data: ``row``, ``y_true``, ``y_pred``, ``output``, ``shap:<feature>``,
+        ``value:<feature>``, ``group:<attribute>``, ``raw:<attribute>``."""
+        if self._rows is None:
+            import pandas as pd
+
+            try:
+                self._rows = pd.read_parquet(self.path / ROWS_FILE)
+            except Exception as exc:  # noqa: BLE001 - pyarrow raises several types
+                raise AuditError(MSG_UNREADABLE.format(id=self.id, file=ROWS_FILE, detail=exc)) from exc
+        return self._rows
+
+    def shap_values(self):
+        """DataFrame of SHAP values, one column per feature (in ``doc['features']`` order)."""
+        feats = self.doc["shap"]["features"]
+        df = self.rows[[f"shap:{f}" for f in feats]]
+        df.columns = feats
+        return df
+
+
+def load_audit(run_dir, audit_id: str) -> Audit:
+    """Read and verify one stored audit.
+
+    Raises
+    ------
+    InvalidInputError
+        ``audit_id`` is not of the id form.
+    AuditError
+        No such audit, or its content no longer matches its id or recorded hashes.
+    """
+    validate_audit_id(audit_id)
+    d = audits_dir(run_dir) / audit_id
+    p = d / AUDIT_JSON
+    if not p.is_file():
+        known = [e["id"] for e in list_audits(run_dir)]
+        raise AuditError(MSG_NO_AUDIT.format(run=run_dir, id=audit_id, known=", ".join(known) or "none"))
+    try:
+        raw = p.read_bytes()
+        doc = json.loads(raw)
+    except (OSError, ValueError) as exc:
+        raise AuditError(MSG_UNREADABLE.format(id=audit_id, file=AUDIT_JSON, detail=exc)) from exc
+    if not isinstance(doc, dict) or doc.get("id") != audit_id:
+        raise AuditError(MSG_TAMPERED.format(id=audit_id, what="audit.json's id field",
+                                             expected=audit_id, found=str(doc.get("id") if isinstance(doc, dict) else None)))
+    try:
+        found = content_id(doc)
+    except ValueError as exc:
+        raise AuditError(MSG_UNREADABLE.format(id=audit_id, file=AUDIT_JSON, detail=exc)) from exc
+    if found != audit_id:
+        raise AuditError(MSG_TAMPERED.format(id=audit_id, what=AUDIT_JSON, expected=audit_id + "...",
+                                             found=found + "..."))
+    for name, digest in (doc.get("files") or {}).items():
+        if "/" in name or name.startswith("."):
+            raise AuditError(MSG_UNREADABLE.format(id=audit_id, file=name, detail="bad file name"))
+        fp = d / name
+        if not fp.is_file():
+            raise AuditError(MSG_UNREADABLE.format(id=audit_id, file=name, detail="missing"))
+        actual = sha256_file(fp)
+        if actual != digest:
+            raise AuditError(MSG_TAMPERED.format(id=audit_id, what=name, expected=digest, found=actual))
+    return Audit(d, doc, raw)
+
+
+def list_audits(run_dir) -> list[dict]:
+    """Stored audits of a run, newest first: ``{id, name, created_at, verdict, model,
+    substance_sha256, error}`` (``error`` set for an unreadable one; not verified here)."""
+    base = audits_dir(run_dir)
+    out = []
+    if not base.is_dir():
+        return out
+    try:
+        entries = list(base.iterdir())
+    except OSError as exc:
+        raise RunDirError(f"{base}: unreadable ({exc})") from exc
+    for d in entries:
+        if not d.is_dir() or not _ID.match(d.name):
+            continue
+        row = {"id": d.name, "name": d.name, "created_at": None, "verdict": None, "model": None,
+               "substance_sha256": None, "error": None}
+        try:
+            doc = json.loads((d / AUDIT_JSON).read_text(encoding="utf-8"))
+            prov = doc.get("provenance") or {}
+            row.update(name=doc.get("name") or d.name, created_at=prov.get("created_at"),
+                       verdict=doc.get("verdict"), model=(doc.get("model") or {}).get("estimator"),
+                       substance_sha256=doc.get("substance_sha256"))
+        except (OSError, ValueError, AttributeError) as exc:
+            row["error"] = f"unreadable audit.json ({exc})"
+        out.append(row)
+    out.sort(key=lambda r: (r["created_at"] or "", r["id"]), reverse=True)
+    return out
+
+
+def latest_audit_id(run_dir) -> str:
+    entries = [e for e in list_audits(run_dir) if not e["error"]]
+    if not entries:
+        raise AuditError(MSG_NO_AUDITS.format(run=run_dir))
+    return entries[0]["id"]

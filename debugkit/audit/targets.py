@@ -1,0 +1,133 @@
+"""Audit targets: how the Audit page rebuilds a run's model and data to compute an audit.
+
+A training script that wants its models auditable from the page writes
+``<run>/audit_targets.json``::
+
+    {"targets": [{"name": "gbm", "title": "Gradient boosting",
+                  "loader": "examples.credit:audit_target", "kwargs": {"model": "gbm"}}]}
+
+``loader(run_dir, **kwargs)`` returns the arguments of ``audit_model``: a dict with
+``model, X, y, sensitive, name`` and optionally ``positive_label, predict, explainer,
+background, group_bins`` and ``candidates`` (attributes the page offers). Calling a
+loader imports and runs code named in a run file, so only modules under the prefixes in
+``$DEBUGKIT_AUDIT_LOADERS`` (comma-separated; default ``examples``) are allowed, and a
+target is never loaded for a visitor with a share link.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from .._fsutil import atomic_write_json
+from ..errors import AuditError, InvalidInputError
+
+TARGETS_FILE = "audit_targets.json"
+_SPEC = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+MSG_SPEC = "audit target {name!r}: loader {spec!r} is not of the form 'module:function'"
+MSG_NOT_ALLOWED = ("audit target {name!r}: loader module {module!r} is not allowed on this "
+                   "server (allowed prefixes: {allowed}; set DEBUGKIT_AUDIT_LOADERS)")
+MSG_BAD_FILE = "{path}: {detail}"
+MSG_NO_TARGET = "{run}: no audit target {name!r} (known: {known})"
+REQUIRED = ("model", "X", "y", "sensitive", "name")
+
+
+def allowed_prefixes() -> list[str]:
+    env = os.environ.get("DEBUGKIT_AUDIT_LOADERS")
+    if env is None:
+        return ["examples"]
+    return [p.strip() for p in env.split(",") if p.strip()]
+
+
+def _allowed(module: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in allowed_prefixes())
+
+
+def write_targets(run_dir, targets: list[dict]) -> Path:
+    """Write ``audit_targets.json`` (checked as :func:`read_targets` would)."""
+    path = Path(run_dir) / TARGETS_FILE
+    doc = {"targets": [dict(t) for t in targets]}
+    _validate(doc, path)
+    atomic_write_json(path, doc)
+    return path
+
+
+def read_targets(run_dir) -> list[dict]:
+    """The run's audit targets (``[]`` when it declares none).
+
+    Each is ``{"name", "title", "loader", "kwargs", "allowed"}``; ``allowed`` says
+    whether this server may call its loader.
+    """
+    path = Path(run_dir) / TARGETS_FILE
+    if not path.is_file():
+        return []
+    try:
+        if path.stat().st_size > 1 << 20:
+            raise AuditError(MSG_BAD_FILE.format(path=path, detail="larger than 1 MiB"))
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise AuditError(MSG_BAD_FILE.format(path=path, detail=f"unreadable ({exc})")) from exc
+    targets = _validate(doc, path)
+    for t in targets:
+        t["allowed"] = _allowed(t["loader"].split(":", 1)[0])
+    return targets
+
+
+def _validate(doc, path) -> list[dict]:
+    if not isinstance(doc, dict) or not isinstance(doc.get("targets"), list):
+        raise AuditError(MSG_BAD_FILE.format(path=path, detail="expected {\"targets\": [...]}"))
+    out = []
+    for t in doc["targets"]:
+        if not isinstance(t, dict):
+            raise AuditError(MSG_BAD_FILE.format(path=path, detail="each target must be an object"))
+        name = t.get("name")
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise AuditError(MSG_BAD_FILE.format(path=path, detail=f"target name {name!r} is not valid"))
+        spec = t.get("loader")
+        if not isinstance(spec, str) or not _SPEC.match(spec):
+            raise AuditError(MSG_SPEC.format(name=name, spec=spec))
+        kwargs = t.get("kwargs") or {}
+        if not isinstance(kwargs, dict) or not all(
+                isinstance(v, (str, int, float, bool)) or v is None for v in kwargs.values()):
+            raise AuditError(MSG_BAD_FILE.format(path=path, detail=f"target {name!r}: kwargs must map "
+                                                 "names to plain values"))
+        out.append({"name": name, "title": str(t.get("title") or name)[:200], "loader": spec,
+                    "kwargs": dict(kwargs)})
+    return out
+
+
+def load_target(run_dir, name: str) -> dict[str, Any]:
+    """Call a target's loader; returns the ``audit_model`` arguments it gives.
+
+    Raises
+    ------
+    InvalidInputError
+        The loader's module is not allowed on this server.
+    AuditError
+        No such target, or the loader failed or returned something unusable.
+    """
+    targets = {t["name"]: t for t in read_targets(run_dir)}
+    if name not in targets:
+        raise AuditError(MSG_NO_TARGET.format(run=run_dir, name=name, known=", ".join(targets) or "none"))
+    t = targets[name]
+    module, func = t["loader"].split(":", 1)
+    if not _allowed(module):
+        raise InvalidInputError(MSG_NOT_ALLOWED.format(name=name, module=module,
+                                                       allowed=", ".join(allowed_prefixes()) or "none"))
+    try:
+        fn = getattr(importlib.import_module(module), func)
+    except (ImportError, AttributeError) as exc:
+        raise AuditError(f"audit target {name!r}: cannot import {t['loader']} ({exc})") from exc
+    try:
+        args = fn(Path(run_dir), **t["kwargs"])
+    except Exception as exc:  # noqa: BLE001 - the loader is user code; report what it raised
+        raise AuditError(f"audit target {name!r}: {t['loader']} failed: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(args, dict) or any(k not in args for k in REQUIRED):
+        raise AuditError(f"audit target {name!r}: {t['loader']} must return a dict with "
+                         f"{', '.join(REQUIRED)}")
+    return args

@@ -1,0 +1,64 @@
+"""``debugkit share RUN --audit ID [--expires 14d] [--base-url URL]``: a signed read-only link."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import sys
+from pathlib import Path
+
+from ..errors import InvalidInputError
+
+DEFAULT_BASE_URL = "http://localhost:8501"
+
+
+def register(sub) -> None:
+    p = sub.add_parser("share", help="print a signed, expiring read-only link to one audit")
+    p.add_argument("run", help="run directory (or the id the dashboard lists it under)")
+    p.add_argument("--audit", metavar="ID", required=True, help="the audit to share")
+    p.add_argument("--expires", default="14d", help="lifetime: a number and s, m, h, d or w (default 14d)")
+    p.add_argument("--base-url", default=None,
+                   help=f"the dashboard's address (default $DEBUGKIT_BASE_URL or {DEFAULT_BASE_URL})")
+    p.set_defaults(func=run)
+
+
+def server_run_id(path: Path) -> tuple[str, bool]:
+    """The id the dashboard serves ``path`` under, and whether it serves it at all."""
+    from ..io.store import default_roots, find_runs
+
+    real = os.path.realpath(path)
+    for e in find_runs(default_roots()):
+        if os.path.realpath(e.path) == real:
+            return e.id, True
+    name = path.name
+    return (name if re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$", name)
+            else re.sub(r"[^A-Za-z0-9._-]", "-", name)[:200]), False
+
+
+def run(args) -> int:
+    from ..audit.share import parse_duration, server_secret, share_link
+    from ..audit.store import load_audit
+    from ..io.run import open_run
+    from ..io.store import default_roots, resolve_run
+
+    target = Path(args.run).expanduser()
+    if not target.exists() and re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$", args.run):
+        target = resolve_run(args.run, default_roots()).path
+    run_ = open_run(target)
+    if run_.path != run_.source:
+        raise InvalidInputError(f"{args.run}: share a run directory the dashboard serves, not a .zip")
+    audit = load_audit(run_.path, args.audit)
+    seconds = parse_duration(args.expires)
+    run_id, served = server_run_id(run_.path)
+    base = args.base_url or os.environ.get("DEBUGKIT_BASE_URL") or DEFAULT_BASE_URL
+    link, expires_at = share_link(base, run_id, audit.id, expires_in_s=seconds, secret=server_secret())
+    print(link)
+    when = dt.datetime.fromtimestamp(expires_at, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    print(f"debugkit: read-only link to audit {audit.id} ({audit.verdict}) of run {run_id!r}, "
+          f"valid until {when}", file=sys.stderr)
+    if not served:
+        print(f"debugkit: note: {run_.path} is not under the folders the dashboard serves by default "
+              f"({', '.join(str(r) for r in default_roots())}); serve it with `debugkit ui "
+              f"{run_.path.parent}`", file=sys.stderr)
+    return 0

@@ -1,0 +1,390 @@
+"""Bias audit: verdict, group fairness metrics, SHAP attributions, provenance; share links."""
+
+import datetime as dt
+import urllib.parse
+
+import streamlit as st
+
+from debugkit.audit import report as rep
+from debugkit.errors import DebugkitError
+from pages import _common
+
+_common.page_guard()
+
+VERDICT = {"pass": ("Pass", "green", ":material/check_circle:"),
+           "needs_review": ("Needs review", "orange", ":material/rate_review:"),
+           "fail": ("Fail", "red", ":material/gpp_bad:")}
+EXPIRY = {"1 day": "1d", "7 days": "7d", "14 days": "14d", "30 days": "30d", "90 days": "90d"}
+GROUP_COLUMNS = ("base_rate", "selection_rate", "tpr", "fpr", "fnr", "precision", "accuracy")
+
+share = _common.share_context()
+read_only = share is not None
+if read_only:
+    path = share["run_path"]
+else:
+    path = _common.require_run("its bias audits")
+
+
+# ---------------------------------------------------------------------------- cached reads
+@st.cache_data(**_common.CACHE, show_spinner=False)
+def _audits(path: str, sig: tuple):
+    from debugkit.audit.store import list_audits
+
+    return list_audits(path)
+
+
+@st.cache_data(**_common.CACHE, show_spinner="Reading the audit…")
+def _audit(path: str, sig: tuple, audit_id: str):
+    from debugkit.audit.store import load_audit
+
+    a = load_audit(path, audit_id)
+    return {"doc": a.doc, "rows": a.rows, "json": a.json_bytes(), "sha256": a.json_sha256}
+
+
+@st.cache_data(max_entries=16, ttl=900, show_spinner="Drawing the charts…")
+def _figures(path: str, sig: tuple, audit_id: str):
+    a = _audit(path, sig, audit_id)
+    return rep.figures(a["doc"], a["rows"])
+
+
+@st.cache_data(max_entries=4, ttl=900, show_spinner="Building the report…")
+def _report(path: str, sig: tuple, audit_id: str) -> bytes:
+    from debugkit.audit.store import load_audit
+
+    return rep.build_report_html(load_audit(path, audit_id)).encode("utf-8")
+
+
+@st.cache_data(**_common.CACHE, show_spinner=False)
+def _targets(path: str, sig: tuple):
+    from debugkit.audit.targets import read_targets
+
+    return read_targets(path)
+
+
+def _sig():
+    return _common.signature(path)
+
+
+# ---------------------------------------------------------------------------- pieces
+def _verdict_box(doc):
+    label, color, icon = VERDICT.get(doc["verdict"], (doc["verdict"], "gray", None))
+    reasons = doc.get("reasons") or []
+    box = {"pass": st.success, "needs_review": st.warning, "fail": st.error}.get(doc["verdict"], st.info)
+    head = f"**Verdict: {label}.** "
+    if not reasons:
+        head += "No disparity outside the band, no sensitive feature or proxy among the most important features."
+    else:
+        n_fail = sum(1 for a in doc["sensitive"].values() for f in a.get("findings", [])
+                     if f["severity"] == "fail")
+        head += (f"{n_fail} disparit{'y' if n_fail == 1 else 'ies'} outside the band with "
+                 f"{'its' if n_fail == 1 else 'their'} whole confidence interval; "
+                 if n_fail else "") + f"{len(reasons)} reason(s) in all."
+    body = "\n".join(f"- {r}" for r in reasons[:6])
+    box(head + ("\n\n" + body if body else ""), icon=icon)
+    if len(reasons) > 6:
+        with st.expander(f"All {len(reasons)} reasons"):
+            st.markdown("\n".join(f"- {r}" for r in reasons))
+
+
+def _group_section(doc, figs):
+    st.subheader("Group metrics")
+    st.caption(rep.FOUR_FIFTHS_NOTE)
+    names = list(doc["sensitive"])
+    tabs = st.tabs([f"{n} · {VERDICT.get(doc['sensitive'][n]['verdict'], ('?',))[0]}" for n in names])
+    for tab, name in zip(tabs, names):
+        a = doc["sensitive"][name]
+        with tab:
+            notes = [f"reference group **{a['reference_group']}**"]
+            if a.get("binning"):
+                b = a["binning"]
+                notes.append(f"binned ({b['rule']}): {', '.join(b['labels'])}")
+            if a.get("derived_from"):
+                notes.append(f"derived from `{a['derived_from']}`")
+            ci = f"{round(a.get('ci_level', 0.95) * 100)} %"
+            notes.append(f"intervals: {ci} percentile bootstrap, {a.get('n_boot')} resamples")
+            st.caption(" · ".join(notes))
+            cols = st.columns(4)
+            for c, r in zip(cols, rep.summary_rows(a)):
+                c.metric(r["metric"], rep.fmt_num(r["value"]), help=f"CI {r['ci']}; {r['judgement']}",
+                         delta=r["judgement"] or None, delta_color="off" if r["judgement"] == "within" else "inverse",
+                         delta_arrow="off")
+            rows = rep.group_table_rows(a)
+            st.dataframe(
+                [{"group": r["group"], "rows": r["count"],
+                  **{rep.METRIC_LABELS[m]: r[m] for m in GROUP_COLUMNS},
+                  **{rep.METRIC_LABELS[m] + " CI": r[m + "_ci"] for m in ("selection_rate", "tpr", "fpr")}}
+                 for r in rows],
+                hide_index=True, width="stretch",
+                column_config={rep.METRIC_LABELS[m]: st.column_config.NumberColumn(format="%.3f")
+                               for m in GROUP_COLUMNS})
+            st.markdown("**Disparity: each group's rate divided by the reference group's** "
+                        "(shaded: the acceptable band; bars: bootstrap intervals)")
+            st.plotly_chart(figs[f"disparity:{name}"], key=f"disp_{name}")
+            st.markdown("**Rates per group** (bars: bootstrap intervals)")
+            st.plotly_chart(figs[f"group_metrics:{name}"], key=f"bars_{name}")
+            findings = a.get("findings") or []
+            if findings:
+                with st.expander(f"{len(findings)} finding(s) for {name}"):
+                    st.markdown("\n".join(f"- **{f['severity'].replace('_', ' ')}**: {f['text']}"
+                                          for f in findings))
+
+
+def _shap_section(doc, figs):
+    sh = doc["shap"]
+    st.subheader("Attributions (SHAP)")
+    details = sh.get("details") or {}
+    extra = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in details.items())
+    st.markdown(f"**{sh['explainer']}** on the model's **{sh['output']}** output"
+                f"{' (' + extra + ')' if extra else ''}; base value {sh['base_value']:.4f}; "
+                f"additivity: the largest |Σ SHAP + base − output| over the rows is "
+                f"**{sh['additivity_max_error']:.2g}**.")
+    flags = doc.get("flags") or []
+    if flags:
+        for f in flags:
+            st.warning(f["message"], icon=":material/flag:")
+    else:
+        st.caption("No sensitive feature or likely proxy ranks in the top "
+                   f"{doc['provenance']['thresholds']['top_k']} by mean |SHAP| or holds "
+                   f"{doc['provenance']['thresholds']['share']:.0%} of the total.")
+    st.markdown("**SHAP summary**: one dot per row, at its SHAP value; ● sensitive feature, "
+                "◆ likely proxy")
+    st.plotly_chart(figs["beeswarm"], key="beeswarm")
+    st.markdown("**Mean |SHAP| per feature** (red: sensitive, orange: likely proxy)")
+    st.plotly_chart(figs["mean_abs"], key="mean_abs")
+    names = list(doc["sensitive"])
+    st.markdown("**Per sensitive attribute**: how its feature pushes each group (dependence), "
+                "and the mean SHAP of the top features within each group")
+    tabs = st.tabs(names)
+    for tab, name in zip(tabs, names):
+        with tab:
+            left, right = st.columns(2)
+            with left:
+                if f"dependence:{name}" in figs:
+                    st.plotly_chart(figs[f"dependence:{name}"], key=f"dep_{name}")
+                else:
+                    st.info(f"{name} is not a feature of the model, so it has no SHAP value of its "
+                            "own; see the per-group comparison and the proxy table.")
+            with right:
+                st.plotly_chart(figs[f"by_group:{name}"], key=f"bygroup_{name}")
+            assoc = [r for r in doc.get("associations", []) if r["attribute"] == name and not r["is_source"]][:6]
+            if assoc:
+                st.caption("Strongest associations with " + name + ": " + ", ".join(
+                    f"{r['feature']} ({r['measure']} {r['association']:.2f})" for r in assoc))
+
+
+def _provenance(doc, sha256):
+    st.subheader("Provenance")
+    with st.container(border=True):
+        st.markdown(f"SHA-256 of the audit JSON: `{sha256}`")
+        import pandas as pd
+
+        st.table(pd.DataFrame([{"what": k, "value": v} for k, v in rep.provenance_rows(doc)])
+                 .set_index("what"))
+
+
+def _base_url() -> str:
+    try:
+        url = st.context.url or ""
+    except Exception:  # noqa: BLE001 - no browser context (AppTest)
+        url = ""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme in ("http", "https") and parts.netloc:
+        p = parts.path
+        p = p[: p.rfind("/audit")] if "/audit" in p else p.rstrip("/")
+        return f"{parts.scheme}://{parts.netloc}{p}"
+    return "http://localhost:8501"
+
+
+def _share_box(audit_id):
+    from debugkit.audit.share import parse_duration, server_secret, share_link
+
+    rid = _common._id_for(path)
+    with st.popover("Share with compliance", icon=":material/share:"):
+        st.caption("A read-only link to this audit alone: no other page, no run picker, no upload, "
+                   "no recompute. Signed with the server's secret (HMAC-SHA256).")
+        with st.form("share_form", border=False):
+            st.selectbox("Expires after", list(EXPIRY), index=2, key="share_expiry")
+            st.text_input("Dashboard address", value=_base_url(), key="share_base")
+            st.form_submit_button("Create link", icon=":material/link:",
+                                  on_click=lambda: st.session_state.update(share_request=True))
+        if st.session_state.pop("share_request", False):
+            try:
+                if not rid:
+                    raise DebugkitError("this run is not in the served folders; open it from the run "
+                                        "store or sample runs to share it")
+                link, exp_at = share_link(st.session_state["share_base"], rid, audit_id,
+                                          expires_in_s=parse_duration(EXPIRY[st.session_state["share_expiry"]]),
+                                          secret=server_secret(_common.store_dir()))
+            except DebugkitError as exc:
+                _common.show_error(exc)
+            else:
+                st.session_state["share_link"] = (audit_id, link, exp_at)
+        made = st.session_state.get("share_link")
+        if made and made[0] == audit_id:
+            st.code(made[1], language=None, wrap_lines=True)
+            st.caption("Valid until " + dt.datetime.fromtimestamp(made[2], dt.timezone.utc)
+                       .strftime("%Y-%m-%d %H:%M UTC"))
+
+
+def _parse_lines(text: str, what: str) -> dict:
+    out = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if ":" not in line:
+            raise DebugkitError(f"{what}: {line.strip()!r} is not of the form 'attribute: value'")
+        k, v = line.split(":", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def _compute_box(sig):
+    targets = _targets(path, sig)
+    with st.expander("Compute a new audit", icon=":material/calculate:", expanded=not _audits(path, sig)):
+        if not targets:
+            st.info("This run declares no audit target. A training script makes its models "
+                    "auditable here by writing `audit_targets.json` (see docs/audit.md), or computes "
+                    "audits itself with `debugkit.audit.audit_model(...)`.")
+            return
+        allowed = [t for t in targets if t["allowed"]]
+        for t in targets:
+            if not t["allowed"]:
+                st.warning(f"Target {t['name']!r} uses loader {t['loader']!r}, which this server does "
+                           "not allow (DEBUGKIT_AUDIT_LOADERS).")
+        if not allowed:
+            return
+        with st.form("compute_audit"):
+            st.selectbox("Model", [t["name"] for t in allowed], key="ac_target",
+                         format_func=lambda n: next(t["title"] for t in allowed if t["name"] == n))
+            c = st.columns(4)
+            c[0].number_input("Band low", 0.5, 1.0, 0.8, 0.01, key="ac_low")
+            c[1].number_input("Band high", 1.0, 2.0, 1.25, 0.01, key="ac_high")
+            c[2].number_input("Max difference", 0.0, 1.0, 0.1, 0.01, key="ac_maxd")
+            c[3].number_input("Bootstrap resamples", 0, 10_000, 1000, 100, key="ac_nboot")
+            c = st.columns(4)
+            c[0].number_input("Min group size", 1, 10_000, 30, 1, key="ac_min_group")
+            c[1].number_input("Flag top k features", 1, 100, 5, 1, key="ac_top_k")
+            c[2].number_input("...or share of total", 0.0, 1.0, 0.10, 0.01, key="ac_share")
+            c[3].number_input("Proxy association", 0.0, 1.0, 0.3, 0.05, key="ac_proxy")
+            st.text_area("Bins (one per line, attribute: cut points)", value="age_in_years: 25, 35, 45, 60",
+                         height=68, key="ac_bins")
+            st.text_input("Reference groups (attribute: group; ...), default the largest", value="",
+                          placeholder="sex: male; age_in_years: 25-34", key="ac_refs")
+            # A callback, not the button's return value: it survives the router's rerun.
+            st.form_submit_button("Compute audit", type="primary", icon=":material/play_arrow:",
+                                  on_click=lambda: st.session_state.update(audit_compute_request=True))
+        if not st.session_state.pop("audit_compute_request", False):
+            return
+        ss = st.session_state
+        try:
+            bins = {k: [float(x) for x in v.replace(";", ",").split(",") if x.strip()]
+                    for k, v in _parse_lines(ss["ac_bins"], "bins").items()}
+            refs = _parse_lines(ss["ac_refs"].replace(";", "\n"), "reference groups")
+        except (ValueError, DebugkitError) as exc:
+            _common.show_error(exc if isinstance(exc, DebugkitError) else
+                               DebugkitError(f"bins: {exc}"))
+            return
+        _run_audit(ss["ac_target"], {"band": (ss["ac_low"], ss["ac_high"]), "max_difference": ss["ac_maxd"],
+                                     "n_boot": int(ss["ac_nboot"]), "min_group_size": int(ss["ac_min_group"]),
+                                     "top_k": int(ss["ac_top_k"]), "share": ss["ac_share"],
+                                     "proxy_threshold": ss["ac_proxy"], "reference": refs}, bins)
+
+
+def _run_audit(tname, settings, bins):
+    from debugkit.audit import Auditor
+    from debugkit.audit.targets import load_target
+
+    bar = st.progress(0.0, text="Loading the model and the data…")
+    try:
+        args = load_target(path, tname)
+        args.pop("candidates", None)
+        names = list(args["sensitive"]) if not isinstance(args["sensitive"], str) else [args["sensitive"]]
+        bins = {k: v for k, v in bins.items() if k in names}
+        group_bins = {**(args.pop("group_bins", None) or {}), **bins} or None
+        auditor = Auditor(settings, progress=lambda f, msg: bar.progress(f, text=msg))
+        audit = auditor.audit_model(args.pop("model"), args.pop("X"), args.pop("y"), run_dir=path,
+                                    group_bins=group_bins, **args)
+    except DebugkitError as exc:
+        bar.empty()
+        _common.show_error(exc)
+        return
+    except Exception as exc:  # noqa: BLE001 - show what failed, keep the page up
+        bar.empty()
+        _common.show_error(exc, "the audit")
+        return
+    _audits.clear()
+    st.session_state["audit_done"] = f"Stored audit {audit.id} ({VERDICT[audit.verdict][0]})."
+    st.query_params["audit"] = audit.id
+    st.rerun()
+
+
+# ---------------------------------------------------------------------------- page
+def main():
+    sig = _sig()
+    try:
+        entries = [e for e in _audits(path, sig) if not e.get("error")]
+    except DebugkitError as exc:
+        _common.show_error(exc)
+        return
+    if read_only:
+        audit_id = share["audit_id"]
+    else:
+        st.title("Bias audit")
+        if msg := st.session_state.pop("audit_done", None):
+            st.success(msg, icon=":material/task_alt:")
+        if not entries:
+            st.info("No audit stored in this run yet. Compute one below, or from Python with "
+                    "`debugkit.audit.audit_model(model, X, y, sensitive=[...], run_dir=..., name=...)`.",
+                    icon=":material/balance:")
+            _compute_box(sig)
+            return
+        ids = [e["id"] for e in entries]
+        wanted = st.query_params.get("audit")
+        if wanted and wanted not in ids:
+            st.warning(f"Audit {str(wanted)[:40]!r} is not stored in this run; showing the newest.")
+            wanted = None
+        labels = {e["id"]: f"{e['name']} · {VERDICT.get(e['verdict'], (e['verdict'],))[0]} · "
+                            f"{(e['created_at'] or '')[:16].replace('T', ' ')} · {e['id']}" for e in entries}
+        audit_id = st.selectbox("Audit", ids, index=ids.index(wanted) if wanted else 0,
+                                format_func=labels.get, key=f"audit_pick_{wanted}")
+        if st.query_params.get("audit") != audit_id:
+            st.query_params["audit"] = audit_id
+    try:
+        data = _audit(path, sig, audit_id)
+        figs = _figures(path, sig, audit_id)
+    except DebugkitError as exc:
+        _common.show_error(exc)
+        return
+    doc = data["doc"]
+    prov = doc.get("provenance", {})
+    if read_only:
+        st.title(f"Bias audit: {doc['name']}")
+        exp = dt.datetime.fromtimestamp(share["expires_at"], dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        st.caption(f"Shared read-only view of audit `{audit_id}` of run **{prov.get('run', {}).get('name')}**; "
+                   f"this link expires {exp}.")
+    else:
+        st.caption(f"Run **{prov.get('run', {}).get('name')}** · model `{doc['model'].get('estimator')}` · "
+                   f"{doc['dataset']['rows']:,} rows · computed {prov.get('created_at')} by "
+                   f"{prov.get('created_by')}")
+    _verdict_box(doc)
+    top = st.columns([1, 1, 1] if not read_only else [1, 1])
+    with top[0]:
+        st.download_button("Download report (HTML)", data=lambda: _report(path, sig, audit_id),
+                           file_name=f"audit-{audit_id}.html", mime="text/html",
+                           icon=":material/description:", on_click="ignore", key="dl_html",
+                           help="Standalone, readable offline; prints the audit JSON's SHA-256")
+    with top[1]:
+        st.download_button("Download audit JSON", data=data["json"], file_name=f"audit-{audit_id}.json",
+                           mime="application/json", icon=":material/data_object:", on_click="ignore",
+                           key="dl_json", help=f"SHA-256 {data['sha256']}")
+    if not read_only:
+        with top[2]:
+            _share_box(audit_id)
+    _group_section(doc, figs)
+    _shap_section(doc, figs)
+    _provenance(doc, data["sha256"])
+    if not read_only:
+        _compute_box(sig)
+
+
+main()

@@ -1,0 +1,223 @@
+"""AppTest of the Audit page: the normal view, computing an audit, and share links that
+show the audit alone (or one refusal) whatever page the URL names."""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from debugkit.audit import list_audits, make_token
+from debugkit.audit.share import server_secret
+from debugkit.io.store import default_store
+
+from ..conftest import ROOT, SAMPLE_RUNS
+
+SAMPLE = "credit-audit"
+
+
+def app() -> AppTest:
+    return AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
+
+
+@pytest.fixture(scope="module")
+def ids():
+    return [e["id"] for e in list_audits(SAMPLE_RUNS / SAMPLE)]
+
+
+def texts(at) -> str:
+    parts = [m.value for m in at.markdown] + [c.value for c in at.caption] + [t.value for t in at.title]
+    parts += [e.value for e in at.error] + [w.value for w in at.warning] + [i.value for i in at.info]
+    return "\n".join(str(p) for p in parts)
+
+
+def test_normal_view_shows_verdict_charts_and_provenance(ids):
+    at = app()
+    at.query_params["run"] = SAMPLE
+    at.switch_page("pages/audit.py")
+    at.run()
+    assert not at.exception
+    assert [t.value for t in at.title] == ["Bias audit"]
+    assert [s.label for s in at.selectbox][:1] == ["Audit"]
+    assert at.selectbox[0].value == ids[0]
+    assert any("Verdict:" in str(b.value) for b in list(at.error) + list(at.warning) + list(at.success))
+    charts = at.get("plotly_chart")
+    assert len(charts) == 14  # 2 per attribute, beeswarm, mean |SHAP|, 2 per attribute again
+    assert "four-fifths" in texts(at)
+    assert any(t.label == "Open a run" for t in at.selectbox)  # the normal sidebar is there
+    assert at.session_state["debugkit_pages"] == {"pages/home.py", "pages/overview.py", "pages/audit.py"}
+    assert "Compute a new audit" in [e.label for e in at.expander]
+
+
+def test_audit_query_param_picks_the_audit(ids):
+    at = app()
+    at.query_params["run"] = SAMPLE
+    at.query_params["audit"] = ids[-1]
+    at.switch_page("pages/audit.py")
+    at.run()
+    assert not at.exception
+    assert at.selectbox[0].value == ids[-1]
+
+
+def test_unknown_audit_param_warns_and_shows_the_newest(ids):
+    at = app()
+    at.query_params["run"] = SAMPLE
+    at.query_params["audit"] = "<script>"
+    at.switch_page("pages/audit.py")
+    at.run()
+    assert not at.exception
+    assert any("is not stored in this run; showing the newest" in w.value for w in at.warning)
+    assert at.selectbox[0].value == ids[0]
+
+
+def test_run_without_audits_explains_what_to_do():
+    at = app()
+    at.query_params["run"] = "digits-mlp"
+    at.switch_page("pages/audit.py")
+    at.run()
+    assert not at.exception
+    assert "No audit stored in this run yet" in texts(at)
+    assert "declares no audit target" in texts(at)
+
+
+def test_compute_an_audit_from_the_page(tmp_path, monkeypatch):
+    root = tmp_path / "runs"
+    root.mkdir()
+    run = root / SAMPLE
+    shutil.copytree(SAMPLE_RUNS / SAMPLE, run, ignore=shutil.ignore_patterns("audits"))
+    monkeypatch.setenv("DEBUGKIT_ROOTS", str(root))
+    at = app()
+    at.query_params["run"] = SAMPLE
+    at.switch_page("pages/audit.py")
+    at.run()
+    assert not at.exception
+    assert "No audit stored in this run yet" in texts(at)
+    next(n for n in at.number_input if n.label == "Bootstrap resamples").set_value(100)
+    model = next(s for s in at.selectbox if s.label == "Model")
+    assert model.options == ["Gradient boosting (sklearn pipeline, retrained with seed 0)",
+                             "Torch MLP (this run's models/mlp.safetensors)"]
+    next(b for b in at.button if b.label == "Compute audit").click()
+    at.run()
+    assert not at.exception, at.exception
+    stored = list_audits(run)
+    assert len(stored) == 1
+    assert any(f"Stored audit {stored[0]['id']}" in s.value for s in at.success)
+    assert at.query_params["audit"] == stored[0]["id"]
+    from debugkit.audit import load_audit
+
+    doc = load_audit(run, stored[0]["id"]).doc
+    assert doc["provenance"]["thresholds"]["n_boot"] == 100 and doc["shap"]["explainer"] == "TreeExplainer"
+
+
+# ---------------------------------------------------------------------------- share links
+def shared(run_id, audit_id, token, page="pages/audit.py") -> AppTest:
+    at = app()
+    at.query_params["run"] = run_id
+    at.query_params["audit"] = audit_id
+    at.query_params["token"] = token
+    if page:
+        at.switch_page(page)
+    at.run()
+    return at
+
+
+def token(audit_id, run_id=SAMPLE, expires_in=3600):
+    return make_token(run_id, audit_id, int(time.time()) + expires_in, server_secret(default_store()))
+
+
+def assert_audit_alone(at, audit_id):
+    assert not at.exception
+    assert at.session_state["debugkit_pages"] == {"pages/audit.py"}
+    titles = [t.value for t in at.title]
+    assert len(titles) == 1 and titles[0].startswith("Bias audit: ")
+    assert f"Shared read-only view of audit `{audit_id}`" in texts(at)
+    assert len(at.sidebar) == 0  # no run picker, no upload, no navigation
+    labels = [s.label for s in at.selectbox]
+    assert "Open a run" not in labels and "Audit" not in labels
+    assert "Compute a new audit" not in [e.label for e in at.expander]
+    assert not [b for b in at.button if b.label in ("Compute audit", "Create link")]
+    assert len(at.get("plotly_chart")) == 14
+
+
+def test_valid_share_link_shows_only_the_audit(ids):
+    at = shared(SAMPLE, ids[0], token(ids[0]))
+    assert_audit_alone(at, ids[0])
+
+
+@pytest.mark.parametrize("page", ["pages/overview.py", "pages/home.py", None])
+def test_editing_the_url_to_another_page_keeps_the_audit_alone(ids, page):
+    at = shared(SAMPLE, ids[-1], token(ids[-1]), page=page)
+    assert_audit_alone(at, ids[-1])
+    assert "Steps" not in [m.label for m in at.metric]  # not the Overview
+    assert "Runs" not in [s.value for s in at.subheader]  # not Home
+
+
+def refused(at, match):
+    assert not at.exception
+    assert len(at.error) == 1 and match in at.error[0].value
+    assert at.error[0].value.startswith("This share link cannot be opened: ")
+    assert not at.title and not at.get("plotly_chart") and not at.markdown and not at.selectbox
+    assert len(at.sidebar) == 0
+    assert at.session_state["debugkit_pages"] == set()
+
+
+@pytest.mark.parametrize("case, match", [
+    ("altered", "it was altered, or it is for another run or audit"),
+    ("expired", "this share link expired on"),
+    ("other audit", "it was altered, or it is for another run or audit"),
+    ("other run", "it was altered, or it is for another run or audit"),
+    ("malformed", "malformed"),
+])
+def test_bad_links_show_one_refusal(ids, case, match):
+    run_id, audit_id = SAMPLE, ids[0]
+    tok = token(audit_id)
+    if case == "altered":
+        tok = tok[:-2] + ("AA" if tok[-2:] != "AA" else "BB")
+    elif case == "expired":
+        tok = token(audit_id, expires_in=-10)
+    elif case == "other audit":
+        audit_id = ids[-1]
+    elif case == "other run":
+        run_id = "digits-mlp"
+    else:
+        tok = "v1.not-a-token"
+    refused(shared(run_id, audit_id, tok), match)
+
+
+def test_a_valid_token_for_a_run_that_is_gone(ids):
+    at = shared("no-such-run", ids[0], token(ids[0], run_id="no-such-run"))
+    refused(at, "no longer available")
+
+
+def test_refusal_on_another_page_path_too(ids):
+    tok = token(ids[0])[:-1] + "A"
+    refused(shared(SAMPLE, ids[0], tok, page="pages/overview.py"), "altered")
+
+
+def test_share_only_server_refuses_plain_visits(monkeypatch):
+    monkeypatch.setenv("DEBUGKIT_SHARE_ONLY", "1")
+    at = app()
+    at.run()
+    refused(at, "this server only opens share links")
+
+
+def test_share_button_makes_a_link_that_verifies(ids):
+    import urllib.parse
+
+    from debugkit.audit import verify_token
+
+    at = app()
+    at.query_params["run"] = SAMPLE
+    at.switch_page("pages/audit.py")
+    at.run()
+    next(t for t in at.text_input if t.label == "Dashboard address").set_value("https://dk.example.org")
+    next(b for b in at.button if b.label == "Create link").click()
+    at.run()
+    assert not at.exception
+    link = next(c.value for c in at.code if c.value.startswith("https://dk.example.org/audit?"))
+    q = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(link).query))
+    assert q["run"] == SAMPLE and q["audit"] == ids[0]
+    exp = verify_token(q["token"], SAMPLE, ids[0], server_secret(default_store()))
+    assert 13 * 86400 < exp - time.time() <= 14 * 86400

@@ -1,0 +1,62 @@
+"""Audit figures: traces and layout built from a stored audit's data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from debugkit.audit import list_audits, load_audit
+from debugkit.charts.audit import (beeswarm_offsets, build_disparity_figure, build_group_metrics_figure,
+                                   build_mean_abs_figure, short)
+
+from ..conftest import SAMPLE_RUNS
+
+
+@pytest.fixture(scope="module")
+def doc():
+    run = SAMPLE_RUNS / "credit-audit"
+    e = next(e for e in list_audits(run) if "Gradient" in e["name"])
+    return load_audit(run, e["id"]).doc
+
+
+def test_disparity_figure_has_one_trace_per_compared_group_and_the_band(doc):
+    a = doc["sensitive"]["age_in_years"]
+    fig = build_disparity_figure(a, band=(0.8, 1.25))
+    assert [t.name for t in fig.data] == ["<25 vs 25-34", "35-44 vs 25-34", "45-59 vs 25-34", "60+ vs 25-34"]
+    lt25 = fig.data[0]
+    sel = a["disparities"]["<25"]["selection_rate"]
+    assert lt25.x[0] == pytest.approx(sel["ratio"])
+    assert lt25.error_x.arrayminus[0] == pytest.approx(sel["ratio"] - sel["ratio_ci"][0])
+    assert fig.layout.xaxis.type == "log"
+    rect = [s for s in fig.layout.shapes if s.type == "rect"]
+    assert len(rect) == 1 and (rect[0].x0, rect[0].x1) == (0.8, 1.25)
+    assert 0.8 in fig.layout.xaxis.tickvals and 1.25 in fig.layout.xaxis.tickvals
+
+
+def test_group_metrics_figure_bars_and_intervals(doc):
+    a = doc["sensitive"]["sex"]
+    fig = build_group_metrics_figure(a)
+    assert [t.name for t in fig.data] == ["female (n=124)", "male (n=276) · reference"]
+    female = fig.data[0]
+    assert female.y[1] == pytest.approx(a["groups"]["female"]["selection_rate"])
+    assert female.error_y.array[1] == pytest.approx(a["groups_ci"]["female"]["selection_rate"][1] -
+                                                    a["groups"]["female"]["selection_rate"])
+
+
+def test_mean_abs_marks_sensitive_features(doc):
+    fig = build_mean_abs_figure(doc["shap"]["mean_abs"], sensitive={"age_in_years"},
+                                proxies={"housing": "age_in_years"})
+    names = {t.name: list(t.y) for t in fig.data}
+    assert names["sensitive feature"] == ["age_in_years"] and names["likely proxy"] == ["housing"]
+    assert fig.data[0].marker.color == "#C0392B"
+
+
+def test_beeswarm_offsets_spread_ties_symmetrically():
+    off = beeswarm_offsets(np.zeros(5), nbins=10, width=0.4)
+    assert sorted(off.tolist()) == pytest.approx([-0.4, -0.2, 0.0, 0.2, 0.4])
+    assert beeswarm_offsets(np.array([])).shape == (0,)
+
+
+def test_short_labels():
+    assert short("number_of_people_being_liable_to_provide_maintenance_for") == "number_of_peopl…_maintenance_for"
+    assert short("age") == "age"
