@@ -1,7 +1,7 @@
 """Credit-risk model with entity embeddings; later applications bring an unseen category.
 
-The German credit data (/work/shared/data/german_credit.csv in this project's
-environment, 1000 applications, 13 categorical and 7 numeric attributes) is encoded
+The German credit data (examples/data/german_credit.csv: UCI Statlog, CC BY 4.0, see
+examples/data/README.md; 1000 applications, 13 categorical and 7 numeric attributes) is encoded
 the way many tabular models are: each categorical column gets a vocabulary built from
 the applications available when the model was set up (the first 800), unseen values
 map to an "unknown" id, ``len(vocab)``, and each column has an ``nn.Embedding`` of
@@ -25,7 +25,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import ConcatDataset, DataLoader, Dataset
 
-DATA = Path(os.environ.get("DEBUGKIT_GERMAN_CREDIT", "/work/shared/data/german_credit.csv"))
+DATA = Path(os.environ.get("DEBUGKIT_GERMAN_CREDIT",
+                           Path(__file__).resolve().parent / "data" / "german_credit.csv"))
 TARGET = "creditability"
 FIRST_STAGE = 800
 

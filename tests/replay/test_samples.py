@@ -7,6 +7,7 @@ from (the corrupted row, the 0/0 tumours, the singleton class, the unseen catego
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -137,7 +138,7 @@ def test_embedding_index_out_of_range(reports):
     # Application 961 is one of the later ones, with the category the first 800 never had.
     import pandas as pd
 
-    frame = pd.read_csv("/work/shared/data/german_credit.csv")
+    frame = pd.read_csv(Path(__file__).resolve().parents[2] / "examples" / "data" / "german_credit.csv")
     categorical = [k for k in frame.columns if k != "creditability"
                    and not pd.api.types.is_numeric_dtype(frame[k])]
     assert categorical[5] == "personal_status_and_sex"
