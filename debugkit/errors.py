@@ -17,6 +17,8 @@ __all__ = [
     "ReplayError",
     "NonFiniteError",
     "MissingDependencyError",
+    "ProfileError",
+    "ProfilerError",
     "DebugkitWarning",
     "TruncatedRecordWarning",
 ]
@@ -71,6 +73,15 @@ class MissingDependencyError(DebugkitError):
             f"{feature} needs the optional package {package!r}; "
             f"install it with: pip install {pip_name or package}"
         )
+
+
+class ProfileError(InvalidInputError):
+    """A profile or trace file (speedscope, raw stacks, chrome trace, stack dump) is
+    truncated, malformed or empty."""
+
+
+class ProfilerError(DebugkitError):
+    """py-spy could not record or dump a process (not installed, ptrace refused, ...)."""
 
 
 class DebugkitWarning(UserWarning):

@@ -18,6 +18,10 @@ FAILURES_DIR = "failures"
 RANK_META = "meta.json"
 HEARTBEAT = "heartbeat.json"
 FAILURE_JSON = "failure.json"
+# Profiles, traces and stack dumps: profiles/<id><ext>, listed in manifest.json's
+# "profiles" field (see docs/run-format.md).
+PROFILES_DIR = "profiles"
+PROFILES_FIELD = "profiles"
 
 # Per-rank tables: ranks/<rank>/<table>-<segment>.arrows (Arrow IPC streams).
 TABLES = ("scalars", "grads", "memory", "steps")
