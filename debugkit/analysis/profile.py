@@ -190,8 +190,8 @@ def compute_flame_tree(profile, thread_ids=None, by: str = "function", min_fract
     DataFrame with columns ``node_id`` (0 = root), ``parent_id`` (-1 for the root),
     ``depth``, ``name``, ``file``, ``line`` (Int64), ``samples`` (int64: total samples
     through the node), ``self_samples``, ``weight_s``, ``fraction`` (of all samples),
-    ``folded`` (int: frames merged into this node; 0 for a real frame). Ordered
-    parents-before-children.
+    ``folded`` (int: frames merged into this node; 0 for a real frame), ``package``
+    (see :func:`frame_package`). Ordered parents-before-children.
     """
     sel = select(profile, thread_ids, by)
     values = np.stack([sel.samples.astype(np.float64), sel.weight_s], axis=1)
@@ -254,12 +254,47 @@ def _tree_frame(parent, key, depth, total, selfv, sel, min_fraction, root_label,
             extra_cols[name] += list(sums[:, col])
     df = pd.DataFrame(rows)
     df["line"] = pd.array(df["line"].tolist(), dtype="Int64")
+    df["package"] = [frame_package(f) for f in df["file"].tolist()]
     df["samples"] = df["samples"].round().astype(np.int64)
     df["self_samples"] = df["self_samples"].round().astype(np.int64)
     df["fraction"] = df["samples"] / grand
     for name, vals in extra_cols.items():
         df[name] = np.asarray(vals, dtype=np.float64)
     return df.sort_values(["depth", "node_id"], kind="stable").reset_index(drop=True)
+
+
+_SITE = re.compile(r"(?:site|dist)-packages/([^/]+)")
+_STDLIB = re.compile(r"/lib/python3\.\d+/([^/]+)")
+
+
+def frame_package(file: str) -> str:
+    """Which package a frame's file belongs to: a site-packages package (``torch``,
+    ``numpy`` ...), ``python`` (the standard library), ``importlib`` (imports),
+    ``debugkit``, or ``your code`` (the profiled program's own files).
+
+    py-spy writes full paths in speedscope files and shortened ones
+    (``torch/nn/functional.py``, ``threading.py``) in raw files; both are understood.
+    """
+    import sys
+
+    if not file:
+        return ""
+    if file.startswith("<frozen"):
+        return "importlib" if "importlib" in file else "python"
+    m = _SITE.search(file)
+    if m:
+        return m.group(1).split(".", 1)[0]
+    if "/debugkit/" in file or file.startswith("debugkit/"):
+        return "debugkit"
+    if _STDLIB.search(file):
+        return "python"
+    if file.startswith("/") or file.startswith("<"):
+        return "your code"
+    head = file.split("/", 1)[0]
+    head = head[:-3] if head.endswith(".py") else head
+    if head in getattr(sys, "stdlib_module_names", ()):
+        return "python"
+    return head if "/" in file else "your code"
 
 
 def node_paths(tree) -> list[str]:

@@ -19,6 +19,9 @@ COMMANDS = [
     "info",
     "diagnose",
     "importcmd",
+    "profile",
+    "dump",
+    "profile_summary",
 ]
 
 EXIT_OK = 0

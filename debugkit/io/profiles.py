@@ -50,7 +50,7 @@ SPEEDSCOPE_SCHEMA = "speedscope.app/file-format-schema"
 _PROCESS_FRAME = re.compile(r'^process (?P<pid>\d+):"(?P<cmd>.*)"$', re.S)
 _SPEEDSCOPE_THREAD = re.compile(r'^(?:Process (?P<pid>\d+) )?Thread (?P<tid>\d+)(?: "(?P<name>.*)")?$', re.S)
 # debugkit's launcher (debugkit profile RUN -- cmd): its own threads are not the user's.
-LAUNCHER_MODULE = "debugkit.recorder._pyspy_child"
+LAUNCHER_MARK = "debugkit/recorder/_pyspy_child.py"
 # A DataLoader worker process runs this loop.
 WORKER_LOOP_FILE = "torch/utils/data/_utils/worker.py"
 WORKER_LOOP = "_worker_loop"
@@ -272,12 +272,18 @@ def _finish_threads(threads: list[dict], counts, frames, flat, offsets):
     import pandas as pd
 
     rows = []
-    launcher = {t.get("pid") for t in threads if LAUNCHER_MODULE in (t.get("process") or "")}
+    launcher = {t.get("pid") for t in threads if LAUNCHER_MARK in (t.get("process") or "")}
+    # ...and from the process chains (the launcher has no threads left when py-spy did
+    # not sample it, but it still heads every chain).
+    for t in threads:
+        for pid, cmd in t.get("chain_cmds") or []:
+            if LAUNCHER_MARK in cmd:
+                launcher.add(pid)
     for t in threads:
         if t.get("pid") in launcher and t.get("pid") is not None:
             continue
         chain = [p for p in t.get("chain") or [] if p not in launcher]
-        rows.append({**t, "chain": chain})
+        rows.append({k: v for k, v in t.items() if k != "chain_cmds"} | {"chain": chain})
     # The profiled program's process: the outermost process left in the chains, or the
     # single pid seen.
     # The profiled program's process: of the processes with threads in the profile, the
@@ -422,7 +428,8 @@ def read_collapsed(path: str | os.PathLike, data: bytes | None = None) -> Sample
         tid = thread[0] if thread else None
         key = (tuple(p for p, _ in chain), tid)
         th = b.thread(key, pid=pid, tid=tid, name=thread[1] if thread else "",
-                      process=chain[-1][1] if chain else "", chain=[p for p, _ in chain])
+                      process=chain[-1][1] if chain else "", chain=[p for p, _ in chain],
+                      chain_cmds=chain)
         ids = []
         for ft in real:
             fid = frame_cache.get(ft)
@@ -579,7 +586,8 @@ def read_speedscope(path: str | os.PathLike, data: bytes | None = None,
         if pid is None and chain:
             pid = chain[-1][0]
         th = b.thread(("profile", i), pid=pid, tid=tid, name=tname,
-                      process=chain[-1][1] if chain else "", chain=[p for p, _ in chain])
+                      process=chain[-1][1] if chain else "", chain=[p for p, _ in chain],
+                      chain_cmds=chain)
         for j, st in enumerate(parsed):
             b.add(th, b.stack(st), int(cnt[j]), float(wsum[j]))
         if scale:

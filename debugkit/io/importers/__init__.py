@@ -5,4 +5,6 @@ Each importer is a module of this package with ``register(subparsers)``, adding 
 """
 
 IMPORTERS: list[str] = [
+    "pyspy",
+    "torch_trace",
 ]
