@@ -14,6 +14,7 @@ st.set_page_config(page_title="debugkit", page_icon=":material/bug_report:", lay
 PAGES = [
     ("pages/home.py", "Home", ":material/home:", "home"),
     ("pages/overview.py", "Overview", ":material/dashboard:", "overview"),
+    ("pages/profiler.py", "Profiler", ":material/speed:", "profiler"),
 ]
 
 pages = [st.Page(f, title=t, icon=i, url_path=u, default=(u == "home")) for f, t, i, u in PAGES]

@@ -354,7 +354,7 @@ STEP_RULES: list[tuple[str, list[tuple[str, str | None]]]] = [
                    (r"^Optimizer\.(step|zero_grad)", None)]),
     ("backward", [(r"(^|\.)(backward|_engine_run_backward|run_backward)$", "torch/autograd/"),
                   (r"^Tensor\.backward$", None)]),
-    ("data", [(r".", "torch/utils/data/")]),
+    ("data", [(r"DataLoader|_worker_loop|Fetcher|collate|pin_memory", "torch/utils/data/")]),
     ("forward", [(r"^Module\.(_call_impl|_wrapped_call_impl)$", "torch/nn/modules/module.py"),
                  (r".", "torch/nn/functional.py")]),
 ]
@@ -380,8 +380,8 @@ def compute_step_breakdown(profile, thread_ids=None):
 
     Each sample of the threads is given the first phase (``optimizer``, ``backward``,
     ``data``, ``forward``; see :data:`STEP_RULES`) one of whose frames its stack holds:
-    frames of ``torch/utils/data/`` (``DataLoader.__next__``, its worker start-up and
-    waiting for workers), ``Tensor.backward`` / autograd, ``Optimizer.step`` /
+    the DataLoader's iteration in ``torch/utils/data/`` (``DataLoader.__iter__`` /
+    ``__next__``, worker start-up, waiting for workers, fetching and collating), ``Tensor.backward`` / autograd, ``Optimizer.step`` /
     ``zero_grad`` and ``nn.Module`` calls or ``torch.nn.functional`` (the loss).
 
     Only samples inside the training loop count: the loop is the innermost function

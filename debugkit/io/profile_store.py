@@ -89,24 +89,23 @@ def _run_dir(path: str | os.PathLike) -> Path:
 
 @contextlib.contextmanager
 def _locked(run_dir: Path):
-    d = run_dir / fmt.PROFILES_DIR
-    d.mkdir(parents=True, exist_ok=True)
-    with open(d / ".lock", "a+") as lock:
+    """An exclusive advisory lock on the run directory itself (no lock file left behind)
+    while the manifest is read, changed and replaced."""
+    (run_dir / fmt.PROFILES_DIR).mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory locks; a lone writer is still fine
+        yield
+        return
+    fd = os.open(run_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
         try:
-            import fcntl
-
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-        except ImportError:  # Windows: no advisory locks; a lone writer is still fine
-            pass
-        try:
-            yield
+            fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
-            try:
-                import fcntl
-
-                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-            except ImportError:
-                pass
+            os.close(fd)
 
 
 def _read_manifest(run_dir: Path) -> dict | None:

@@ -195,6 +195,8 @@ def record_command(run_dir, command: list[str], *, name: str | None = None, fmt:
         rc, tail, interrupted = _run_pyspy(cmd, echo=echo, what="record", target=f"`{command[0]}`")
         st = _read_status(status)
         exit_status = st.get("exit_status")
+        if st.get("error"):
+            raise ProfilerError(f"debugkit profile: cannot run {command[0]!r}: {st['error']}")
         if not out.is_file() or out.stat().st_size == 0:
             check_ptrace_refused(tail, f"`{' '.join(command)[:80]}`")
             raise ProfilerError(MSG_NO_OUTPUT.format(rc=rc, detail=f": {tail[-400:]}" if tail else ""))
