@@ -149,7 +149,8 @@ def render_sampled(entry: dict, prof):
     c[1].metric("Duration", _fmt_secs(meta.get("duration_s")))
     c[2].metric("Threads", len(prof.threads))
     c[3].metric("Rate", f"{meta['rate_hz']:.0f} Hz" if meta.get("rate_hz") else "—")
-    c[4].metric("Recorded by", (entry.get("tool") or meta.get("exporter") or entry["format"]).replace("@", " "))
+    tool = (entry.get("tool") or meta.get("exporter") or entry["format"]).replace("@", " ")
+    c[4].metric("Recorded by", tool.split(" ")[0], help=tool)
     if entry.get("command"):
         cmd = entry["command"] if isinstance(entry["command"], str) else " ".join(entry["command"])
         status = entry.get("exit_status")

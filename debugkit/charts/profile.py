@@ -40,11 +40,11 @@ def _short(file: str) -> str:
 
 
 def _hover_text(tree) -> list[str]:
-    out = []
-    for r in tree.itertuples():
-        where = _short(r.file) + (f":{r.line}" if r.line is not None and r.line == r.line and str(r.line) != "<NA>" else "")
-        out.append(where)
-    return out
+    """``file:line`` (or ``file``) of every node."""
+    import pandas as pd
+
+    return [_short(f) + ("" if pd.isna(ln) else f":{int(ln)}")
+            for f, ln in zip(tree["file"].tolist(), tree["line"].astype(object).tolist())]
 
 
 def build_flamegraph_figure(tree, *, highlight=None, root_id: int | None = None,
@@ -95,7 +95,7 @@ def build_flamegraph_figure(tree, *, highlight=None, root_id: int | None = None,
         hovertemplate=("<b>%{label}</b><br>%{customdata[0]}<br>%{customdata[1]} " + unit
                        + " (%{customdata[2]} % of all)<br>self: %{customdata[3]}<br>"
                        "%{customdata[4]}<extra></extra>"),
-        tiling={"orientation": "v", "flip": "y" if flame else "", "pad": 0},
+        tiling={"orientation": "v", "flip": "y", "pad": 0} if flame else {"orientation": "v", "pad": 0},
         pathbar={"visible": True, "side": "bottom" if flame else "top", "thickness": 18},
         textinfo="label", insidetextfont={"size": 11}, level=str(root_id) if root_id is not None else None,
         root={"color": "#DDDDDD"}, maxdepth=-1,
@@ -133,7 +133,7 @@ def build_diff_flamegraph_figure(tree, *, flame: bool = False, title: str | None
                 "colorbar": {"title": {"text": "share Δ<br>(points)"}, "thickness": 12}},
         hovertemplate=("<b>%{label}</b><br>%{customdata[0]}<br>before: %{customdata[1]} %"
                        "<br>after: %{customdata[2]} %<br>change: %{customdata[3]} points<extra></extra>"),
-        tiling={"orientation": "v", "flip": "y" if flame else "", "pad": 0},
+        tiling={"orientation": "v", "flip": "y", "pad": 0} if flame else {"orientation": "v", "pad": 0},
         pathbar={"visible": True, "side": "bottom" if flame else "top", "thickness": 18},
         textinfo="label", insidetextfont={"size": 11}, sort=True,
     ))

@@ -384,4 +384,4 @@ class _ChunkReader:
         gap = self.buf[a:b]
         if gap.strip(b" \t\r\n,"):
             raise ProfileError(MSG_BETWEEN.format(path=self.path, offset=self.offset + a,
-                                                  text=gap.strip()[:40]))
+                                                  text=gap.strip(b" \t\r\n,").decode("utf-8", "replace")[:40]))
