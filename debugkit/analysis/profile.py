@@ -528,7 +528,7 @@ def compute_profile_diff(base, new, base_threads=None, new_threads=None):
         t = compute_function_table(prof, th, by="function")
         tables.append(t.set_index(["name", "file"])[["self_fraction", "total_fraction", "self_s"]])
     a, b = tables
-    j = a.join(b, how="outer", lsuffix="_base", rsuffix="_new").fillna(0.0)
+    j = a.add_suffix("_base").join(b.add_suffix("_new"), how="outer").fillna(0.0)
     df = pd.DataFrame({
         "name": [k[0] for k in j.index], "file": [k[1] for k in j.index],
         "base_self_fraction": j["self_fraction_base"].to_numpy(),
