@@ -52,6 +52,8 @@ def split_rest(args) -> list[str]:
     if "--" in rest:
         i = rest.index("--")
         opts, command = rest[:i], rest[i + 1:]
+    elif rest and not rest[0].startswith("-"):
+        opts, command = [], rest  # argparse already took the `--` right after RUN_DIR
     else:
         opts, command = rest, []
     if opts:

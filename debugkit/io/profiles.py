@@ -867,8 +867,17 @@ def stack_dump_text(dump: StackDump) -> str:
         fr = dump.frames[dump.frames["thread"] == t.thread]
         for f in fr.itertuples():
             line = "" if _isna(f.line) else f":{f.line}"
-            out.append(f"    {f.name} ({f.file}{line})")
+            out.append(f"    {f.name} ({short_path(f.file)}{line})")
     return "\n".join(out) + "\n"
+
+
+_LIB = re.compile(r"^.*?/(?:site-packages|dist-packages|lib/python3\.\d+)/")
+
+
+def short_path(file: str) -> str:
+    """A path as py-spy shows it: from the package (``torch/nn/functional.py``) or the
+    standard library module (``threading.py``); other paths unchanged."""
+    return _LIB.sub("", file)
 
 
 def _isna(v) -> bool:
