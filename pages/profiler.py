@@ -19,6 +19,30 @@ THREAD_CHOICES = {"main": "Main thread", "dataloader": "DataLoader workers", "al
 FOLD_CHOICES = {0.001: "0.1 %", 0.005: "0.5 %", 0.01: "1 %"}
 
 
+# ---------------------------------------------------------------------------- deep links
+def _from_url(key: str, validate) -> None:
+    """Seed widget ``key`` from ``?key=`` once per distinct URL value (query params are
+    strings from strangers: ``validate`` returns the value to use, or None to ignore)."""
+    raw = st.query_params.get(key)
+    seen = f"_url_{key}"
+    if raw is None or st.session_state.get(seen) == raw:
+        return
+    st.session_state[seen] = raw
+    value = validate(str(raw))
+    if value is not None:
+        st.session_state[key] = value
+
+
+def _to_url(key: str, value: str, default: str) -> None:
+    """Mirror a widget's value in the URL (removed when it is the default)."""
+    if value == default:
+        if key in st.query_params:
+            del st.query_params[key]
+    elif st.query_params.get(key) != value:
+        st.query_params[key] = value
+    st.session_state[f"_url_{key}"] = st.query_params.get(key)
+
+
 # ---------------------------------------------------------------------------- cached work
 @st.cache_resource(max_entries=4, ttl=900, show_spinner="Reading the profile…")
 def _load(run_path: str, sig: tuple, profile_id: str):
@@ -162,7 +186,8 @@ def render_sampled(entry: dict, prof):
 
     threads, thread_desc = _thread_selection(prof, "sp")
     left, mid, right = st.columns([3, 1.2, 1.2])
-    query = left.text_input("Search a function", key="search", bind="query-params",
+    _from_url("search", lambda v: v[:200])
+    query = left.text_input("Search a function", key="search", max_chars=200,
                             placeholder="e.g. backward, DataLoader, my_model.py",
                             help="Highlights every frame whose function name or file contains this text.")
     by = mid.segmented_control("Frames", ["function", "frame"], default="function", required=True,
@@ -171,6 +196,7 @@ def render_sampled(entry: dict, prof):
                            key="sp_fold", help="Frames with fewer samples are merged into one grey block "
                                                "per parent, so the figure stays small.")
 
+    _to_url("search", query.strip(), default="")
     if threads is not None and not len(threads):
         st.info(f"No {thread_desc} in this profile.")
         return
@@ -194,20 +220,30 @@ def render_sampled(entry: dict, prof):
     mask = ap.match_frames(tree, query)
     if query.strip():
         hit = ap.search_summary(prof, query, list(threads) if threads is not None else None)
+        shown = query.strip().replace("`", "'")  # a URL's text stays inside its code span
         if hit["samples"]:
-            st.markdown(f":material/search: **{hit['matches']}** function(s) match `{query.strip()}`: "
+            st.markdown(f":material/search: **{hit['matches']}** function(s) match `{shown}`: "
                         f"on the stack in **{hit['samples']:,}** samples (**{hit['fraction']:.1%}** of "
                         f"{thread_desc}), highlighted in pink.")
         else:
-            st.markdown(f":material/search_off: Nothing matches `{query.strip()}` in {thread_desc}.")
-    zoom_opts = [-1] + ([int(n) for n in tree.loc[mask, "node_id"].tolist()[:200]] if mask.any() else
-                        [int(n) for n in tree[(tree["depth"] > 0) & (tree["folded"] == 0)]
-                         .sort_values("samples", ascending=False)["node_id"].head(40)])
+            st.markdown(f":material/search_off: Nothing matches `{shown}` in {thread_desc}.")
     names = dict(zip(tree["node_id"].astype(int), tree["name"]))
     shares = dict(zip(tree["node_id"].astype(int), tree["fraction"]))
+    loop_node = _loop_node(tree, info) if info.get("loop") and threads == bd_threads else None
+    if mask.any():
+        zoom_opts = [-1] + [int(n) for n in tree.loc[mask, "node_id"].tolist()[:200]]
+    else:
+        zoom_opts = [-1] + ([loop_node] if loop_node is not None else []) + [
+            int(n) for n in tree[(tree["depth"] > 0) & (tree["folded"] == 0)]
+            .sort_values("samples", ascending=False)["node_id"].head(40) if int(n) != loop_node]
+
+    def zoom_label(n):
+        if n < 0:
+            return "the whole profile"
+        return ("the training loop: " if n == loop_node else "") + f"{names[n]} ({shares[n]:.1%})"
+
     z1, z2 = st.columns([3, 1])
-    zoom = z1.selectbox("Zoom into", zoom_opts, key=f"sp_zoom_{entry['id']}_{by}",
-                        format_func=lambda n: "the whole profile" if n < 0 else f"{names[n]} ({shares[n]:.1%})",
+    zoom = z1.selectbox("Zoom into", zoom_opts, key=f"sp_zoom_{entry['id']}_{by}", format_func=zoom_label,
                         help="Or click a frame in the figure to zoom into it; click the bar above "
                              "the figure to zoom back out.")
     flame = z2.toggle("Root at the bottom", value=False, key="sp_flame",
@@ -216,7 +252,8 @@ def render_sampled(entry: dict, prof):
                                      root_id=None if zoom < 0 else zoom, flame=flame)
     st.plotly_chart(fig, key="flamegraph", config={"displayModeBar": False})
     folded = int((tree["folded"] > 0).sum())
-    st.caption(f"{len(tree):,} frames drawn of {thread_desc}"
+    st.caption(f"{len(tree):,} frames of {thread_desc} ({int(tree['depth'].max())} levels; "
+               f"{cp.MAX_LEVELS} shown at once: click a frame to zoom in)"
                + (f"; {int(tree['folded'].sum()):,} frames under {FOLD_CHOICES[fold]} of the samples "
                   f"folded into {folded:,} grey blocks" if folded else "")
                + ". Width: share of the samples; colour: package (your code blue, torch orange, "
@@ -233,6 +270,13 @@ def render_sampled(entry: dict, prof):
     st.download_button("Download the original file", data=_original_bytes(entry),
                        file_name=f"{entry['id']}" + (".speedscope.json" if entry["format"] == "speedscope" else ".txt"),
                        help="Opens in speedscope.app too.", icon=":material/download:")
+
+
+def _loop_node(tree, info) -> int | None:
+    """The flame-tree node of the training loop's function (its heaviest occurrence)."""
+    name = info["loop"].split(" (", 1)[0]
+    cand = tree[(tree["name"] == name) & (tree["folded"] == 0)]
+    return int(cand.sort_values("samples", ascending=False)["node_id"].iloc[0]) if len(cand) else None
 
 
 def _function_tables(table, by: str, query: str):
@@ -430,8 +474,9 @@ def render():
         return
     ids = [e["id"] for e in entries]
     by_id = {e["id"]: e for e in entries}
-    pid = st.selectbox("Profile", ids, index=0, key="profile", bind="query-params",
-                       format_func=lambda i: describe(by_id[i]))
+    _from_url("profile", lambda v: v if v in by_id else None)
+    pid = st.selectbox("Profile", ids, index=0, key="profile", format_func=lambda i: describe(by_id[i]))
+    _to_url("profile", pid, default=ids[0])
     entry = by_id[pid]
     try:
         obj = load(path, pid)

@@ -47,9 +47,12 @@ def _hover_text(tree) -> list[str]:
             for f, ln in zip(tree["file"].tolist(), tree["line"].astype(object).tolist())]
 
 
+MAX_LEVELS = 28  # levels shown at once; clicking a frame shows the levels below it
+
+
 def build_flamegraph_figure(tree, *, highlight=None, root_id: int | None = None,
                             flame: bool = False, title: str | None = None, unit: str = "samples",
-                            height: int | None = None):
+                            height: int | None = None, max_levels: int = MAX_LEVELS):
     """An icicle (root on top) or flame graph (``flame=True``: root at the bottom) of a
     flame tree from :func:`~debugkit.analysis.profile.compute_flame_tree`.
 
@@ -64,6 +67,8 @@ def build_flamegraph_figure(tree, *, highlight=None, root_id: int | None = None,
     root_id : int, optional
         Start zoomed into this node (clicking a frame in the browser zooms too; click
         the top bar to zoom out).
+    max_levels : int
+        Levels drawn at once below the current root (deeper ones appear on zooming in).
     unit : str
         What ``samples`` counts, for the hover text.
     """
@@ -98,9 +103,9 @@ def build_flamegraph_figure(tree, *, highlight=None, root_id: int | None = None,
         tiling={"orientation": "v", "flip": "y", "pad": 0} if flame else {"orientation": "v", "pad": 0},
         pathbar={"visible": True, "side": "bottom" if flame else "top", "thickness": 18},
         textinfo="label", insidetextfont={"size": 11}, level=str(root_id) if root_id is not None else None,
-        root={"color": "#DDDDDD"}, maxdepth=-1,
+        root={"color": "#DDDDDD"}, maxdepth=max_levels,
     ))
-    depth = int(tree["depth"].max()) + 1 if len(tree) else 1
+    depth = min(int(tree["depth"].max()) + 1 if len(tree) else 1, max_levels)
     fig.update_layout(title=title, height=height or int(min(1600, max(320, 40 + 22 * depth))),
                       margin={"l": 4, "r": 4, "t": 36 if title else 4, "b": 4},
                       meta={"total": total, "kind": "flamegraph"})
@@ -135,9 +140,9 @@ def build_diff_flamegraph_figure(tree, *, flame: bool = False, title: str | None
                        "<br>after: %{customdata[2]} %<br>change: %{customdata[3]} points<extra></extra>"),
         tiling={"orientation": "v", "flip": "y", "pad": 0} if flame else {"orientation": "v", "pad": 0},
         pathbar={"visible": True, "side": "bottom" if flame else "top", "thickness": 18},
-        textinfo="label", insidetextfont={"size": 11}, sort=True,
+        textinfo="label", insidetextfont={"size": 11}, sort=True, maxdepth=MAX_LEVELS,
     ))
-    depth = int(tree["depth"].max()) + 1 if len(tree) else 1
+    depth = min(int(tree["depth"].max()) + 1 if len(tree) else 1, MAX_LEVELS)
     fig.update_layout(title=title, height=height or int(min(1600, max(320, 40 + 22 * depth))),
                       margin={"l": 4, "r": 4, "t": 36 if title else 4, "b": 4},
                       meta={"kind": "diff-flamegraph"})
@@ -161,7 +166,7 @@ def build_step_breakdown_figure(breakdown, *, title: str | None = None):
             hovertemplate=(f"<b>{PHASE_LABELS.get(r.phase, r.phase)}</b><br>%{{x:.1f}} % of the loop"
                            "<br>%{customdata[0]} samples, %{customdata[1]:.2f} s<extra></extra>")))
     fig.update_layout(barmode="stack", height=130, title=title, showlegend=True,
-                      legend={"orientation": "h", "y": -0.45, "x": 0},
+                      legend={"orientation": "h", "y": -0.45, "x": 0, "traceorder": "normal"},
                       xaxis={"range": [0, 100], "ticksuffix": " %", "showgrid": False},
                       yaxis={"showticklabels": False},
                       margin={"l": 4, "r": 4, "t": 30 if title else 4, "b": 4})
@@ -181,7 +186,7 @@ def build_trace_steps_figure(steps, *, title: str | None = None):
                              marker={"color": PHASE_COLORS[phase]},
                              hovertemplate=f"{PHASE_LABELS[phase]}: %{{y:.2f}} ms<extra>%{{x}}</extra>"))
     fig.update_layout(barmode="stack", height=300, title=title, yaxis_title="ms",
-                      legend={"orientation": "h", "y": -0.2},
+                      legend={"orientation": "h", "y": -0.2, "traceorder": "normal"},
                       margin={"l": 50, "r": 10, "t": 30 if title else 10, "b": 40})
     return fig
 
