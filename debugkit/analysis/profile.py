@@ -90,6 +90,18 @@ def select(profile, thread_ids=None, by: str = "frame") -> Selection:
                      int(samples.sum()), float(weight.sum()))
 
 
+def _unique(a) -> np.ndarray:
+    """Sorted distinct values (numpy 2.4's hash-based ``np.unique`` is many times slower
+    than sorting for these integer arrays)."""
+    a = np.sort(np.asarray(a), kind="stable")
+    if len(a) < 2:
+        return a
+    keep = np.empty(len(a), dtype=bool)
+    keep[0] = True
+    np.not_equal(a[1:], a[:-1], out=keep[1:])
+    return a[keep]
+
+
 def _stack_of_pos(offsets: np.ndarray) -> np.ndarray:
     return np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
 
@@ -117,7 +129,7 @@ def compute_function_table(profile, thread_ids=None, by: str = "frame"):
     self_s = np.bincount(leaf, weights=sel.samples[nonempty], minlength=n_keys)
     self_w = np.bincount(leaf, weights=sel.weight_s[nonempty], minlength=n_keys)
     stack_of = _stack_of_pos(sel.offsets)
-    pair = np.unique(stack_of.astype(np.int64) * max(n_keys, 1) + sel.keys_flat) if len(stack_of) else np.zeros(0, np.int64)
+    pair = _unique(stack_of.astype(np.int64) * max(n_keys, 1) + sel.keys_flat) if len(stack_of) else np.zeros(0, np.int64)
     ps, pk = pair // max(n_keys, 1), pair % max(n_keys, 1)
     tot_s = np.bincount(pk, weights=sel.samples[ps], minlength=n_keys)
     tot_w = np.bincount(pk, weights=sel.weight_s[ps], minlength=n_keys)
@@ -339,9 +351,9 @@ def search_summary(profile, query: str, thread_ids=None) -> dict:
     if not hit_key.any() or not len(sel.keys_flat):
         return {"matches": int(hit_key.sum()), "samples": 0, "fraction": 0.0}
     stack_of = _stack_of_pos(sel.offsets)
-    hit_stacks = np.unique(stack_of[hit_key[sel.keys_flat]])
+    hit_stacks = _unique(stack_of[hit_key[sel.keys_flat]])
     samples = int(sel.samples[hit_stacks].sum())
-    used = np.unique(sel.keys_flat[hit_key[sel.keys_flat]])
+    used = _unique(sel.keys_flat[hit_key[sel.keys_flat]])
     return {"matches": int(len(used)), "samples": samples,
             "fraction": samples / max(sel.total_samples, 1)}
 
@@ -418,7 +430,7 @@ def compute_step_breakdown(profile, thread_ids=None):
     # A stack under the import machinery is an import, whatever it runs.
     importing = np.array([f.startswith("<frozen importlib") for f in sel.key_file], dtype=bool)
     if importing.any():
-        stack_rank[np.unique(stack_of[importing[sel.keys_flat]])] = len(STEP_RULES)
+        stack_rank[_unique(stack_of[importing[sel.keys_flat]])] = len(STEP_RULES)
     stack_phase = rank_to_row[stack_rank]
     in_phase = stack_phase < len(STEP_PHASES)
     phase_total = float(sel.samples[in_phase].sum())
@@ -426,20 +438,20 @@ def compute_step_breakdown(profile, thread_ids=None):
         return empty, info
     # The loop: keys present in >= 95 % of phase samples, deepest first.
     n_keys = len(sel.key_name)
-    pair = np.unique(stack_of * n_keys + sel.keys_flat)
+    pair = _unique(stack_of * n_keys + sel.keys_flat)
     ps, pk = pair // n_keys, pair % n_keys
     w = np.where(in_phase[ps], sel.samples[ps], 0)
     cover = np.bincount(pk, weights=w, minlength=n_keys)
     depth_pos = np.arange(len(sel.keys_flat)) - sel.offsets[stack_of]
     min_depth = np.full(n_keys, np.iinfo(np.int64).max)
     np.minimum.at(min_depth, sel.keys_flat, depth_pos)
-    phases_present = {int(p) for p in np.unique(stack_phase[in_phase & (sel.samples > 0)])}
+    phases_present = {int(p) for p in _unique(stack_phase[in_phase & (sel.samples > 0)])}
     # A phase's own frames (DataLoader.__next__ ...) are not the loop that calls them.
     cands = np.flatnonzero((cover >= 0.95 * phase_total) & (key_rank == len(STEP_RULES)))
     loop = None
     for k in sorted(cands.tolist(), key=lambda k: -min_depth[k]):
         stacks_k = ps[pk == k]
-        covered = {int(p) for p in np.unique(stack_phase[stacks_k]) if p < len(STEP_PHASES)}
+        covered = {int(p) for p in _unique(stack_phase[stacks_k]) if p < len(STEP_PHASES)}
         if len(phases_present) < 2 or len(covered) >= 2:
             loop = k
             break

@@ -166,13 +166,31 @@ class _EventSink:
                 else:
                     ph = "i"
                     dur = 0.0
-                for v, a, x in ((v_ph, a_ph, ph), (v_cat, a_cat, ev.get("cat")),
-                                (v_name, a_name, ev.get("name")), (v_pid, a_pid, _key(pid)),
-                                (v_tid, a_tid, _key(tid))):
-                    c = v.get(x)
-                    if c is None:
-                        c = v[x] = len(v)
-                    a(c)
+                # Interning, written out per column (this loop runs once per event).
+                c = v_ph.get(ph)
+                if c is None:
+                    c = v_ph[ph] = len(v_ph)
+                a_ph(c)
+                x = ev.get("cat")
+                c = v_cat.get(x)
+                if c is None:
+                    c = v_cat[x] = len(v_cat)
+                a_cat(c)
+                x = ev.get("name")
+                c = v_name.get(x)
+                if c is None:
+                    c = v_name[x] = len(v_name)
+                a_name(c)
+                x = pid if type(pid) is int or type(pid) is str else _as_text(pid)
+                c = v_pid.get(x)
+                if c is None:
+                    c = v_pid[x] = len(v_pid)
+                a_pid(c)
+                x = tid if type(tid) is int or type(tid) is str else _as_text(tid)
+                c = v_tid.get(x)
+                if c is None:
+                    c = v_tid[x] = len(v_tid)
+                a_tid(c)
                 a_ts(ts)
                 a_dur(dur)
                 args = ev.get("args")
@@ -180,16 +198,24 @@ class _EventSink:
                     for k, a in int_cols:
                         x = args.get(k)
                         a(x if type(x) is int else -1)
-                    for name, v, a in (("Input Dims", v_dims, a_dims), ("Input type", v_types, a_types)):
-                        x = args.get(name)
-                        if x is None:
-                            a(0)
-                            continue
+                    x = args.get("Input Dims")
+                    if x is None:
+                        a_dims(0)
+                    else:
                         x = dumps(x)
-                        c = v.get(x)
+                        c = v_dims.get(x)
                         if c is None:
-                            c = v[x] = len(v)
-                        a(c)
+                            c = v_dims[x] = len(v_dims)
+                        a_dims(c)
+                    x = args.get("Input type")
+                    if x is None:
+                        a_types(0)
+                    else:
+                        x = dumps(x)
+                        c = v_types.get(x)
+                        if c is None:
+                            c = v_types[x] = len(v_types)
+                        a_types(c)
                 else:
                     for _, a in int_cols:
                         a(-1)

@@ -301,7 +301,7 @@ def _finish_threads(threads: list[dict], counts, frames, flat, offsets):
     if is_worker_frame.any() and len(flat):
         hit = is_worker_frame[flat]
         stack_of = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
-        worker_stacks[np.unique(stack_of[hit])] = True
+        worker_stacks[stack_of[hit]] = True
     worker_threads = set(counts.loc[worker_stacks[counts["stack_id"].to_numpy()], "thread_id"].tolist()) \
         if len(counts) else set()
     worker_pids = {r.get("pid") for r in rows if r["thread_id"] in worker_threads and r.get("pid") is not None}
