@@ -612,7 +612,7 @@ def summarize_profile(profile, top: int = 20, by: str = "frame", thread_ids=None
 
     by_total = table.sort_values(["total_samples", "self_samples", "name"], ascending=[False, False, True],
                                  kind="stable")
-    main = profile.thread_ids("main")
+    main = profile.thread_ids("main") if thread_ids is None else list(thread_ids)
     bd, info = compute_step_breakdown(profile, main or None)
     return {
         "format": profile.format,
@@ -623,7 +623,7 @@ def summarize_profile(profile, top: int = 20, by: str = "frame", thread_ids=None
         "top_self": rows(table, "self_samples", "self_fraction"),
         "top_total": rows(by_total, "total_samples", "total_fraction"),
         "step_breakdown": {
-            "threads": "main" if main else "all",
+            "threads": ("main" if thread_ids is None else "selected") if main else "all",
             "loop": info["loop"],
             "phases": {r.phase: {"samples": int(r.samples), "fraction": round(float(r.fraction), 6),
                                  "seconds": round(float(r.seconds), 6)} for r in bd.itertuples()},

@@ -18,11 +18,14 @@ def register(sub) -> None:
     p.add_argument("--top", type=int, default=20, help="how many functions/operators (default 20)")
     p.add_argument("--by", choices=["frame", "function"], default="frame",
                    help="sampled profiles: one row per frame (name, file, line: default) or per function")
+    p.add_argument("--threads", choices=["all", "main", "thread", "dataloader", "process"], default="all",
+                   help="sampled profiles: which threads the top lists count (default all; "
+                        "main = the training thread, dataloader = worker processes)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
 
-def summarize(path, profile_id=None, top=20, by="frame") -> dict:
+def summarize(path, profile_id=None, top=20, by="frame", threads="all") -> dict:
     from pathlib import Path
 
     from ..errors import InvalidInputError
@@ -54,7 +57,14 @@ def summarize(path, profile_id=None, top=20, by="frame") -> dict:
     if isinstance(obj, SampledProfile):
         from ..analysis.profile import summarize_profile
 
-        out = summarize_profile(obj, top=top, by=by)
+        ids = None
+        if threads != "all":
+            ids = obj.thread_ids(threads)
+            if not ids:
+                raise InvalidInputError(f"--threads {threads}: the profile has no such threads "
+                                        f"(it has: {', '.join(sorted(set(obj.threads['role'])))})")
+        out = summarize_profile(obj, top=top, by=by, thread_ids=ids)
+        out["threads_counted"] = threads
     elif isinstance(obj, StackDump):
         out = {"format": "pyspy-dump", "threads": obj.threads.drop(columns=["thread"]).to_dict("records")}
     else:
@@ -65,7 +75,7 @@ def summarize(path, profile_id=None, top=20, by="frame") -> dict:
 
 
 def run(args) -> int:
-    s = summarize(args.path, args.profile, args.top, args.by)
+    s = summarize(args.path, args.profile, args.top, args.by, args.threads)
     if args.json:
         print_json(s)
         return 0

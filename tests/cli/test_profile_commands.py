@@ -249,6 +249,17 @@ def test_profile_summary_json_of_a_chrome_trace(tmp_path, capsys):
     assert s["gpu"]["idle_fraction"] is None
 
 
+def test_profile_summary_threads_filter(capsys):
+    assert main(["profile-summary", str(SAMPLE_RUNS / "digits-profiled"), "--profile", "train",
+                 "--threads", "main", "--json", "--top", "1"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["samples"] == 12307 and s["threads_counted"] == "main"
+    assert s["top_self"][0]["name"] == "_engine_run_backward"
+    assert main(["profile-summary", str(SAMPLE_RUNS / "digits-profiled"), "--profile", "train-no-workers",
+                 "--threads", "dataloader"]) == 2
+    assert "--threads dataloader: the profile has no such threads" in capsys.readouterr().err
+
+
 def test_profile_summary_text(capsys):
     assert main(["profile-summary", str(SAMPLE_RUNS / "digits-profiled"), "--profile", "train-no-workers",
                  "--top", "3"]) == 0
