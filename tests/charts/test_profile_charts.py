@@ -11,8 +11,8 @@ from debugkit.charts import profile as cp
 from debugkit.io.profiles import read_collapsed
 
 RAW = ("main (train.py:1);train (train.py:5);Tensor.backward (torch/_tensor.py:623) 60\n"
-       "main (train.py:1);train (train.py:6);Module._call_impl (torch/nn/modules/module.py:1761) 30\n"
-       "main (train.py:1);train (train.py:7);log (train.py:9) 10\n")
+       "main (train.py:1);train (train.py:7);Module._call_impl (torch/nn/modules/module.py:1761) 30\n"
+       "main (train.py:1);train (train.py:6);log (train.py:9) 10\n")
 
 
 @pytest.fixture
@@ -89,7 +89,7 @@ def test_trace_timeline_and_steps():
     assert set(by_name) == {"user_annotation", "cpu_op", "kernel"}
     assert list(by_name["cpu_op"].base) == [1.0] and list(by_name["cpu_op"].x) == [2.0]
     assert by_name["cpu_op"].width[0] < by_name["user_annotation"].width[0]  # nested drawn thinner
-    assert list(fig.layout.yaxis.categoryarray) == ["main", "GPU 0 · stream 7"]
+    assert list(fig.layout.yaxis.categoryarray) == ["GPU 0 · stream 7", "main"]  # bottom up: CPU lanes on top
     steps = pd.DataFrame({"step": [1], "start_ms": [0.0], "dur_ms": [10.0], "data_ms": [1.0], "forward_ms": [2.0],
                           "backward_ms": [3.0], "optimizer_ms": [1.0], "other_ms": [3.0]})
     sf = cp.build_trace_steps_figure(steps)
