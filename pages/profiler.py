@@ -329,10 +329,13 @@ def _compare(entry: dict, prof, threads):
     except DebugkitError as exc:
         _common.show_error(exc)
         return
-    base_threads = tuple(base.thread_ids("main")) if threads is not None and "main" in set(base.threads["role"]) \
-        and set(threads) == set(prof.thread_ids("main")) else None
+    # The same kind of threads on both sides (main thread vs main thread, workers vs workers).
+    role = next((r for r in ("main", "dataloader") if threads is not None
+                 and set(threads) == set(prof.thread_ids(r))), None)
+    base_threads = tuple(sorted(base.thread_ids(role))) if role and base.thread_ids(role) else None
     if threads is not None and base_threads is None:
-        st.caption("Comparing against all threads of the baseline (its threads differ from this one's).")
+        st.caption("Comparing against all threads of the baseline (it has no threads of the "
+                   "kind selected here).")
     tree, table = _diff(base_path, _common.signature(base_path), base_id, base_threads, path,
                         _common.signature(path), entry["id"], threads, 0.001)
     st.plotly_chart(cp.build_diff_flamegraph_figure(tree), key="diff_flamegraph",

@@ -80,36 +80,51 @@ def compute_nesting(trace):
 
 def _self_times(trace, idx, parent):
     """Self duration (us) per duration event, aligned with ``idx``."""
-    dur = trace.events.loc[idx, "dur_us"].to_numpy()
-    pos = {int(v): i for i, v in enumerate(idx)}
+    dur = trace.events["dur_us"].to_numpy()[idx]
     child = np.zeros(len(idx))
     has = parent >= 0
     if has.any():
-        ppos = np.array([pos[int(p)] for p in parent[has]], dtype=np.int64)
+        ppos = np.searchsorted(idx, parent[has])  # idx is sorted (row labels in file order)
         np.add.at(child, ppos, dur[has])
     return np.maximum(dur - child, 0.0)
+
+
+def _parent_of_rows(trace, idx, parent) -> np.ndarray:
+    """Parent row label of every row of ``trace.events`` (-1: none)."""
+    out = np.full(len(trace.events), -1, dtype=np.int64)
+    out[idx] = parent
+    return out
 
 
 def _kernel_launchers(trace, idx, parent):
     """For each device event: the row of the innermost ``cpu_op`` that launched it (-1
     when unknown). Returns (device rows, launcher rows)."""
     ev = trace.events
-    x = ev.loc[idx]
-    dev = x["cat"].isin(list(GPU_KERNEL_CATS | GPU_MEMORY_CATS)).to_numpy()
+    cat = ev["cat"].to_numpy()[idx].astype(str) if len(idx) else np.zeros(0, dtype=str)
+    corr = ev["correlation"].to_numpy()[idx]
+    dev = np.isin(cat, list(GPU_KERNEL_CATS | GPU_MEMORY_CATS))
     dev_rows = idx[dev]
     launch = np.full(len(dev_rows), -1, dtype=np.int64)
     if not len(dev_rows):
         return dev_rows, launch
-    rt = x["cat"].isin(list(RUNTIME_CATS)).to_numpy() & (x["correlation"].to_numpy() >= 0)
-    corr_to_rt = dict(zip(x["correlation"].to_numpy()[rt].tolist(), idx[rt].tolist()))
-    par = dict(zip(idx.tolist(), parent.tolist()))
-    kcorr = ev.loc[dev_rows, "correlation"].to_numpy()
-    cat_arr = ev["cat"].astype(str).to_numpy()
-    for j, c in enumerate(kcorr.tolist()):
-        r = corr_to_rt.get(c)
-        while r is not None and r >= 0 and cat_arr[r] != CPU_OP:
-            r = par.get(r, -1)
-        launch[j] = r if r is not None else -1
+    rt = np.isin(cat, list(RUNTIME_CATS)) & (corr >= 0)
+    rt_corr, rt_rows = corr[rt], idx[rt]
+    order = np.argsort(rt_corr, kind="stable")
+    rt_corr, rt_rows = rt_corr[order], rt_rows[order]
+    kcorr = corr[dev]
+    pos = np.searchsorted(rt_corr, kcorr)
+    pos = np.minimum(pos, max(len(rt_corr) - 1, 0))
+    found = (len(rt_corr) > 0) & (rt_corr[pos] == kcorr) if len(rt_corr) else np.zeros(len(kcorr), bool)
+    cur = np.where(found, rt_rows[pos] if len(rt_rows) else -1, -1)
+    # Walk up from the runtime call to the innermost enclosing cpu_op.
+    is_op = (ev["cat"] == CPU_OP).to_numpy()
+    up = _parent_of_rows(trace, idx, parent)
+    for _ in range(256):
+        todo = (cur >= 0) & ~is_op[np.maximum(cur, 0)]
+        if not todo.any():
+            break
+        cur = np.where(todo, up[np.maximum(cur, 0)], cur)
+    launch[:] = np.where((cur >= 0) & is_op[np.maximum(cur, 0)], cur, -1)
     return dev_rows, launch
 
 
@@ -131,21 +146,24 @@ def compute_operator_table(trace, by_shapes: bool = False):
     idx, parent, _ = compute_nesting(trace)
     self_us = _self_times(trace, idx, parent)
     dev_rows, launch = _kernel_launchers(trace, idx, parent)
-    self_cuda = {}
-    total_cuda = {}
+    n_rows = len(ev)
+    self_cuda = np.zeros(n_rows)
+    total_cuda = np.zeros(n_rows)
     if len(dev_rows):
-        kdur = ev.loc[dev_rows, "dur_us"].to_numpy()
-        par = dict(zip(idx.tolist(), parent.tolist()))
-        cat_arr = ev["cat"].astype(str).to_numpy()
-        for r, d in zip(launch.tolist(), kdur.tolist()):
-            if r < 0:
-                continue
-            self_cuda[r] = self_cuda.get(r, 0.0) + d
-            a = r
-            while a >= 0:
-                if cat_arr[a] == CPU_OP:
-                    total_cuda[a] = total_cuda.get(a, 0.0) + d
-                a = par.get(a, -1)
+        kdur = ev["dur_us"].to_numpy()[dev_rows]
+        ok = launch >= 0
+        np.add.at(self_cuda, launch[ok], kdur[ok])
+        is_opcat = ev["cat"].isin(list(OPERATOR_CATS)).to_numpy()
+        up = _parent_of_rows(trace, idx, parent)
+        cur, d = launch[ok], kdur[ok]
+        for _ in range(256):  # the launcher and every operator above it
+            if not len(cur):
+                break
+            hit = is_opcat[cur]
+            np.add.at(total_cuda, cur[hit], d[hit])
+            cur = up[cur]
+            keep = cur >= 0
+            cur, d = cur[keep], d[keep]
     x = ev.loc[idx]
     ops = x["cat"].isin(list(OPERATOR_CATS)).to_numpy()
     keys = ["name", "input_dims"] if by_shapes else ["name"]
@@ -154,8 +172,8 @@ def compute_operator_table(trace, by_shapes: bool = False):
         "input_dims": x["input_dims"].astype(str).to_numpy()[ops],
         "self_us": self_us[ops],
         "dur_us": x["dur_us"].to_numpy()[ops],
-        "self_cuda_us": np.array([self_cuda.get(int(r), 0.0) for r in idx[ops]]),
-        "cuda_total_us": np.array([total_cuda.get(int(r), 0.0) for r in idx[ops]]),
+        "self_cuda_us": self_cuda[idx[ops]],
+        "cuda_total_us": total_cuda[idx[ops]],
     })
     if not len(df):
         cols = ["name"] + (["input_shapes"] if by_shapes else []) + [

@@ -545,6 +545,9 @@ def read_speedscope(path: str | os.PathLike, data: bytes | None = None,
             raise ProfileError(MSG_SCHEMA.format(path=path, where=where + ".samples",
                                                  detail="a sample is not a list of frame indices"))
         n = len(inner_open)
+        if _has_scalars(data, s, so, sc, inner_open, inner_close):
+            raise ProfileError(MSG_SCHEMA.format(path=path, where=where + ".samples",
+                                                 detail="expected a list of lists of frame indices"))
         if (i, "weights") in big:
             wo, wc = big[(i, "weights")]
             w = _read_numbers(data, int(s.pos[wo]), int(s.pos[wc]), path, where + ".weights")
@@ -555,9 +558,6 @@ def read_speedscope(path: str | os.PathLike, data: bytes | None = None,
         else:
             w = np.ones(n, dtype=np.float64)
             scale = None
-        if n and _has_scalars(data, s, so, sc, inner_open, inner_close):
-            raise ProfileError(MSG_SCHEMA.format(path=path, where=where + ".samples",
-                                                 detail="expected a list of lists of frame indices"))
         # Deduplicate samples as bytes, block by block.
         starts = s.pos[inner_open] + 1
         ends = s.pos[inner_close]
@@ -606,28 +606,16 @@ def read_speedscope(path: str | os.PathLike, data: bytes | None = None,
 
 
 def _read_numbers(data: bytes, o: int, c: int, path, where: str) -> np.ndarray:
-    """The JSON array of numbers at ``data[o:c+1]`` as float64, without a Python float
-    per element when it is well-formed."""
-    import warnings
-
+    """The JSON array of numbers at ``data[o:c+1]`` as float64."""
     import orjson
 
-    inner = data[o + 1:c]
-    expected = inner.count(b",") + 1 if inner.strip() else 0
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            w = np.fromstring(inner, dtype=np.float64, sep=",") if expected else np.zeros(0)
-        except ValueError:
-            w = None
-    if w is None or len(w) != expected or not inner.translate(None, b"0123456789.,eE+- \t\r\n") == b"":
-        try:
-            w = np.asarray(orjson.loads(data[o:c + 1]), dtype=np.float64)
-        except (orjson.JSONDecodeError, TypeError, ValueError) as exc:
-            raise ProfileError(MSG_SCHEMA.format(path=path, where=where,
-                                                 detail=f"not a list of numbers ({exc})")) from exc
-        if w.ndim != 1:
-            raise ProfileError(MSG_SCHEMA.format(path=path, where=where, detail="not a flat list of numbers"))
+    try:
+        w = np.asarray(orjson.loads(data[o:c + 1]), dtype=np.float64)
+    except (orjson.JSONDecodeError, TypeError, ValueError) as exc:
+        raise ProfileError(MSG_SCHEMA.format(path=path, where=where,
+                                             detail=f"not a list of numbers ({exc})")) from exc
+    if w.ndim != 1:
+        raise ProfileError(MSG_SCHEMA.format(path=path, where=where, detail="not a flat list of numbers"))
     return w
 
 
