@@ -505,6 +505,26 @@ def describe_breakdown(df, info) -> str:
     return msg
 
 
+def detect_data_wait(breakdown, info, profile_id: str, threshold: float = 0.3) -> list:
+    """A ``dataloader_bound`` finding when the training loop spends at least
+    ``threshold`` of its samples in data loading."""
+    from .findings import Finding
+
+    if not info.get("loop_samples"):
+        return []
+    data = float(breakdown.loc[breakdown["phase"] == "data", "fraction"].iloc[0])
+    if data < threshold:
+        return []
+    return [Finding(
+        kind="dataloader_bound", step=None, rank=None, layer=None, severity="warning",
+        message=(f"Profile {profile_id}: the training loop spends {data:.0%} of its time waiting for "
+                 "data (DataLoader). More workers, pinned memory or a cheaper dataset would help; "
+                 "see the Profiler page."),
+        evidence={"profile": profile_id, "data_fraction": round(data, 4), "loop": info.get("loop"),
+                  "phases": {r.phase: round(float(r.fraction), 4) for r in breakdown.itertuples()},
+                  "threshold": threshold})]
+
+
 # ---------------------------------------------------------------------------- diff
 def _joint(base, new, base_threads, new_threads):
     """Both selections keyed by one function table (name, file)."""

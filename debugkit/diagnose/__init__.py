@@ -14,6 +14,7 @@ from ..analysis.findings import Finding, sort_findings
 
 SOURCES = [
     "failures",
+    "profiles",
 ]
 
 

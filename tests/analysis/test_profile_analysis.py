@@ -198,3 +198,28 @@ def test_digits_sample_breakdown_and_diff():
     d = ap.compute_profile_diff(w0, w2, w0.thread_ids("main"), w2.thread_ids("main"))
     top = d.iloc[0]
     assert top["self_delta"] > 0 and np.isfinite(d["self_delta"]).all()
+
+
+def test_data_wait_finding(tmp_path):
+    f = tmp_path / "d.txt"
+    f.write_text("train (t.py:5);_BaseDataLoaderIter.__next__ (torch/utils/data/dataloader.py:725) 40\n"
+                 "train (t.py:6);Module._call_impl (torch/nn/modules/module.py:1761) 60\n")
+    bd, info = ap.compute_step_breakdown(read_collapsed(f))
+    (finding,) = ap.detect_data_wait(bd, info, "p1")
+    assert finding.kind == "dataloader_bound" and finding.severity == "warning"
+    assert finding.evidence["data_fraction"] == 0.4
+    assert "spends 40% of its time waiting for data" in finding.message
+    assert ap.detect_data_wait(bd, info, "p1", threshold=0.5) == []
+
+
+def test_diagnose_reads_the_latest_profile():
+    from debugkit.diagnose import diagnose
+    from debugkit.io.run import open_run
+
+    findings = diagnose(open_run(SAMPLE_RUNS / "digits-profiled"), {"profiles": {"data_wait_threshold": 0.2}})
+    kinds = [f.kind for f in findings]
+    # the latest sampled profile is the no-workers one: 4 % data, under the threshold
+    assert "dataloader_bound" not in kinds
+    findings = diagnose(open_run(SAMPLE_RUNS / "digits-profiled"), {"profiles": {"data_wait_threshold": 0.04}})
+    (f,) = [f for f in findings if f.kind == "dataloader_bound"]
+    assert f.evidence["profile"] == "train-no-workers"

@@ -135,6 +135,11 @@ def test_stack_dump_view(tmp_path, monkeypatch):
     f = tmp_path / "d.json"
     f.write_text(json.dumps(doc))
     add_profile(run, f, format="pyspy-dump", name="hang", origin="py-spy dump")
+    from debugkit.diagnose import diagnose
+    from debugkit.io.run import open_run
+
+    (hang,) = [x for x in diagnose(open_run(run)) if x.kind == "hang"]
+    assert hang.evidence == {"dump": "hang", "threads": 1, "waiting": {"queue": 1}}
     monkeypatch.setenv("DEBUGKIT_ROOTS", str(tmp_path / "roots"))
     at = app(run="hung")
     assert not at.exception and not at.error
