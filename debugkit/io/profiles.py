@@ -624,18 +624,23 @@ def _parse_stacks(raw_stacks: list[bytes], ss_map, pseudo, n_frames, path, where
     removed), and the process chain the first stack carries."""
     import orjson
 
-    try:
-        lists = [orjson.loads(b"[" + r + b"]") for r in raw_stacks]
+    import itertools
+
+    try:  # one parse for all distinct stacks
+        lists = orjson.loads(b"[[" + b"],[".join(raw_stacks) + b"]]") if raw_stacks else []
     except orjson.JSONDecodeError as exc:
         raise ProfileError(MSG_SCHEMA.format(path=path, where=where + ".samples",
                                              detail=f"unreadable stack ({exc})")) from exc
-    lens = np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists))
-    flat_list = [v for x in lists for v in x]
-    flat = np.array(flat_list) if flat_list else np.zeros(0, dtype=np.int64)
-    if flat.dtype.kind not in "iu":
-        bad = next(v for v in flat_list if type(v) is not int)
+    if len(lists) != len(raw_stacks):
+        raise ProfileError(MSG_SCHEMA.format(path=path, where=where + ".samples",
+                                             detail="a sample is not a flat list of frame indices"))
+    lens = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+    ints = all(type(v) is int for v in itertools.chain.from_iterable(lists))
+    if not ints:
+        bad = next(v for v in itertools.chain.from_iterable(lists) if type(v) is not int)
         raise ProfileError(MSG_SCHEMA.format(path=path, where=where + ".samples",
                                              detail=f"frame index {bad!r} is not an integer"))
+    flat = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64, count=int(lens.sum()))
     if len(flat) and (flat.min() < 0 or flat.max() >= n_frames):
         bad = int(flat[(flat < 0) | (flat >= n_frames)][0])
         raise ProfileError(MSG_SCHEMA.format(path=path, where=where + ".samples",
