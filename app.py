@@ -19,6 +19,7 @@ PAGES = [
     ("pages/gradients.py", "Gradients", ":material/ssid_chart:", "gradients"),
     ("pages/memory.py", "Memory", ":material/memory:", "memory"),
     ("pages/audit.py", "Bias audit", ":material/balance:", "audit"),
+    ("pages/profiler.py", "Profiler", ":material/speed:", "profiler"),
 ]
 AUDIT_PAGE = "pages/audit.py"
 

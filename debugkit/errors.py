@@ -19,6 +19,8 @@ __all__ = [
     "MissingDependencyError",
     "AuditError",
     "ShareTokenError",
+    "ProfileError",
+    "ProfilerError",
     "DebugkitWarning",
     "TruncatedRecordWarning",
 ]
@@ -81,6 +83,13 @@ class AuditError(DebugkitError):
 
 class ShareTokenError(DebugkitError):
     """A share link's token is malformed, altered, expired, or for another run or audit."""
+class ProfileError(InvalidInputError):
+    """A profile or trace file (speedscope, raw stacks, chrome trace, stack dump) is
+    truncated, malformed or empty."""
+
+
+class ProfilerError(DebugkitError):
+    """py-spy could not record or dump a process (not installed, ptrace refused, ...)."""
 
 
 class DebugkitWarning(UserWarning):

@@ -22,6 +22,10 @@ FAILURE_JSON = "failure.json"
 MEMORY_SNAPSHOTS_DIR = "memory_snapshots"
 SNAPSHOT_SUFFIX = ".pickle"
 SNAPSHOT_META_SUFFIX = ".json"
+# Profiles, traces and stack dumps: profiles/<id><ext>, listed in manifest.json's
+# "profiles" field (see docs/run-format.md).
+PROFILES_DIR = "profiles"
+PROFILES_FIELD = "profiles"
 
 # Per-rank tables: ranks/<rank>/<table>-<segment>.arrows (Arrow IPC streams).
 TABLES = ("scalars", "grads", "memory", "steps")

@@ -17,8 +17,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "sample_runs"
 
-# name -> (argv after `python -m`, expected exit status)
-SAMPLES: dict[str, tuple[list[str], int]] = {
+# name -> (argv after `python -m`, expected exit status), or a list of such steps for a
+# sample built by several commands. In an argv, "{out}" is the sample's folder, "{tmp}" a
+# scratch folder and "{python}" this interpreter; an argv without "{out}" gets
+# "--out <folder>" appended.
+SAMPLES: dict[str, tuple[list[str], int] | list[tuple[list[str], int]]] = {
     "digits-mlp": (["examples.digits"], 0),
     "digits-bad-label": (["examples.digits", "--corrupt-label", "12"], 1),
     # torchrun jobs on CPU (gloo): a 4-rank run whose rank 2 loads data slowly, and a
@@ -35,20 +38,38 @@ SAMPLES: dict[str, tuple[list[str], int]] = {
     "digits-vanishing": (["examples.vanishing"], 0),
     "memory-leak": (["examples.memory_leak"], 0),
     "credit-audit": (["examples.credit"], 0),
+    # py-spy profiles of the digits training (2 DataLoader workers, then none, for the
+    # diff) and a torch.profiler trace of a few steps of the same model.
+    "digits-profiled": [
+        (["debugkit", "profile", "{out}", "--name", "train", "--label",
+          "digits training, 2 DataLoader workers", "--", "{python}", "-m", "examples.digits",
+          "--out", "{out}"], 0),
+        (["debugkit", "profile", "{out}", "--name", "train-no-workers", "--label",
+          "the same training with num_workers=0", "--", "{python}", "-m", "examples.digits",
+          "--num-workers", "0", "--out", "{tmp}/no-workers"], 0),
+        (["examples.digits_trace", "--out", "{out}"], 0),
+    ],
 }
 
 
 def make(name: str) -> None:
-    argv, expected = SAMPLES[name]
+    import tempfile
+
+    steps = SAMPLES[name]
+    steps = steps if isinstance(steps, list) else [steps]
     out = OUT / name
     if out.exists():
         shutil.rmtree(out)
-    cmd = [sys.executable, "-m", *argv, "--out", str(out)]
-    print("+", " ".join(cmd[1:]), flush=True)
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode != expected:
-        sys.stderr.write(proc.stdout + proc.stderr)
-        raise SystemExit(f"{name}: exit status {proc.returncode}, expected {expected}")
+    with tempfile.TemporaryDirectory(prefix=f"sample-{name}-") as tmp:
+        for argv, expected in steps:
+            subst = {"{out}": str(out), "{tmp}": tmp, "{python}": sys.executable}
+            args = [subst.get(a, a) if a in subst else a.replace("{tmp}", tmp) for a in argv]
+            cmd = [sys.executable, "-m", *args] + ([] if "{out}" in argv else ["--out", str(out)])
+            print("+", " ".join(cmd[1:]), flush=True)
+            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+            if proc.returncode != expected:
+                sys.stderr.write(proc.stdout + proc.stderr)
+                raise SystemExit(f"{name}: exit status {proc.returncode}, expected {expected}")
 
 
 def main(argv=None) -> None:

@@ -22,6 +22,9 @@ COMMANDS = [
     "replay",
     "audit",
     "share",
+    "profile",
+    "dump",
+    "profile_summary",
 ]
 
 EXIT_OK = 0

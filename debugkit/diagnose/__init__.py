@@ -18,6 +18,7 @@ SOURCES = [
     "gradients",
     "memory",
     "audit",
+    "profiles",
 ]
 
 

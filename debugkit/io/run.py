@@ -416,6 +416,17 @@ class Run:
         out.sort(key=lambda e: e.get("time") or 0)
         return out
 
+    def profiles(self) -> list[dict]:
+        """Profiles, traces and stack dumps stored in the run (``profiles/``), oldest first.
+
+        Each entry has ``id, kind`` (``sampled | trace | stacks``), ``format``
+        (``speedscope | raw | chrome-trace | pyspy-dump``), ``file``, ``path``,
+        ``created_at``, ``origin``, ``summary``; see :mod:`debugkit.io.profile_store`.
+        """
+        from .profile_store import list_profiles
+
+        return list_profiles(self)
+
     def env(self) -> dict:
         """The recorded environment: the manifest's ``env`` plus ``pip_check`` when done."""
         env = dict(self.manifest.get("env") or {})

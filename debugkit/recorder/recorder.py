@@ -205,6 +205,9 @@ class Recorder:
                     manifest["run_id"] = old.get("run_id", manifest["run_id"])
                     manifest["created_at"] = old.get("created_at", now)
                     manifest["resumed_at"] = old.get("resumed_at", []) + [now]
+                    # Keep what other writers added (profiles, ...).
+                    for k, v in old.items():
+                        manifest.setdefault(k, v)
                 except (OSError, ValueError):
                     pass
             self.run_id = manifest["run_id"]

@@ -7,4 +7,6 @@ Each importer is a module of this package with ``register(subparsers)``, adding 
 IMPORTERS: list[str] = [
     "tensorboard",
     "memory_snapshot",
+    "pyspy",
+    "torch_trace",
 ]

@@ -1,0 +1,651 @@
+"""Aggregate sampled profiles: self/total time per function, the flame tree with small
+frames folded, the step breakdown (data / forward / backward / optimizer) and the
+difference between two profiles.
+
+Everything here is a pure function of a :class:`~debugkit.io.profiles.SampledProfile`
+and works on its unique stacks with numpy (a row per distinct stack, never per sample).
+
+Vocabulary: a *sample* is one stack taken by the profiler; a frame's *self* samples are
+those where it is the innermost frame (the code running), its *total* samples those
+where it is anywhere on the stack (a recursive function counts once per sample).
+Fractions are of all samples of the selected threads, idle samples included.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+DEFAULT_FOLD = 0.001  # frames under 0.1 % of the samples are folded
+STEP_PHASES = ("data", "forward", "backward", "optimizer")
+OTHER = "other"
+FOLDED_LABEL = "{n} frame{s} under {pct}"
+
+
+# ---------------------------------------------------------------------------- selection
+@dataclass
+class Selection:
+    """Per-stack totals of the chosen threads, keyed the chosen way.
+
+    ``keys_flat`` / ``offsets`` hold each stack's keys root first; ``samples`` and
+    ``weight_s`` its totals; ``key_name``, ``key_file``, ``key_line`` describe each key.
+    """
+
+    keys_flat: np.ndarray
+    offsets: np.ndarray
+    samples: np.ndarray
+    weight_s: np.ndarray
+    key_name: list
+    key_file: list
+    key_line: list
+    total_samples: int
+    total_weight_s: float
+
+
+def _opt_int(v):
+    """An int, or None for None/NaN/pd.NA."""
+    if v is None:
+        return None
+    try:
+        import pandas as pd
+
+        if pd.isna(v):
+            return None
+    except (TypeError, ValueError):
+        pass
+    return int(v)
+
+
+def _key_map(profile, by: str):
+    """frame id -> key id, and the key's (name, file, line)."""
+    fr = profile.frames
+    if by == "frame":
+        lines = [_opt_int(v) for v in fr["line"].astype(object).tolist()]
+        return (np.arange(len(fr), dtype=np.int64), fr["name"].tolist(), fr["file"].tolist(), lines)
+    if by != "function":
+        raise ValueError(f"by={by!r}: expected 'frame' or 'function'")
+    keys: dict[tuple[str, str], int] = {}
+    mapping = np.empty(len(fr), dtype=np.int64)
+    for i, (n, f) in enumerate(zip(fr["name"].tolist(), fr["file"].tolist())):
+        mapping[i] = keys.setdefault((n, f), len(keys))
+    names = [k[0] for k in keys]
+    files = [k[1] for k in keys]
+    return mapping, names, files, [None] * len(keys)
+
+
+def select(profile, thread_ids=None, by: str = "frame") -> Selection:
+    """The stacks of ``thread_ids`` (all threads when None), summed over threads."""
+    c = profile.counts
+    if thread_ids is not None:
+        c = c[c["thread_id"].isin(list(thread_ids))]
+    n_stacks = profile.n_stacks
+    samples = np.bincount(c["stack_id"].to_numpy(), weights=c["samples"].to_numpy(),
+                          minlength=n_stacks).astype(np.int64)
+    weight = np.bincount(c["stack_id"].to_numpy(), weights=c["weight_s"].to_numpy(), minlength=n_stacks)
+    mapping, names, files, lines = _key_map(profile, by)
+    keys_flat = mapping[profile.stack_frames] if len(profile.stack_frames) else np.zeros(0, np.int64)
+    return Selection(keys_flat, profile.stack_offsets, samples, weight, names, files, lines,
+                     int(samples.sum()), float(weight.sum()))
+
+
+def _unique(a) -> np.ndarray:
+    """Sorted distinct values (numpy 2.4's hash-based ``np.unique`` is many times slower
+    than sorting for these integer arrays)."""
+    a = np.sort(np.asarray(a), kind="stable")
+    if len(a) < 2:
+        return a
+    keep = np.empty(len(a), dtype=bool)
+    keep[0] = True
+    np.not_equal(a[1:], a[:-1], out=keep[1:])
+    return a[keep]
+
+
+def _stack_of_pos(offsets: np.ndarray) -> np.ndarray:
+    return np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+
+
+# ---------------------------------------------------------------------------- function tables
+def compute_function_table(profile, thread_ids=None, by: str = "frame"):
+    """Self and total samples per frame (``by="frame"``: name, file and line, as the
+    profiler recorded them) or per function (``by="function"``: name and file).
+
+    Returns
+    -------
+    DataFrame with columns ``name``, ``file``, ``line`` (Int64; null for functions),
+    ``self_samples``, ``total_samples`` (int64), ``self_fraction``, ``total_fraction``
+    (of all samples of the threads), ``self_s``, ``total_s`` (seconds; samples when the
+    profile has no time unit), sorted by self samples, then total, descending. Keys with
+    no samples are left out.
+    """
+    import pandas as pd
+
+    sel = select(profile, thread_ids, by)
+    n_keys = len(sel.key_name)
+    lengths = np.diff(sel.offsets)
+    nonempty = np.flatnonzero(lengths > 0)
+    leaf = sel.keys_flat[sel.offsets[1:][nonempty] - 1] if len(nonempty) else np.zeros(0, np.int64)
+    self_s = np.bincount(leaf, weights=sel.samples[nonempty], minlength=n_keys)
+    self_w = np.bincount(leaf, weights=sel.weight_s[nonempty], minlength=n_keys)
+    stack_of = _stack_of_pos(sel.offsets)
+    pair = _unique(stack_of.astype(np.int64) * max(n_keys, 1) + sel.keys_flat) if len(stack_of) else np.zeros(0, np.int64)
+    ps, pk = pair // max(n_keys, 1), pair % max(n_keys, 1)
+    tot_s = np.bincount(pk, weights=sel.samples[ps], minlength=n_keys)
+    tot_w = np.bincount(pk, weights=sel.weight_s[ps], minlength=n_keys)
+    keep = np.flatnonzero(tot_s > 0)
+    total = max(sel.total_samples, 1)
+    df = pd.DataFrame({
+        "name": [sel.key_name[i] for i in keep],
+        "file": [sel.key_file[i] for i in keep],
+        "line": pd.array([sel.key_line[i] for i in keep], dtype="Int64"),
+        "self_samples": self_s[keep].round().astype(np.int64),
+        "total_samples": tot_s[keep].round().astype(np.int64),
+        "self_fraction": self_s[keep] / total,
+        "total_fraction": tot_s[keep] / total,
+        "self_s": self_w[keep],
+        "total_s": tot_w[keep],
+    })
+    return df.sort_values(["self_samples", "total_samples", "name"], ascending=[False, False, True],
+                          kind="stable").reset_index(drop=True)
+
+
+# ---------------------------------------------------------------------------- flame tree
+def _build_trie(keys_flat, offsets, values: np.ndarray, n_keys: int):
+    """Merge stacks into a prefix tree, level by level with numpy.
+
+    Returns (parent, key, depth, total values [n_nodes, k], self values [n_nodes, k]);
+    node 0 is the root (key -1).
+    """
+    n_stacks = len(offsets) - 1
+    k = values.shape[1]
+    lengths = np.diff(offsets)
+    node_of = np.zeros(n_stacks, dtype=np.int64)
+    parents, keys, depths = [np.array([-1])], [np.array([-1])], [np.array([0])]
+    totals = [values.sum(axis=0, keepdims=True)]
+    next_id = 1
+    base = max(n_keys, 1)
+    max_len = int(lengths.max()) if n_stacks else 0
+    for d in range(max_len):
+        alive = np.flatnonzero(lengths > d)
+        sym = keys_flat[offsets[alive] + d]
+        code = node_of[alive] * base + sym
+        uniq, inv = np.unique(code, return_inverse=True)
+        ids = next_id + np.arange(len(uniq))
+        node_of[alive] = ids[inv]
+        parents.append(uniq // base)
+        keys.append(uniq % base)
+        depths.append(np.full(len(uniq), d + 1))
+        tot = np.zeros((len(uniq), k))
+        np.add.at(tot, inv, values[alive])
+        totals.append(tot)
+        next_id += len(uniq)
+    parent = np.concatenate(parents)
+    key = np.concatenate(keys)
+    depth = np.concatenate(depths)
+    total = np.concatenate(totals)
+    selfv = np.zeros_like(total)
+    np.add.at(selfv, node_of, values)
+    return parent, key, depth, total, selfv
+
+
+def compute_flame_tree(profile, thread_ids=None, by: str = "function", min_fraction: float = DEFAULT_FOLD,
+                       root_label: str = "all"):
+    """The flame tree of the selected threads, frames under ``min_fraction`` folded.
+
+    Children of a node whose samples are under ``min_fraction`` of all samples are
+    merged into one ``"N frames under 0.1 %"`` node (their subtrees dropped), so the
+    figure stays small; every node's samples still add up to its parent's.
+
+    Returns
+    -------
+    DataFrame with columns ``node_id`` (0 = root), ``parent_id`` (-1 for the root),
+    ``depth``, ``name``, ``file``, ``line`` (Int64), ``samples`` (int64: total samples
+    through the node), ``self_samples``, ``weight_s``, ``fraction`` (of all samples),
+    ``folded`` (int: frames merged into this node; 0 for a real frame), ``package``
+    (see :func:`frame_package`). Ordered parents-before-children.
+    """
+    sel = select(profile, thread_ids, by)
+    values = np.stack([sel.samples.astype(np.float64), sel.weight_s], axis=1)
+    parent, key, depth, total, selfv = _build_trie(sel.keys_flat, sel.offsets, values, len(sel.key_name))
+    return _tree_frame(parent, key, depth, total, selfv, sel, min_fraction, root_label)
+
+
+def _tree_frame(parent, key, depth, total, selfv, sel, min_fraction, root_label,
+                extra: dict | None = None):
+    import pandas as pd
+
+    grand = max(float(total[0, 0]), 1.0)
+    threshold = min_fraction * grand
+    n = len(parent)
+    big = total[:, 0] >= threshold
+    big[0] = True
+    keep = big.copy()
+    # A node is kept when it and its parent are big (ancestors of a big node are big).
+    keep[1:] &= big[parent[1:]]
+    small_child = ~big & (total[:, 0] > 0)
+    small_child[0] = False
+    small_child &= keep[np.where(parent >= 0, parent, 0)] & (parent >= 0)
+    kept = np.flatnonzero(keep)
+    new_id = np.full(n, -1, dtype=np.int64)
+    new_id[kept] = np.arange(len(kept))
+    rows = {
+        "node_id": np.arange(len(kept), dtype=np.int64),
+        "parent_id": np.where(parent[kept] >= 0, new_id[np.maximum(parent[kept], 0)], -1),
+        "depth": depth[kept].astype(np.int64),
+        "name": [root_label if key[i] < 0 else sel.key_name[key[i]] for i in kept],
+        "file": ["" if key[i] < 0 else sel.key_file[key[i]] for i in kept],
+        "line": [None if key[i] < 0 else sel.key_line[key[i]] for i in kept],
+        "samples": total[kept, 0],
+        "self_samples": selfv[kept, 0],
+        "weight_s": total[kept, 1],
+        "folded": np.zeros(len(kept), dtype=np.int64),
+    }
+    extra_cols = {name: list(total[kept, col]) for name, col in (extra or {}).items()}
+    # One folded node per parent that has small children.
+    sc = np.flatnonzero(small_child)
+    if len(sc):
+        par = parent[sc]
+        upar, inv = np.unique(par, return_inverse=True)
+        cnt = np.bincount(inv)
+        sums = np.zeros((len(upar), total.shape[1]))
+        np.add.at(sums, inv, total[sc])
+        pct = f"{min_fraction * 100:g} %"
+        start = len(kept)
+        rows["node_id"] = np.concatenate([rows["node_id"], start + np.arange(len(upar))])
+        rows["parent_id"] = np.concatenate([rows["parent_id"], new_id[upar]])
+        rows["depth"] = np.concatenate([rows["depth"], depth[upar] + 1])
+        rows["name"] += [FOLDED_LABEL.format(n=int(c), s="" if c == 1 else "s", pct=pct) for c in cnt]
+        rows["file"] += [""] * len(upar)
+        rows["line"] += [None] * len(upar)
+        rows["samples"] = np.concatenate([rows["samples"], sums[:, 0]])
+        rows["self_samples"] = np.concatenate([rows["self_samples"], np.zeros(len(upar))])
+        rows["weight_s"] = np.concatenate([rows["weight_s"], sums[:, 1]])
+        rows["folded"] = np.concatenate([rows["folded"], cnt.astype(np.int64)])
+        for name, col in (extra or {}).items():
+            extra_cols[name] += list(sums[:, col])
+    df = pd.DataFrame(rows)
+    df["line"] = pd.array(df["line"].tolist(), dtype="Int64")
+    df["package"] = [frame_package(f) for f in df["file"].tolist()]
+    df["samples"] = df["samples"].round().astype(np.int64)
+    df["self_samples"] = df["self_samples"].round().astype(np.int64)
+    df["fraction"] = df["samples"] / grand
+    for name, vals in extra_cols.items():
+        df[name] = np.asarray(vals, dtype=np.float64)
+    return df.sort_values(["depth", "node_id"], kind="stable").reset_index(drop=True)
+
+
+_SITE = re.compile(r"(?:site|dist)-packages/([^/]+)")
+_STDLIB = re.compile(r"/lib/python3\.\d+/([^/]+)")
+
+
+def frame_package(file: str) -> str:
+    """Which package a frame's file belongs to: a site-packages package (``torch``,
+    ``numpy`` ...), ``python`` (the standard library), ``importlib`` (imports),
+    ``debugkit``, or ``your code`` (the profiled program's own files).
+
+    py-spy writes full paths in speedscope files and shortened ones
+    (``torch/nn/functional.py``, ``threading.py``) in raw files; both are understood.
+    """
+    import sys
+
+    if not file:
+        return ""
+    if file.startswith("<frozen"):
+        return "importlib" if "importlib" in file else "python"
+    m = _SITE.search(file)
+    if m:
+        return m.group(1).split(".", 1)[0]
+    if "/debugkit/" in file or file.startswith("debugkit/"):
+        return "debugkit"
+    if _STDLIB.search(file):
+        return "python"
+    if file.startswith("/") or file.startswith("<"):
+        return "your code"
+    head = file.split("/", 1)[0]
+    head = head[:-3] if head.endswith(".py") else head
+    if head in getattr(sys, "stdlib_module_names", ()):
+        return "python"
+    return head if "/" in file else "your code"
+
+
+def node_paths(tree) -> list[str]:
+    """``root;child;...;node`` names of every node (for hover text and tests)."""
+    names = tree["name"].tolist()
+    parent = dict(zip(tree["node_id"].tolist(), tree["parent_id"].tolist()))
+    idx = {nid: i for i, nid in enumerate(tree["node_id"].tolist())}
+    cache: dict[int, str] = {}
+    out = []
+    for nid in tree["node_id"].tolist():
+        chain = []
+        cur = nid
+        while cur != -1 and cur not in cache:
+            chain.append(cur)
+            cur = parent[cur]
+        prefix = cache.get(cur, "") if cur != -1 else ""
+        for c in reversed(chain):
+            prefix = f"{prefix};{names[idx[c]]}" if prefix else names[idx[c]]
+            cache[c] = prefix
+        out.append(cache[nid])
+    return out
+
+
+def match_frames(tree, query: str):
+    """Boolean mask of the nodes whose name or file contains ``query`` (case-insensitive);
+    an empty query matches nothing. Folded nodes never match."""
+    q = (query or "").strip().lower()
+    if not q:
+        return np.zeros(len(tree), dtype=bool)
+    text = (tree["name"].astype(str) + " " + tree["file"].astype(str)).str.lower()
+    return (text.str.contains(q, regex=False) & (tree["folded"] == 0)).to_numpy()
+
+
+def search_summary(profile, query: str, thread_ids=None) -> dict:
+    """How many samples pass through a frame matching ``query``: ``{matches (distinct
+    functions), samples, fraction}``."""
+    q = (query or "").strip().lower()
+    sel = select(profile, thread_ids, "function")
+    if not q:
+        return {"matches": 0, "samples": 0, "fraction": 0.0}
+    hit_key = np.array([q in f"{n} {f}".lower() for n, f in zip(sel.key_name, sel.key_file)], dtype=bool)
+    if not hit_key.any() or not len(sel.keys_flat):
+        return {"matches": int(hit_key.sum()), "samples": 0, "fraction": 0.0}
+    stack_of = _stack_of_pos(sel.offsets)
+    hit_stacks = _unique(stack_of[hit_key[sel.keys_flat]])
+    samples = int(sel.samples[hit_stacks].sum())
+    used = _unique(sel.keys_flat[hit_key[sel.keys_flat]])
+    return {"matches": int(len(used)), "samples": samples,
+            "fraction": samples / max(sel.total_samples, 1)}
+
+
+# ---------------------------------------------------------------------------- step breakdown
+# Phase rules: (phase, [(name regex, file substring or None)]). A stack belongs to the
+# first phase (in this order) one of whose rules matches one of its frames.
+STEP_RULES: list[tuple[str, list[tuple[str, str | None]]]] = [
+    ("optimizer", [(r"(^|\.)(step|zero_grad|_use_grad|_single_tensor_\w+|_multi_tensor_\w+)$", "torch/optim/"),
+                   (r"^Optimizer\.(step|zero_grad)", None)]),
+    ("backward", [(r"(^|\.)(backward|_engine_run_backward|run_backward)$", "torch/autograd/"),
+                  (r"^Tensor\.backward$", None)]),
+    ("data", [(r"DataLoader|_worker_loop|Fetcher|collate|pin_memory", "torch/utils/data/")]),
+    ("forward", [(r"^Module\.(_call_impl|_wrapped_call_impl)$", "torch/nn/modules/module.py"),
+                 (r".", "torch/nn/functional.py")]),
+]
+
+
+def _phase_of_keys(names, files) -> np.ndarray:
+    """Rank of each function key in :data:`STEP_RULES` (``len(STEP_RULES)`` for none):
+    a lower rank wins when a stack holds frames of several phases."""
+    out = np.full(len(names), len(STEP_RULES), dtype=np.int64)
+    compiled = [[(re.compile(rx), sub) for rx, sub in rules] for _, rules in STEP_RULES]
+    for i, (n, f) in enumerate(zip(names, files)):
+        if n == "<module>":
+            continue  # an import is not a training phase
+        for rank, rules in enumerate(compiled):
+            if any(rx.search(n) and (sub is None or sub in f) for rx, sub in rules):
+                out[i] = rank
+                break
+    return out
+
+
+def compute_step_breakdown(profile, thread_ids=None):
+    """Where the training loop's time goes: data loading, forward, backward, optimizer.
+
+    Each sample of the threads is given the first phase (``optimizer``, ``backward``,
+    ``data``, ``forward``; see :data:`STEP_RULES`) one of whose frames its stack holds:
+    the DataLoader's iteration in ``torch/utils/data/`` (``DataLoader.__iter__`` /
+    ``__next__``, worker start-up, waiting for workers, fetching and collating), ``Tensor.backward`` / autograd, ``Optimizer.step`` /
+    ``zero_grad`` and ``nn.Module`` calls or ``torch.nn.functional`` (the loss).
+
+    Only samples inside the training loop count: the loop is the innermost function
+    that encloses at least 95 % of the phase samples (and samples of two phases or
+    more), between the first and last of its lines seen in those samples; samples
+    outside it (imports, set-up before the loop) are left out, and samples inside it in
+    none of the phases are ``other`` (logging, metrics, the Recorder).
+
+    Returns
+    -------
+    (DataFrame, dict)
+        Rows for ``data, forward, backward, optimizer, other`` with ``phase``,
+        ``samples``, ``fraction`` (of the loop's samples), ``seconds``; and
+        ``{"loop": "name (file)" or None, "loop_samples", "outside_samples",
+        "total_samples"}``.
+    """
+    import pandas as pd
+
+    sel = select(profile, thread_ids, "function")
+    phases = list(STEP_PHASES) + [OTHER]
+    info = {"loop": None, "loop_samples": 0, "outside_samples": sel.total_samples,
+            "total_samples": sel.total_samples}
+    empty = pd.DataFrame({"phase": phases, "samples": np.zeros(len(phases), np.int64),
+                          "fraction": np.zeros(len(phases)), "seconds": np.zeros(len(phases))})
+    n_stacks = len(sel.offsets) - 1
+    if not len(sel.keys_flat):
+        return empty, info
+    key_rank = _phase_of_keys(sel.key_name, sel.key_file)
+    stack_of = _stack_of_pos(sel.offsets)
+    stack_rank = np.full(n_stacks, len(STEP_RULES), dtype=np.int64)
+    np.minimum.at(stack_rank, stack_of, key_rank[sel.keys_flat])
+    # rank -> row of the output (STEP_PHASES order, then other)
+    rank_to_row = np.array([STEP_PHASES.index(ph) for ph, _ in STEP_RULES] + [len(STEP_PHASES)])
+    # A stack under the import machinery is an import, whatever it runs.
+    importing = np.array([f.startswith("<frozen importlib") for f in sel.key_file], dtype=bool)
+    if importing.any():
+        stack_rank[_unique(stack_of[importing[sel.keys_flat]])] = len(STEP_RULES)
+    stack_phase = rank_to_row[stack_rank]
+    in_phase = stack_phase < len(STEP_PHASES)
+    phase_total = float(sel.samples[in_phase].sum())
+    if phase_total == 0:
+        return empty, info
+    # The loop: keys present in >= 95 % of phase samples, deepest first.
+    n_keys = len(sel.key_name)
+    pair = _unique(stack_of * n_keys + sel.keys_flat)
+    ps, pk = pair // n_keys, pair % n_keys
+    w = np.where(in_phase[ps], sel.samples[ps], 0)
+    cover = np.bincount(pk, weights=w, minlength=n_keys)
+    depth_pos = np.arange(len(sel.keys_flat)) - sel.offsets[stack_of]
+    min_depth = np.full(n_keys, np.iinfo(np.int64).max)
+    np.minimum.at(min_depth, sel.keys_flat, depth_pos)
+    phases_present = {int(p) for p in _unique(stack_phase[in_phase & (sel.samples > 0)])}
+    # A phase's own frames (DataLoader.__next__ ...) are not the loop that calls them.
+    cands = np.flatnonzero((cover >= 0.95 * phase_total) & (key_rank == len(STEP_RULES)))
+    loop = None
+    for k in sorted(cands.tolist(), key=lambda k: -min_depth[k]):
+        stacks_k = ps[pk == k]
+        covered = {int(p) for p in _unique(stack_phase[stacks_k]) if p < len(STEP_PHASES)}
+        if len(phases_present) < 2 or len(covered) >= 2:
+            loop = k
+            break
+    lines_txt = ""
+    if loop is None:
+        inside = np.ones(n_stacks, dtype=bool)
+    else:
+        # The loop's lines: those of the loop function's (outermost) frame in phase
+        # samples. Its other lines (set-up before the loop, clean-up after) are outside.
+        frame_line = profile.frames["line"].to_numpy(dtype=np.float64, na_value=np.nan)
+        at = np.flatnonzero(sel.keys_flat == loop)
+        first = np.ones(len(at), dtype=bool)
+        first[1:] = stack_of[at[1:]] != stack_of[at[:-1]]
+        at = at[first]
+        line_of = np.full(n_stacks, np.nan)
+        line_of[stack_of[at]] = frame_line[profile.stack_frames[at]]
+        inside = np.zeros(n_stacks, dtype=bool)
+        inside[stack_of[at]] = True
+        ph_lines = line_of[in_phase & ~np.isnan(line_of)]
+        if len(ph_lines):
+            lo, hi = float(ph_lines.min()), float(ph_lines.max())
+            inside &= np.isnan(line_of) | ((line_of >= lo) & (line_of <= hi))
+            lines_txt = f", lines {int(lo)}-{int(hi)}" if hi > lo else f", line {int(lo)}"
+        # A phase sample outside the loop (e.g. an evaluation loop) still counts.
+        inside |= in_phase
+    samples = np.zeros(len(phases))
+    seconds = np.zeros(len(phases))
+    np.add.at(samples, stack_phase[inside], sel.samples[inside])
+    np.add.at(seconds, stack_phase[inside], sel.weight_s[inside])
+    loop_total = samples.sum()
+    df = pd.DataFrame({"phase": phases, "samples": samples.round().astype(np.int64),
+                       "fraction": samples / loop_total if loop_total else np.zeros(len(phases)),
+                       "seconds": seconds})
+    info.update({"loop": None if loop is None else f"{sel.key_name[loop]} ({sel.key_file[loop]}{lines_txt})",
+                 "loop_samples": int(loop_total),
+                 "outside_samples": int(sel.total_samples - loop_total)})
+    return df, info
+
+
+def describe_breakdown(df, info) -> str:
+    """One sentence on the breakdown, naming the biggest phase."""
+    if not info.get("loop_samples"):
+        return ("No DataLoader, backward, optimizer or nn.Module frames in these threads: "
+                "not a training loop, or the profile missed it.")
+    top = df[df["phase"] != OTHER].sort_values("fraction", ascending=False).iloc[0]
+    data = float(df.loc[df["phase"] == "data", "fraction"].iloc[0])
+    msg = f"{top['phase'].capitalize()} takes the most time: {top['fraction']:.0%} of the training loop."
+    if data >= 0.3:
+        msg += (f" {data:.0%} is spent waiting for data (DataLoader): the model waits for its "
+                "input; more workers, pinned memory or a faster dataset would help.")
+    return msg
+
+
+def detect_data_wait(breakdown, info, profile_id: str, threshold: float = 0.3) -> list:
+    """A ``dataloader_bound`` finding when the training loop spends at least
+    ``threshold`` of its samples in data loading."""
+    from .findings import Finding
+
+    if not info.get("loop_samples"):
+        return []
+    data = float(breakdown.loc[breakdown["phase"] == "data", "fraction"].iloc[0])
+    if data < threshold:
+        return []
+    return [Finding(
+        kind="dataloader_bound", step=None, rank=None, layer=None, severity="warning",
+        message=(f"Profile {profile_id}: the training loop spends {data:.0%} of its time waiting for "
+                 "data (DataLoader). More workers, pinned memory or a cheaper dataset would help; "
+                 "see the Profiler page."),
+        evidence={"profile": profile_id, "data_fraction": round(data, 4), "loop": info.get("loop"),
+                  "phases": {r.phase: round(float(r.fraction), 4) for r in breakdown.itertuples()},
+                  "threshold": threshold})]
+
+
+# ---------------------------------------------------------------------------- diff
+def _joint(base, new, base_threads, new_threads):
+    """Both selections keyed by one function table (name, file)."""
+    a = select(base, base_threads, "function")
+    b = select(new, new_threads, "function")
+    keys: dict[tuple[str, str], int] = {}
+    maps = []
+    for sel in (a, b):
+        m = np.array([keys.setdefault((n, f), len(keys)) for n, f in zip(sel.key_name, sel.key_file)],
+                     dtype=np.int64)
+        maps.append(m)
+    names = [k[0] for k in keys]
+    files = [k[1] for k in keys]
+    return a, b, maps, names, files
+
+
+def compute_profile_diff(base, new, base_threads=None, new_threads=None):
+    """Functions whose share of the samples changed from ``base`` to ``new``.
+
+    Shares are compared (not seconds), so profiles of different lengths compare fairly.
+
+    Returns
+    -------
+    DataFrame with columns ``name``, ``file``, ``base_self_fraction``,
+    ``new_self_fraction``, ``self_delta`` (new - base), ``base_total_fraction``,
+    ``new_total_fraction``, ``total_delta``, ``base_self_s``, ``new_self_s``, sorted
+    by ``self_delta`` descending (what got slower first).
+    """
+    import pandas as pd
+
+    tables = []
+    for prof, th in ((base, base_threads), (new, new_threads)):
+        t = compute_function_table(prof, th, by="function")
+        tables.append(t.set_index(["name", "file"])[["self_fraction", "total_fraction", "self_s"]])
+    a, b = tables
+    j = a.add_suffix("_base").join(b.add_suffix("_new"), how="outer").fillna(0.0)
+    df = pd.DataFrame({
+        "name": [k[0] for k in j.index], "file": [k[1] for k in j.index],
+        "base_self_fraction": j["self_fraction_base"].to_numpy(),
+        "new_self_fraction": j["self_fraction_new"].to_numpy(),
+        "base_total_fraction": j["total_fraction_base"].to_numpy(),
+        "new_total_fraction": j["total_fraction_new"].to_numpy(),
+        "base_self_s": j["self_s_base"].to_numpy(), "new_self_s": j["self_s_new"].to_numpy(),
+    })
+    df["self_delta"] = df["new_self_fraction"] - df["base_self_fraction"]
+    df["total_delta"] = df["new_total_fraction"] - df["base_total_fraction"]
+    cols = ["name", "file", "base_self_fraction", "new_self_fraction", "self_delta",
+            "base_total_fraction", "new_total_fraction", "total_delta", "base_self_s", "new_self_s"]
+    return df[cols].sort_values(["self_delta", "total_delta", "name"], ascending=[False, False, True],
+                                kind="stable").reset_index(drop=True)
+
+
+def compute_diff_tree(base, new, base_threads=None, new_threads=None, min_fraction: float = DEFAULT_FOLD):
+    """The differential flame tree: the new profile's tree (by function), each node with
+    its share in both profiles.
+
+    Returns
+    -------
+    DataFrame as :func:`compute_flame_tree` (``samples``/``fraction`` of the new profile)
+    plus ``base_samples``, ``base_fraction`` and ``delta`` (``fraction - base_fraction``:
+    positive where the new profile spends a larger share). Nodes only in the base profile
+    have no samples in the new one and are left out (see :func:`compute_profile_diff`).
+    """
+    a, b, maps, names, files = _joint(base, new, base_threads, new_threads)
+    keys_flat = np.concatenate([maps[0][a.keys_flat] if len(a.keys_flat) else np.zeros(0, np.int64),
+                                maps[1][b.keys_flat] if len(b.keys_flat) else np.zeros(0, np.int64)])
+    offsets = np.concatenate([a.offsets, a.offsets[-1] + b.offsets[1:]])
+    na, nb = len(a.offsets) - 1, len(b.offsets) - 1
+    values = np.zeros((na + nb, 3))
+    values[na:, 0] = b.samples
+    values[na:, 1] = b.weight_s
+    values[:na, 2] = a.samples
+    parent, key, depth, total, selfv = _build_trie(keys_flat, offsets, values, len(names))
+    sel = Selection(keys_flat, offsets, values[:, 0], values[:, 1], names, files, [None] * len(names),
+                    b.total_samples, b.total_weight_s)
+    # Fold by the new profile's samples; nodes with no new samples are dropped by it too.
+    total_new = total.copy()
+    tree = _tree_frame(parent, key, depth, total_new, selfv, sel, min_fraction, "all",
+                       extra={"base_samples": 2})
+    tree = tree[tree["samples"] > 0].reset_index(drop=True) if len(tree) > 1 else tree
+    tree["base_fraction"] = tree["base_samples"] / max(a.total_samples, 1)
+    tree["delta"] = tree["fraction"] - tree["base_fraction"]
+    return tree
+
+
+# ---------------------------------------------------------------------------- summary
+def thread_rows(profile) -> list[dict]:
+    """The threads as JSON-able rows: ``id, name, pid, tid, role, process, samples``."""
+    out = []
+    for t in profile.threads.itertuples():
+        out.append({"id": int(t.thread_id), "name": t.name, "pid": _opt_int(t.pid), "tid": _opt_int(t.tid),
+                    "role": t.role, "process": t.process, "samples": int(t.samples)})
+    return out
+
+
+def summarize_profile(profile, top: int = 20, by: str = "frame", thread_ids=None) -> dict:
+    """The ``debugkit profile-summary --json`` document of a sampled profile."""
+    table = compute_function_table(profile, thread_ids, by)
+    total = int(select(profile, thread_ids, by).total_samples)
+
+    def rows(df, col, frac):
+        return [{"name": r.name, "file": r.file, "line": _opt_int(r.line),
+                 "samples": int(getattr(r, col)), "fraction": round(float(getattr(r, frac)), 6)}
+                for r in df.head(top).itertuples()]
+
+    by_total = table.sort_values(["total_samples", "self_samples", "name"], ascending=[False, False, True],
+                                 kind="stable")
+    main = profile.thread_ids("main") if thread_ids is None else list(thread_ids)
+    bd, info = compute_step_breakdown(profile, main or None)
+    return {
+        "format": profile.format,
+        "samples": total,
+        "threads": thread_rows(profile),
+        "duration_s": profile.meta.get("duration_s"),
+        "rate_hz": profile.meta.get("rate_hz"),
+        "top_self": rows(table, "self_samples", "self_fraction"),
+        "top_total": rows(by_total, "total_samples", "total_fraction"),
+        "step_breakdown": {
+            "threads": ("main" if thread_ids is None else "selected") if main else "all",
+            "loop": info["loop"],
+            "phases": {r.phase: {"samples": int(r.samples), "fraction": round(float(r.fraction), 6),
+                                 "seconds": round(float(r.seconds), 6)} for r in bd.itertuples()},
+        },
+    }

@@ -1,0 +1,106 @@
+"""``debugkit profile-summary PATH [--json]``: top functions of a profile, or top
+operators of a torch.profiler trace."""
+
+from __future__ import annotations
+
+from ._output import print_json, print_table
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "profile-summary", help="summarise a profile file (py-spy speedscope/raw, chrome trace)",
+        description="Print the samples, threads and top functions (self and total) of a sampled "
+                    "profile, or the events and top operators of a torch.profiler chrome trace. "
+                    "PATH is a profile file, or a run directory with --profile ID (the run's "
+                    "only or latest profile without it).")
+    p.add_argument("path", metavar="PATH", help="profile file (.json, .json.gz, .txt) or run directory")
+    p.add_argument("--profile", default=None, help="with a run directory: which profile (its id)")
+    p.add_argument("--top", type=int, default=20, help="how many functions/operators (default 20)")
+    p.add_argument("--by", choices=["frame", "function"], default="frame",
+                   help="sampled profiles: one row per frame (name, file, line: default) or per function")
+    p.add_argument("--threads", choices=["all", "main", "thread", "dataloader", "process"], default="all",
+                   help="sampled profiles: which threads the top lists count (default all; "
+                        "main = the training thread, dataloader = worker processes)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run)
+
+
+def summarize(path, profile_id=None, top=20, by="frame", threads="all") -> dict:
+    from pathlib import Path
+
+    from ..errors import InvalidInputError
+    from ..io.profile_store import get_profile, read_any, read_entry
+    from ..io.profiles import SampledProfile, StackDump
+
+    if top < 1:
+        raise InvalidInputError(f"--top {top}: expected a positive number")
+    p = Path(path).expanduser()
+    if p.is_dir() or p.suffix.lower() == ".zip":
+        from ..io.run import open_run
+
+        r = open_run(p)
+        if profile_id:
+            entry = get_profile(r, profile_id)
+        else:
+            entries = r.profiles()
+            if not entries:
+                raise InvalidInputError(f"{p}: the run holds no profiles (record one with "
+                                        f"`debugkit profile {p} -- python train.py`)")
+            entry = entries[-1]
+        obj = read_entry(entry)
+        where = {"run": str(r.path), "profile": entry["id"]}
+    else:
+        if profile_id:
+            raise InvalidInputError("--profile only applies to a run directory")
+        obj = read_any(p)
+        where = {"file": str(p)}
+    if isinstance(obj, SampledProfile):
+        from ..analysis.profile import summarize_profile
+
+        ids = None
+        if threads != "all":
+            ids = obj.thread_ids(threads)
+            if not ids:
+                raise InvalidInputError(f"--threads {threads}: the profile has no such threads "
+                                        f"(it has: {', '.join(sorted(set(obj.threads['role'])))})")
+        out = summarize_profile(obj, top=top, by=by, thread_ids=ids)
+        out["threads_counted"] = threads
+    elif isinstance(obj, StackDump):
+        out = {"format": "pyspy-dump", "threads": obj.threads.drop(columns=["thread"]).to_dict("records")}
+    else:
+        from ..analysis.trace import summarize_trace
+
+        out = summarize_trace(obj, top=top)
+    return {**out, **where}
+
+
+def run(args) -> int:
+    s = summarize(args.path, args.profile, args.top, args.by, args.threads)
+    if args.json:
+        print_json(s)
+        return 0
+    if s["format"] == "chrome-trace":
+        print(f"chrome trace: {s['events']:,} events, {s['window_ms']:.1f} ms window, "
+              f"{len(s['threads'])} threads/streams")
+        gpu = s["gpu"]
+        if gpu["idle_fraction"] is not None:
+            print(f"GPU idle: {gpu['idle_fraction']:.1%} of the window")
+        print("\ntop operators by self CPU time:")
+        print_table([{**r, "fraction": f"{r['fraction']:.1%}"} for r in s["top_self"]],
+                    ["name", "calls", "self_cpu_us", "cpu_total_us", "self_cuda_us", "fraction"])
+        return 0
+    if s["format"] == "pyspy-dump":
+        print_table(s["threads"], ["pid", "tid", "name", "active", "waiting_in", "leaf"])
+        return 0
+    dur = f", {s['duration_s']:.1f} s" if s.get("duration_s") else ""
+    print(f"{s['format']}: {s['samples']:,} samples{dur}, {len(s['threads'])} threads")
+    for title, key in (("self", "top_self"), ("total", "top_total")):
+        print(f"\ntop {title}:")
+        print_table([{**r, "fraction": f"{r['fraction']:.1%}",
+                      "where": f"{r['file']}:{r['line']}" if r["line"] else r["file"]} for r in s[key]],
+                    ["samples", "fraction", "name", "where"])
+    sb = s.get("step_breakdown") or {}
+    if sb.get("loop"):
+        parts = ", ".join(f"{k} {v['fraction']:.0%}" for k, v in sb["phases"].items())
+        print(f"\ntraining loop ({sb['loop']}): {parts}")
+    return 0

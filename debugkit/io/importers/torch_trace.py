@@ -1,0 +1,80 @@
+"""``debugkit import torch-trace FILE RUN_DIR``: add torch.profiler chrome traces to a run.
+
+FILE is a trace written by ``prof.export_chrome_trace(...)`` or by
+``torch.profiler.tensorboard_trace_handler`` (``*.pt.trace.json`` / ``.json.gz``), or a
+folder of them (a TensorBoard log dir: each trace file is imported).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+def register(kinds) -> None:
+    p = kinds.add_parser("torch-trace", help="torch.profiler chrome traces (.json / .json.gz)",
+                         description=__doc__.split("\n\n")[1])
+    p.add_argument("file", metavar="FILE", help="a trace file, or a folder of them")
+    p.add_argument("run", metavar="RUN_DIR", help="the run directory (created if missing)")
+    p.add_argument("--name", default=None, help="the trace's name in the run (one file only)")
+    p.add_argument("--label", default=None, help="a note shown next to it")
+    p.set_defaults(func=run)
+
+
+def trace_files(path) -> list[Path]:
+    """The trace files of a path: itself, or a folder's ``*.json`` / ``*.json.gz``
+    (recursively, sorted)."""
+    from ...errors import ProfileError
+
+    p = Path(path).expanduser()
+    if p.is_file():
+        return [p]
+    if p.is_dir():
+        files = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
+        if not files:
+            raise ProfileError(f"{p}: no trace files (*.json, *.json.gz) in this folder")
+        return files
+    raise ProfileError(f"{p}: no such file or directory")
+
+
+def import_traces(path, run_dir, name=None, label=None) -> list[dict]:
+    from ...errors import InvalidInputError
+    from ..chrome_trace import read_chrome_trace
+    from ..profile_store import add_profile
+
+    files = trace_files(path)
+    if name and len(files) > 1:
+        raise InvalidInputError(f"--name: {path} holds {len(files)} traces; name them one at a time")
+    out = []
+    parsed = [(f, read_chrome_trace(f)) for f in files]  # all valid before any is stored
+    for f, trace in parsed:
+        info = {"label": label} if label else {}
+        tool = trace.meta.get("distributedInfo") and "torch.profiler (distributed)" or "torch.profiler"
+        info["tool"] = tool
+        out.append(add_profile(run_dir, f, format="chrome-trace", name=name or _name_of(f),
+                               origin="import", info=info, parsed=trace))
+    return out
+
+
+def _name_of(f: Path) -> str:
+    """``host_1234.1700000000.pt.trace.json.gz`` -> ``trace-host_1234``."""
+    import re
+
+    stem = f.name
+    for suf in (".gz", ".json", ".trace", ".pt"):
+        if stem.endswith(suf):
+            stem = stem[: -len(suf)]
+    stem = stem.split(".", 1)[0]
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-._")[:60] or "trace"
+    return stem if stem.startswith("trace") else f"trace-{stem}"
+
+
+def run(args) -> int:
+    entries = import_traces(args.file, args.run, args.name, args.label)
+    for e in entries:
+        s = e.get("summary") or {}
+        print(f"debugkit: imported {e['original_name']} as {e['id']!r} "
+              f"({s.get('events', 0):,} events) into {args.run}", file=sys.stderr)
+    return 0

@@ -1,0 +1,306 @@
+"""Profiles, traces and stack dumps inside a run directory.
+
+Files live in ``<run>/profiles/<id><ext>`` (gzip-compressed), and each is listed in
+``manifest.json``'s ``profiles`` field, which is rewritten atomically (every other field
+kept) under a lock so two writers never lose each other's entry. See
+``docs/run-format.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import os
+import re
+import shutil
+import socket
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from .. import format as fmt
+from .._fsutil import atomic_write_json, sha256_file
+from ..errors import InvalidInputError, ProfileError, RunDirError
+
+FORMATS = ("speedscope", "raw", "chrome-trace", "pyspy-dump")
+KIND = {"speedscope": "sampled", "raw": "sampled", "chrome-trace": "trace", "pyspy-dump": "stacks"}
+EXT = {"speedscope": ".speedscope.json.gz", "raw": ".raw.txt.gz", "chrome-trace": ".trace.json.gz",
+       "pyspy-dump": ".stacks.json.gz"}
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
+
+MSG_BAD_ID = "profile name {value!r}: expected letters, digits, '.', '_' or '-' (at most 80)"
+MSG_ZIP_RUN = "{path}: a zipped run is read-only; unzip it and pass the folder to add a profile"
+MSG_NOT_DIR = "{path}: not a directory (expected a run directory)"
+MSG_NO_PROFILE = "{run}: no profile {value!r} (have: {have})"
+
+
+def validate_profile_id(value: str) -> str:
+    if not isinstance(value, str) or not _ID.match(value) or value.endswith(".tmp"):
+        raise InvalidInputError(MSG_BAD_ID.format(value=str(value)[:100]))
+    return value
+
+
+def read_any(path: str | os.PathLike, format: str | None = None):
+    """Read a profile file as :class:`~debugkit.io.profiles.SampledProfile`,
+    :class:`~debugkit.io.chrome_trace.ChromeTrace` or :class:`~debugkit.io.profiles.StackDump`."""
+    from . import chrome_trace, profiles
+
+    format = format or profiles.sniff_format(path)
+    if format in ("speedscope", "raw"):
+        data = profiles.read_bytes(path)
+        return (profiles.read_speedscope if format == "speedscope" else profiles.read_collapsed)(path, data)
+    if format == "chrome-trace":
+        return chrome_trace.read_chrome_trace(path)
+    if format == "pyspy-dump":
+        return profiles.read_stack_dump(path)
+    raise ProfileError(f"{path}: unknown profile format {format!r}")
+
+
+def summary_of(obj) -> dict:
+    """The few numbers the manifest lists for a profile."""
+    from .chrome_trace import GPU_CATS, ChromeTrace
+    from .profiles import SampledProfile, StackDump
+
+    if isinstance(obj, SampledProfile):
+        return {"samples": obj.total_samples, "threads": int(len(obj.threads)),
+                "duration_s": obj.meta.get("duration_s"), "rate_hz": obj.meta.get("rate_hz")}
+    if isinstance(obj, ChromeTrace):
+        ev = obj.events
+        x = ev[ev["ph"] == "X"]
+        span = float((x["ts_us"] + x["dur_us"]).max() - x["ts_us"].min()) / 1e3 if len(x) else 0.0
+        return {"events": int(obj.n_events), "duration_ms": round(span, 3),
+                "gpu": bool(ev["cat"].isin(list(GPU_CATS)).any())}
+    if isinstance(obj, StackDump):
+        return {"threads": int(len(obj.threads)), "processes": int(obj.threads["pid"].nunique())}
+    return {}
+
+
+# ---------------------------------------------------------------------------- writing
+def _run_dir(path: str | os.PathLike) -> Path:
+    p = Path(path).expanduser()
+    if p.is_file():
+        if p.suffix.lower() == ".zip":
+            raise RunDirError(MSG_ZIP_RUN.format(path=p))
+        raise RunDirError(MSG_NOT_DIR.format(path=p))
+    return p
+
+
+@contextlib.contextmanager
+def _locked(run_dir: Path):
+    """An exclusive advisory lock on the run directory itself (no lock file left behind)
+    while the manifest is read, changed and replaced."""
+    (run_dir / fmt.PROFILES_DIR).mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory locks; a lone writer is still fine
+        yield
+        return
+    fd = os.open(run_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+
+def _read_manifest(run_dir: Path) -> dict | None:
+    mpath = run_dir / fmt.MANIFEST
+    if not mpath.exists():
+        return None
+    try:
+        m = json.loads(mpath.read_text())
+    except (OSError, ValueError) as exc:
+        raise RunDirError(f"{mpath}: manifest.json is not valid JSON ({exc}); "
+                          "not adding a profile to it") from exc
+    if not isinstance(m, dict):
+        raise RunDirError(f"{mpath}: manifest.json is not a JSON object; not adding a profile to it")
+    return m
+
+
+def _new_manifest(run_dir: Path) -> dict:
+    """A minimal manifest for a run folder that only holds profiles (the profiled program
+    did not record a debugkit run)."""
+    return {"schema_version": fmt.SCHEMA_VERSION, "run_id": uuid.uuid4().hex[:12],
+            "name": run_dir.name, "created_at": time.time(), "config": {},
+            "env": {"host": socket.gethostname()}}
+
+
+def add_profile(run_dir: str | os.PathLike, source: str | os.PathLike, *, format: str | None = None,
+                name: str | None = None, origin: str = "import", info: dict | None = None,
+                parsed=None) -> dict:
+    """Copy a profile file into ``<run>/profiles/`` (gzip-compressed) and list it in the
+    manifest. The file is read first, so a broken file is refused before anything is
+    written; the source file is never changed.
+
+    Parameters
+    ----------
+    run_dir : path
+        The run directory (created, with a minimal manifest, if it has none).
+    source : path
+        The profile file (plain or gzip).
+    format : str, optional
+        One of :data:`FORMATS`; sniffed from the content by default.
+    name : str, optional
+        The profile's id in the run (letters, digits, ``._-``); a suffix ``-2``, ``-3``
+        ... is added if it is taken. Default: ``<format>-<date>-<time>``.
+    origin : str
+        How it got there: ``py-spy record``, ``py-spy record --pid``, ``py-spy dump``,
+        ``import``.
+    info : dict, optional
+        Extra fields for the entry (command, pid, exit status, py-spy options ...).
+    parsed : object, optional
+        The already-read profile (skips reading it again).
+
+    Returns
+    -------
+    dict
+        The manifest entry (``id, kind, format, file, bytes, sha256, created_at, origin,
+        summary`` and ``info``'s fields).
+    """
+    from . import profiles
+
+    run = _run_dir(run_dir)
+    src = Path(source)
+    if not src.is_file():
+        raise ProfileError(f"{src}: no such file")
+    format = format or profiles.sniff_format(src)
+    if format not in FORMATS:
+        raise ProfileError(f"{src}: unknown profile format {format!r}")
+    obj = parsed if parsed is not None else read_any(src, format)
+    summary = summary_of(obj)
+    base = validate_profile_id(name) if name else f"{format.split('-')[0]}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run.mkdir(parents=True, exist_ok=True)
+    pdir = run / fmt.PROFILES_DIR
+    with _locked(run):
+        manifest = _read_manifest(run)
+        created = manifest is None
+        manifest = manifest or _new_manifest(run)
+        listed = manifest.get(fmt.PROFILES_FIELD)
+        listed = list(listed) if isinstance(listed, list) else []
+        taken = {e.get("id") for e in listed if isinstance(e, dict)}
+        taken |= {p.name.split(".", 1)[0] for p in pdir.iterdir() if not p.name.startswith(".")}
+        pid, k = base, 1
+        while pid in taken:
+            k += 1
+            pid = f"{base}-{k}"
+        final = pdir / f"{pid}{EXT[format]}"
+        tmp = pdir / f".{pid}.{uuid.uuid4().hex[:8]}.tmp"
+        try:
+            with open(src, "rb") as f_in:
+                head = f_in.read(2)
+                f_in.seek(0)
+                if head == profiles.GZIP_MAGIC:
+                    with open(tmp, "wb") as f_out:
+                        shutil.copyfileobj(f_in, f_out, 1 << 20)
+                else:
+                    with gzip.open(tmp, "wb", compresslevel=6) as f_out:
+                        shutil.copyfileobj(f_in, f_out, 1 << 20)
+            os.replace(tmp, final)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        entry = {"id": pid, "kind": KIND[format], "format": format,
+                 "file": f"{fmt.PROFILES_DIR}/{final.name}", "bytes": final.stat().st_size,
+                 "sha256": sha256_file(final), "created_at": time.time(), "origin": origin,
+                 "original_name": src.name, "summary": summary, **(info or {})}
+        listed.append(entry)
+        manifest[fmt.PROFILES_FIELD] = listed
+        try:
+            atomic_write_json(run / fmt.MANIFEST, manifest)
+        except BaseException:
+            final.unlink(missing_ok=True)
+            raise
+    entry["path"] = str(final)
+    entry["created_run"] = created
+    return entry
+
+
+# ---------------------------------------------------------------------------- listing
+def list_profiles(run) -> list[dict]:
+    """The profiles of a :class:`~debugkit.io.run.Run`, oldest first.
+
+    Entries listed in the manifest come first; a file in ``profiles/`` that the
+    manifest does not list (a writer that lost its manifest update) is listed too,
+    with ``origin: "unlisted"``. Each entry gets ``path`` (absolute). Entries whose
+    ``file`` is missing or points outside ``profiles/`` are skipped with a warning in
+    ``run.warnings``.
+    """
+    pdir = (run.path / fmt.PROFILES_DIR)
+    out, seen = [], set()
+    listed = run.manifest.get(fmt.PROFILES_FIELD)
+    if listed is not None and not isinstance(listed, list):
+        run.warnings.append(f"{run.path / fmt.MANIFEST}: 'profiles' is not a list; ignored")
+        listed = []
+    try:
+        root = pdir.resolve()
+    except OSError:
+        root = pdir
+    for i, e in enumerate(listed or []):
+        if not isinstance(e, dict) or not isinstance(e.get("id"), str) or not _ID.match(e["id"]) \
+                or e.get("format") not in FORMATS or not isinstance(e.get("file"), str):
+            run.warnings.append(f"{run.path / fmt.MANIFEST}: profiles[{i}] is malformed; skipped")
+            continue
+        p = (run.path / e["file"])
+        try:
+            rp = p.resolve()
+        except OSError:
+            rp = p
+        if rp.parent != root or not rp.is_file():
+            run.warnings.append(f"{run.path / fmt.MANIFEST}: profiles[{i}] ({e['id']}): file "
+                                f"{e['file']!r} is missing or outside profiles/; skipped")
+            continue
+        if e["id"] in seen:
+            continue
+        seen.add(e["id"])
+        out.append({**e, "kind": KIND[e["format"]], "path": str(rp)})
+    if pdir.is_dir():
+        listed_files = {Path(e["path"]).name for e in out}
+        for p in sorted(pdir.iterdir()):
+            if p.name.startswith(".") or p.name in listed_files or not p.is_file():
+                continue
+            for f, ext in EXT.items():
+                if p.name.endswith(ext) or p.name.endswith(ext[:-3]):
+                    pid = p.name[: -len(ext)] if p.name.endswith(ext) else p.name[: -len(ext) + 3]
+                    if _ID.match(pid) and pid not in seen:
+                        seen.add(pid)
+                        st = p.stat()
+                        out.append({"id": pid, "kind": KIND[f], "format": f,
+                                    "file": f"{fmt.PROFILES_DIR}/{p.name}", "bytes": st.st_size,
+                                    "created_at": st.st_mtime, "origin": "unlisted",
+                                    "summary": {}, "path": str(p.resolve())})
+                    break
+    return out
+
+
+def get_profile(run, profile_id: str) -> dict:
+    """One profile entry by id (:class:`InvalidInputError` when there is none)."""
+    validate_profile_id(profile_id)
+    entries = list_profiles(run)
+    for e in entries:
+        if e["id"] == profile_id:
+            return e
+    raise InvalidInputError(MSG_NO_PROFILE.format(run=run.path, value=profile_id,
+                                                  have=", ".join(e["id"] for e in entries) or "none"))
+
+
+def read_entry(entry: dict) -> Any:
+    """Read the file of a profile entry."""
+    return read_any(entry["path"], entry["format"])
+
+
+def describe(entry: dict) -> str:
+    """A one-line label for pickers: ``id · what · size``."""
+    s = entry.get("summary") or {}
+    what = {"sampled": f"{s.get('samples', '?'):,} samples" if isinstance(s.get("samples"), int) else "samples",
+            "trace": f"{s.get('events', '?'):,} trace events" if isinstance(s.get("events"), int) else "trace",
+            "stacks": f"stack dump of {s.get('threads', '?')} threads"}[entry["kind"]]
+    tool = {"speedscope": "py-spy", "raw": "py-spy raw", "chrome-trace": "torch.profiler",
+            "pyspy-dump": "py-spy dump"}[entry["format"]]
+    label = entry.get("label")
+    return f"{entry['id']} · {tool} · {what}" + (f" · {label}" if label else "")

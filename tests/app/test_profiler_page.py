@@ -1,0 +1,148 @@
+"""AppTest of the Profiler page on the digits-profiled sample (and a stack dump)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from debugkit.charts.profile import HIGHLIGHT
+
+from ..conftest import ROOT, SAMPLE_RUNS
+
+
+def app(run="digits-profiled", **params):
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
+    at.query_params["run"] = run
+    for k, v in params.items():
+        at.query_params[k] = v
+    at.switch_page("pages/profiler.py")
+    return at.run()
+
+
+def figure(at, i):
+    return json.loads(at.get("plotly_chart")[i].proto.spec)
+
+
+def metrics(at):
+    return {m.label: m.value for m in at.metric}
+
+
+def test_sampled_profile_view():
+    at = app()
+    assert not at.exception and not at.error
+    assert metrics(at) == {"Samples": "46,959", "Duration": "2 min 6 s", "Threads": "24", "Rate": "100 Hz",
+                           "Recorded by": "py-spy"}
+    kinds = [figure(at, i)["data"][0]["type"] for i in range(len(at.get("plotly_chart")))]
+    assert kinds[:2] == ["bar", "icicle"]
+    assert any("Backward takes the most time: 48% of the training loop." in m.value for m in at.markdown)
+    flame = figure(at, 1)["data"][0]
+    assert flame["values"][0] == 12307  # every main-thread sample
+    assert HIGHLIGHT not in flame["marker"]["colors"]
+    assert len(at.dataframe) >= 2
+
+
+def test_search_highlights_the_matching_frames():
+    at = app()
+    at.text_input(key="search").input("backward").run()
+    assert not at.exception
+    assert any("function(s) match `backward`" in m.value for m in at.markdown)
+    flame = figure(at, 1)["data"][0]
+    hit = [lab for lab, c in zip(flame["labels"], flame["marker"]["colors"]) if c == HIGHLIGHT]
+    assert hit and all("backward" in lab.lower() for lab in hit)
+    # the zoom picker now offers the matches
+    zoom = at.selectbox(key="sp_zoom_train_function")
+    assert all("backward" in o.lower() for o in zoom.options[1:])
+    first = zoom.options[1].rsplit(" (", 1)[0]
+    zoom.select_index(1).run()
+    flame = figure(at, 1)["data"][0]
+    assert flame["labels"][flame["ids"].index(flame["level"])] == first
+
+
+def test_thread_filter_and_frame_grouping():
+    at = app()
+    at.segmented_control(key="sp_threads").set_value("dataloader").run()
+    assert not at.exception
+    flame = figure(at, len(at.get("plotly_chart")) - 1 if len(at.get("plotly_chart")) == 1 else 1)["data"][0]
+    assert any("_worker_loop" in lab for lab in flame["labels"])
+    at.segmented_control(key="sp_by").set_value("frame").run()
+    assert not at.exception
+
+
+def test_compare_with_the_no_workers_profile():
+    at = app()
+    at.selectbox(key="sp_compare").select_index(1).run()
+    assert not at.exception and not at.error
+    diff = [figure(at, i) for i in range(len(at.get("plotly_chart")))
+            if figure(at, i)["layout"].get("meta", {}).get("kind") == "diff-flamegraph"]
+    assert len(diff) == 1 and diff[0]["data"][0]["marker"]["colorscale"]
+    assert any(m.value == "**Got slower** (larger share now)" for m in at.markdown)
+
+
+def test_trace_view():
+    at = app(profile="torch-trace")
+    assert not at.exception and not at.error
+    m = metrics(at)
+    assert m["Events"] == "676" and m["Steps"] == "3" and m["GPU idle"] == "no GPU"
+    assert any("No GPU kernels in this trace" in i.value for i in at.info)
+    names = at.dataframe[0].value["name"].tolist()
+    assert "aten::addmm" in names
+    types = [figure(at, i)["data"][0]["type"] for i in range(len(at.get("plotly_chart")))]
+    assert types == ["bar", "bar"]  # steps, timeline
+    at.toggle(key="tr_shapes").set_value(True).run()
+    assert "input_shapes" in at.dataframe[0].value.columns
+
+
+def test_a_strangers_profile_param_is_ignored():
+    at = app(profile="../../etc/passwd")
+    assert not at.exception and not at.error
+    assert metrics(at)["Samples"] == "46,959"
+
+
+def test_empty_state_without_profiles():
+    at = app(run="digits-mlp")
+    assert not at.exception
+    assert any("This run holds no profiles yet." in i.value for i in at.info)
+    assert any("debugkit profile RUN_DIR -- python train.py" in m.value for m in at.markdown)
+
+
+def test_stack_dump_view(tmp_path, monkeypatch):
+    from debugkit.io.profile_store import add_profile
+    from debugkit.recorder.pyspy import dump_process
+
+    run = tmp_path / "roots" / "hung"
+    shutil.copytree(SAMPLE_RUNS / "digits-mlp", run)
+    script = tmp_path / "h.py"
+    script.write_text(textwrap.dedent('''
+        import queue
+        print("ready", flush=True)
+        queue.Queue().get(timeout=120)
+    '''))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(0.3)
+        doc = dump_process(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait(10)
+    f = tmp_path / "d.json"
+    f.write_text(json.dumps(doc))
+    add_profile(run, f, format="pyspy-dump", name="hang", origin="py-spy dump")
+    from debugkit.diagnose import diagnose
+    from debugkit.io.run import open_run
+
+    (hang,) = [x for x in diagnose(open_run(run)) if x.kind == "hang"]
+    assert hang.evidence == {"dump": "hang", "threads": 1, "waiting": {"queue": 1}}
+    monkeypatch.setenv("DEBUGKIT_ROOTS", str(tmp_path / "roots"))
+    at = app(run="hung")
+    assert not at.exception and not at.error
+    assert metrics(at)["Threads"] == "1" and metrics(at)["Running"] == "0"
+    assert any("Every thread is idle: the process looks hung. Most threads are waiting on a queue" in w.value
+               for w in at.warning)
