@@ -76,7 +76,9 @@ def content_id(doc: dict) -> str:
 
 
 def audits_dir(run_dir) -> Path:
-    return Path(run_dir) / AUDITS_DIR
+    # a run read in place at an fsspec URL is a UPath already: keep it (Path() would fail)
+    base = run_dir if hasattr(run_dir, "joinpath") else Path(run_dir)
+    return base / AUDITS_DIR
 
 
 def write_audit(run_dir, doc: dict, rows) -> "Audit":

@@ -116,8 +116,10 @@ def test_oom_capture_is_linked_and_its_snapshot_opens(oom_run):
     at = _app("oom-run")
     assert "Out-of-memory failures" in _texts(at.subheader)
     assert any(md.value.startswith("**Step 3 · rank 0 · RuntimeError**") for md in at.markdown)
-    # Replay is another page; until it is served, the capture id and command are shown
-    assert any(f"Capture `{fid}`: replay it with `debugkit replay`." in c for c in _texts(at.caption))
+    # the capture is linked to the Replay page, with the run and the failure
+    links = [e for e in at.get("page_link") if e.proto.label == "Replay the failing step 3"]
+    assert len(links) == 1 and links[0].proto.page == "replay"
+    assert links[0].proto.query_string == f"run=oom-run&failure={fid}&step=3"
     (spec,) = _chart_specs(at)[:1]
     assert any(t["name"] == "out of memory, step 3" for t in spec["data"])
     # the snapshot taken at the OOM is the one shown first

@@ -87,7 +87,10 @@ def test_real_gloo_timeout_inside_a_step_is_captured_with_its_rank(timeout_run):
     assert f["files"]["batch"] == ["batch.safetensors", "batch.json"]
     found = [x for x in diagnose(run) if x.kind == "step_failure"]
     assert [(x.rank, x.step) for x in found] == [(0, 3)]
-    assert run.rank_status(0) == "failed" and run.rank_status(1) == "finished"
+    assert run.rank_status(0) == "failed"
+    # rank 1 finishes its steps, unless torchrun's agent terminates it first when it sees
+    # rank 0 exit with an error (a race on a loaded machine): then it never closed its run
+    assert run.rank_status(1) in ("finished", "crashed")
 
 
 def test_rank_divergence_when_a_layer_is_left_out_of_the_all_reduce(desync_run):
