@@ -14,12 +14,12 @@ st.set_page_config(page_title="debugkit", page_icon=":material/bug_report:", lay
 PAGES = [
     ("pages/home.py", "Home", ":material/home:", "home"),
     ("pages/overview.py", "Overview", ":material/dashboard:", "overview"),
-    ("pages/distributed.py", "Distributed", ":material/lan:", "distributed"),
-    ("pages/replay.py", "Replay", ":material/replay:", "replay"),
     ("pages/gradients.py", "Gradients", ":material/ssid_chart:", "gradients"),
     ("pages/memory.py", "Memory", ":material/memory:", "memory"),
-    ("pages/audit.py", "Bias audit", ":material/balance:", "audit"),
     ("pages/profiler.py", "Profiler", ":material/speed:", "profiler"),
+    ("pages/distributed.py", "Distributed", ":material/lan:", "distributed"),
+    ("pages/replay.py", "Replay", ":material/replay:", "replay"),
+    ("pages/audit.py", "Bias audit", ":material/balance:", "audit"),
 ]
 AUDIT_PAGE = "pages/audit.py"
 
