@@ -18,20 +18,32 @@ sys.path.insert(0, str(ROOT))
 
 from tests.e2e.conftest import CHROMIUM_ARGS, chromium_path, start_server, wait_for_app  # noqa: E402
 
-# (file name, url path and query, text to wait for)
+# (file name, url path and query, text to wait for): one shot per page, on the sample
+# run that shows it best.
 SHOTS = [
     ("home", "/", "Runs"),
     ("overview", "/overview?run=digits-bad-label", "Target 12 is out of bounds."),
+    ("gradients", "/gradients?run=digits-exploding", "Gradients"),
+    ("memory", "/memory?run=memory-leak", "Memory"),
+    ("profiler", "/profiler?run=digits-profiled", "Profiler"),
+    ("distributed", "/distributed?run=ddp-straggler", "Distributed"),
+    ("checkpoints", "/checkpoints?run=digits-resumed", "Checkpoints"),
+    ("replay", "/replay?run=digits-bad-label", "Replay"),
+    ("audit", "/audit?run=credit-audit", "Bias audit"),
 ]
+
+# Wait until Streamlit has finished the script run and every plotly chart has drawn.
+SETTLED = """() => !document.querySelector('[data-testid="stStatusWidget"]')
+  && !document.querySelector('[data-testid="stSpinner"]')
+  && [...document.querySelectorAll('.js-plotly-plot')].every(p => p.querySelector('.main-svg'))"""
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(ROOT / "docs" / "img"))
-    ap.add_argument("--size", default="1280x800")
+    ap.add_argument("--size", nargs="+", default=["1280x800", "1920x1080"])
     ap.add_argument("--only", nargs="*")
     a = ap.parse_args(argv)
-    w, h = (int(v) for v in a.size.split("x"))
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     from playwright.sync_api import sync_playwright
@@ -40,17 +52,22 @@ def main(argv=None):
     try:
         with sync_playwright() as p:
             b = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
-            page = b.new_page(viewport={"width": w, "height": h})
-            for name, url, text in SHOTS:
-                if a.only and name not in a.only:
-                    continue
-                page.goto(srv.url + url)
-                wait_for_app(page)
-                page.get_by_text(text).first.wait_for(timeout=60_000)
-                page.wait_for_timeout(1500)
-                path = out / f"{name}-{w}x{h}.png"
-                page.screenshot(path=str(path), full_page=True)
-                print(path)
+            for size in a.size:
+                w, h = (int(v) for v in size.split("x"))
+                page = b.new_page(viewport={"width": w, "height": h})
+                for name, url, text in SHOTS:
+                    if a.only and name not in a.only:
+                        continue
+                    page.goto(srv.url + url)
+                    wait_for_app(page)
+                    page.get_by_text(text).first.wait_for(timeout=90_000)
+                    page.wait_for_timeout(1000)
+                    page.wait_for_function(SETTLED, timeout=120_000)
+                    page.wait_for_timeout(1000)
+                    path = out / f"{name}-{w}x{h}.png"
+                    page.screenshot(path=str(path), full_page=True)
+                    print(path, flush=True)
+                page.close()
             b.close()
     finally:
         srv.proc.terminate()

@@ -1,5 +1,6 @@
 """Distributed: step time per rank, data wait vs compute, stragglers, hangs, divergence."""
 
+import pandas as pd
 import streamlit as st
 
 from debugkit.errors import DebugkitError
@@ -234,8 +235,10 @@ def render():
                 "`Recorder` on the same run directory) to compare ranks here.")
         return
     _findings_block(a["findings"])
-    st.dataframe(info, hide_index=True, width="stretch",
-                 column_config={"heartbeat_time": st.column_config.NumberColumn(format="%.0f")})
+    shown = info.assign(heartbeat_time=pd.to_datetime(info["heartbeat_time"], unit="s", utc=True))
+    st.dataframe(shown, hide_index=True, width="stretch",
+                 column_config={"heartbeat_time": st.column_config.DatetimeColumn(
+                     "last heartbeat (UTC)", format="YYYY-MM-DD HH:mm:ss")})
     stragglers = sorted({f["rank"] for f in a["findings"] if f["kind"] == "straggler"
                          and f["rank"] is not None})
     tabs = st.tabs(TABS)

@@ -23,7 +23,7 @@ path = _common.require_run("its overview")
 
 
 def _fmt_time(t):
-    return dt.datetime.fromtimestamp(t).strftime("%b %d, %H:%M") if t else "—"
+    return dt.datetime.fromtimestamp(t).strftime("%H:%M") if t else "—"
 
 
 def _duration(a, b):
@@ -59,7 +59,9 @@ def render():
     c[1].metric("Ranks", len(info["ranks"]) or 1)
     c[2].metric("Failures", len(failures))
     c[3].metric("Started", _fmt_time(start),
-                help=dt.datetime.fromtimestamp(start).isoformat(" ", "seconds") if start else None)
+                help=dt.datetime.fromtimestamp(start).isoformat(" ", "seconds") if start else None,
+                delta=dt.datetime.fromtimestamp(start).strftime("%Y-%m-%d") if start else None,
+                delta_color="off", delta_arrow="off")
     c[4].metric("Duration", _duration(start, end))
 
     loss_keys = sorted(k for k in scalars["key"].unique() if "loss" in k.rsplit("/", 1)[-1].lower())

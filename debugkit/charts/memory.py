@@ -152,8 +152,8 @@ def build_memory_timeline_figure(memory: pd.DataFrame, bands: pd.DataFrame | Non
                           "is above this range"),
                     xref="x domain" if pi == 0 and ci == 0 else f"x{pi * len(cols) + ci + 1} domain",
                     yref="y domain" if pi == 0 and ci == 0 else f"y{pi * len(cols) + ci + 1} domain",
-                    x=1.0, y=1.0, xanchor="right", yanchor="bottom", showarrow=False,
-                    font={"size": 11, "color": "#8a5a00"})
+                    x=0.0, y=1.0, xanchor="left", yanchor="top", showarrow=False,
+                    bgcolor="rgba(255,255,255,0.85)", font={"size": 11, "color": "#8a5a00"})
         fig.update_yaxes(title_text=unit, rangemode="tozero", row=pi + 1, col=1)
     for f in oom_failures:
         step = f.get("step")
