@@ -25,6 +25,7 @@ COMMANDS = [
     "profile",
     "dump",
     "profile_summary",
+    "sync",
 ]
 
 EXIT_OK = 0

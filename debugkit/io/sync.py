@@ -1,0 +1,159 @@
+"""Copy a run written on a node's local disk up to shared storage or an object store.
+
+Object stores cannot append, so a multi-node job writes each rank's files locally and
+syncs them up; the dashboard then reads the copy in place (``open_run("s3://...")``).
+:func:`sync_run` makes one incremental pass: it uploads only the files whose size or
+modification time changed since the previous pass, data files first, then the
+manifest, and each rank's ``heartbeat.json`` last, so a reader that sees a heartbeat
+saying ``finished`` also sees every row written before it. Table files are
+append-only Arrow streams: a copy taken while the writer appends ends at most in a
+torn last record, which the reader skips.
+
+Nothing is ever deleted at the destination, and the source is only read.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import format as fmt
+from ..errors import RunDirError
+from .fs import as_path, is_local
+
+MSG_SRC_NOT_RUN = "{path}: not a debugkit run directory to sync (no manifest.json)"
+MSG_SRC_NOT_LOCAL = "{path}: sync reads a run on this machine's disk; got a URL"
+MSG_DEST_INSIDE = "{dest}: the destination lies inside the run being synced ({src})"
+MSG_UPLOAD_FAILED = "{dest}: could not write {rel} ({detail})"
+
+# Written by the writer into a temporary name and renamed: never copy the temporary.
+_TEMP_SUFFIXES = (".tmp", ".partial")
+
+
+@dataclass
+class SyncResult:
+    """What one pass copied: ``uploaded`` (relative paths, in upload order), ``bytes``
+    copied, ``unchanged`` file count, and ``state`` to pass to the next pass."""
+
+    uploaded: list[str] = field(default_factory=list)
+    bytes: int = 0
+    unchanged: int = 0
+    state: dict = field(default_factory=dict)
+
+
+def _order(rel: str) -> int:
+    name = rel.rsplit("/", 1)[-1]
+    if name == fmt.HEARTBEAT:
+        return 2
+    if rel == fmt.MANIFEST:
+        return 1
+    return 0
+
+
+def _scan(src: Path) -> dict[str, tuple[int, int]]:
+    found = {}
+    for root, dirs, files in os.walk(src):
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith(_TEMP_SUFFIXES) or name.startswith(".tmp"):
+                continue
+            p = os.path.join(root, name)
+            try:
+                st = os.lstat(p)
+            except OSError:
+                continue  # removed between listing and stat (a pruned checkpoint)
+            if not os.path.isfile(p) or os.path.islink(p):
+                continue
+            found[Path(os.path.relpath(p, src)).as_posix()] = (st.st_size, st.st_mtime_ns)
+    return found
+
+
+def _write(dest, rel: str, data: bytes) -> None:
+    target = dest / rel
+    if is_local(dest):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.sync-{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+        return
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotImplementedError):
+        pass  # object stores have no directories
+    target.write_bytes(data)  # one PUT: atomic per object
+
+
+def sync_run(src, dest, state: dict | None = None) -> SyncResult:
+    """Make one incremental pass copying the run at ``src`` to ``dest``.
+
+    Parameters
+    ----------
+    src : path
+        A run directory on this machine.
+    dest : path or fsspec URL
+        Where the copy lives (``s3://bucket/runs/job-42``, ``/mnt/shared/job-42``).
+    state : dict, optional
+        The ``state`` of the previous pass's result; without it every file is copied.
+
+    Returns
+    -------
+    SyncResult
+    """
+    src_p = as_path(src)
+    if not is_local(src_p):
+        raise RunDirError(MSG_SRC_NOT_LOCAL.format(path=src))
+    if not (src_p / fmt.MANIFEST).is_file():
+        raise RunDirError(MSG_SRC_NOT_RUN.format(path=src))
+    dest_p = as_path(dest)
+    if is_local(dest_p):
+        s, d = src_p.resolve(), dest_p.resolve()
+        if d == s or s in d.parents:
+            raise RunDirError(MSG_DEST_INSIDE.format(dest=dest, src=src))
+    state = dict(state or {})
+    found = _scan(src_p)
+    changed = sorted((rel for rel, sig in found.items() if state.get(rel) != sig),
+                     key=lambda r: (_order(r), r))
+    res = SyncResult(unchanged=len(found) - len(changed), state=state)
+    for rel in changed:
+        try:
+            data = (src_p / rel).read_bytes()
+        except FileNotFoundError:
+            continue  # pruned since the scan
+        try:
+            _write(dest_p, rel, data)
+        except OSError as exc:
+            raise RunDirError(MSG_UPLOAD_FAILED.format(dest=dest, rel=rel, detail=exc)) from exc
+        # Record the signature seen at scan time: a file that grew while it was read is
+        # copied again on the next pass.
+        state[rel] = found[rel]
+        res.uploaded.append(rel)
+        res.bytes += len(data)
+    return res
+
+
+def watch_run(src, dest, every_s: float = 30.0, *, max_passes: int | None = None,
+              on_pass=None, sleep=time.sleep) -> SyncResult:
+    """Sync ``src`` to ``dest`` every ``every_s`` seconds until the run has ended
+    (its status is no longer ``running``), then make one last pass.
+
+    Returns the last pass's result; ``on_pass(result)`` is called after every pass.
+    """
+    from .run import open_run
+
+    state: dict = {}
+    passes = 0
+    while True:
+        status = open_run(src).status
+        res = sync_run(src, dest, state)
+        state = res.state
+        passes += 1
+        if on_pass is not None:
+            on_pass(res)
+        if status != "running" or (max_passes is not None and passes >= max_passes):
+            return res
+        sleep(every_s)
