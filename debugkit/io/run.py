@@ -218,7 +218,12 @@ class Run:
         """
         states = [self._judge_heartbeat(hb) for hb in self.heartbeats().values()]
         if not states:
-            return fmt.STATE_CRASHED
+            # No rank folder at all. A Recorder writes its manifest (with the model's
+            # class) and then its first heartbeat at once, so a Recorder's run without one
+            # died in between; a run holding only imported or profiled artifacts (a
+            # `debugkit profile` of a script that does not record, a TensorBoard import)
+            # has no training writer to wait for.
+            return fmt.STATE_CRASHED if "model_class" in self.manifest else fmt.STATE_FINISHED
         for s in (fmt.STATE_FAILED, fmt.STATE_CRASHED, fmt.STATE_RUNNING):
             if s in states:
                 return s

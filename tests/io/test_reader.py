@@ -199,3 +199,16 @@ def test_newer_minor_is_read(tmp_path):
     m["some_future_field"] = {"x": 1}
     (run_dir / "manifest.json").write_text(json.dumps(m))
     assert len(open_run(run_dir).steps()) == 2
+
+
+def test_status_of_a_run_without_rank_folders(tmp_path):
+    """A profile-only run has no writer to wait for; a Recorder's run without a rank
+    folder died before its first heartbeat."""
+    run_dir = tmp_path / "p"
+    run_dir.mkdir()
+    (run_dir / fmt.MANIFEST).write_text(json.dumps({"schema_version": fmt.SCHEMA_VERSION,
+                                                     "name": "profile-only"}))
+    assert open_run(run_dir).status == "finished"
+    (run_dir / fmt.MANIFEST).write_text(json.dumps({"schema_version": fmt.SCHEMA_VERSION,
+                                                     "name": "r", "model_class": "torch.nn.Linear"}))
+    assert open_run(run_dir).status == "crashed"
