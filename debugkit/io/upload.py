@@ -18,6 +18,7 @@ import shutil
 import stat
 import uuid
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Iterable
@@ -162,8 +163,9 @@ def extract_zip(source: str | os.PathLike | BinaryIO, dest: Path, *,
                 with zf.open(info) as src:
                     _copy_bounded(src, dest / rel, info.filename, budget,
                                   compressed=info.compress_size)
-            except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError,
-                    RuntimeError) as exc:  # RuntimeError: encrypted member
+            except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, ValueError,
+                    zlib.error, RuntimeError) as exc:  # RuntimeError: encrypted member;
+                # ValueError: a local header whose offsets point before the file's start
                 raise UploadError(MSG_BAD_ZIP.format(name=display_name, detail=exc)) from exc
 
 
