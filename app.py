@@ -38,7 +38,15 @@ if share is not None:
                  st.Page(_common.share_refused_here, title="Link not valid", url_path="audit")]
         _common.register_pages([])
     st.navigation(pages, position="hidden").run()
+elif _common.auth_providers() is not None and not _common.logged_in():
+    # `[auth]` is configured in .streamlit/secrets.toml: everything but a valid share
+    # link (above) needs a signed-in user. Every URL path lands on the sign-in page.
+    _common.register_pages([])
+    st.navigation([st.Page(_common.login_page, title="Sign in", url_path="login", default=True)],
+                  position="hidden").run()
 else:
+    if _common.auth_providers() is not None:
+        _common.signed_in_badge()
     pages = [st.Page(f, title=t, icon=i, url_path=u, default=(u == "home")) for f, t, i, u in PAGES]
     _common.register_pages([f for f, *_ in PAGES])
     nav = st.navigation(pages)

@@ -247,10 +247,16 @@ def sidebar() -> None:
             if msg := st.session_state.get("debugkit_path_error"):
                 st.error(msg)
         with st.expander("Upload a run", expanded=False):
+            from debugkit.io.upload import UploadLimits
+
+            # The widget refuses a file the unpacker would refuse anyway (per-file limit,
+            # DEBUGKIT_MAX_UPLOAD_MB), before it is sent.
+            max_mb = max(1, UploadLimits.from_env().max_file_bytes >> 20)
             files = st.file_uploader("Run directory", accept_multiple_files="directory",
+                                     max_upload_size=max_mb,
                                      key=f"upload_dir_{st.session_state.get('upload_gen', 0)}",
                                      help="Pick the run's folder; it is copied into the run store.")
-            zipf = st.file_uploader("…or a .zip of one", type=["zip"],
+            zipf = st.file_uploader("…or a .zip of one", type=["zip"], max_upload_size=max_mb,
                                     key=f"upload_zip_{st.session_state.get('upload_gen', 0)}")
             picked = list(files or []) or ([zipf] if zipf is not None else [])
             if picked:
@@ -355,3 +361,47 @@ def share_forward() -> None:
     """Where a share-link visitor lands on any path but ``/audit``: on to the audit."""
     st.switch_page("pages/audit.py", query_params={k: st.query_params.get(k) for k in
                                                    ("run", "audit", "token") if st.query_params.get(k)})
+
+
+# ---------------------------------------------------------------------------- access control
+def auth_providers() -> list[str] | None:
+    """The OIDC providers configured in ``.streamlit/secrets.toml``'s ``[auth]``
+    section, or None when there is none (local use: no login).
+
+    ``[auth]`` with ``client_id`` itself is the default provider (``[""]``, i.e.
+    ``st.login()``); ``[auth.<name>]`` subsections are named providers.
+    """
+    try:
+        auth = st.secrets.get("auth") if "auth" in st.secrets else None
+    except Exception:  # no secrets.toml at all, or an unreadable one: no auth section
+        return None
+    if not auth:
+        return None
+    named = [k for k, v in auth.items() if hasattr(v, "keys")]
+    return ([""] if "client_id" in auth else []) + sorted(named) or [""]
+
+
+def logged_in() -> bool:
+    """Whether this visitor has signed in through ``st.login`` (``st.user``)."""
+    return bool(getattr(st.user, "is_logged_in", False))
+
+
+def login_page() -> None:
+    """Shown instead of every page when ``[auth]`` is configured and nobody signed in."""
+    st.title("debugkit")
+    st.write("This debugkit server requires you to sign in. Shared audit links open "
+             "without signing in.")
+    for name in auth_providers() or [""]:
+        label = f"Sign in with {name.capitalize()}" if name else "Sign in"
+        if st.button(label, key=f"login_{name or 'default'}", type="primary",
+                     icon=":material/login:"):
+            st.login(name) if name else st.login()
+
+
+def signed_in_badge() -> None:
+    """Who is signed in, and a way out (sidebar), when login is on."""
+    with st.sidebar:
+        who = st.user.get("email") or st.user.get("name") or "signed in"
+        st.caption(f"Signed in as **{who}**")
+        if st.button("Sign out", key="logout", icon=":material/logout:"):
+            st.logout()
