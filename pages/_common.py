@@ -114,6 +114,34 @@ def summary(path: str) -> dict:
     return s
 
 
+@st.cache_data(**CACHE, show_spinner=False)
+def _findings_counts(path: str, sig: tuple) -> dict:
+    from debugkit.diagnose import diagnose
+    from debugkit.io.run import open_run
+
+    found = diagnose(open_run(path))
+    worst = next((f for sev in ("error", "warning") for f in found if f.severity == sev), None)
+    return {"errors": sum(f.severity == "error" for f in found),
+            "warnings": sum(f.severity == "warning" for f in found),
+            "top": f"{worst.kind}: {worst.message}" if worst else ""}
+
+
+def findings_counts(path: str) -> dict:
+    """``{errors, warnings, top}``: what `debugkit diagnose` finds in a run (cached on
+    the run's files), for the Home page's run list. A run that cannot be analysed gives
+    ``top`` = the error's message and None counts."""
+    try:
+        return _findings_counts(path, signature(path))
+    except DebugkitError as exc:
+        return {"errors": None, "warnings": None, "top": f"cannot analyse: {exc}"}
+
+
+def about(text: str) -> None:
+    """The page's short "what am I looking at" note, under its title."""
+    with st.expander("What am I looking at?", icon=":material/help:"):
+        st.markdown(text)
+
+
 # ---------------------------------------------------------------------------- selection
 def _select(path: str | None, run_id: str | None = None) -> None:
     st.session_state[SESSION_RUN] = path

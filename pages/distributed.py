@@ -227,6 +227,7 @@ def render():
     d = m.get("distributed") or {}
     info = a["info"]
     st.title("Distributed")
+    _common.about('Every rank of a `torchrun` job side by side: step time per rank (a straggler is a rank whose own work is slower, which the others then wait for in their collectives), data wait against compute, hang dumps taken by the watchdog (where each rank was stuck), gradient norms that disagree across ranks, and collectives from torch.profiler traces.')
     hosts = sorted({h for h in info["host"] if h}) if not info.empty else []
     st.caption(f"backend {d.get('backend') or '—'} · world size {d.get('world_size') or m.get('world_size') or 1}"
                f" · {len(a['ranks'])} rank folder(s) · {len(hosts)} host(s): {', '.join(hosts) or '—'}")

@@ -193,6 +193,7 @@ def render():
         return
     rid = _common._id_for(path)
     st.title("Gradients")
+    _common.about("The L2 norm of each parameter's gradient at every logged step (the Recorder takes it after backward, before the optimizer step). The heatmap shows every layer over time on a log scale (magenta: NaN/Inf, grey: exactly 0); the findings on the right name the first layer and step that went wrong (non-finite, exploding, vanishing, dead layers, loss spikes), and *Show step* jumps to it.")
     st.caption(f"{info['name']} · {info['status']}"
                + (" · live: refreshes every few seconds" if info["status"] == "running" else ""))
     if not mats:

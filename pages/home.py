@@ -1,4 +1,6 @@
-"""Home: what debugkit is, and the runs it serves."""
+"""Home: what debugkit is, the runs it serves with what was found in them, and the pages."""
+
+from pathlib import Path
 
 import streamlit as st
 
@@ -11,7 +13,8 @@ st.markdown(
     "Debug PyTorch training runs from symptom to root cause. The **Recorder** in your "
     "training loop writes gradient norms, losses, memory and step times, and on a failing "
     "step it captures the batch, the model and optimizer state, the RNG state and the "
-    "error. This dashboard reads those runs, live while they train."
+    "error. This dashboard reads those runs, live while they train, finds what went wrong, "
+    "and replays the batch that broke a run."
 )
 
 entries = _common.run_entries()
@@ -23,14 +26,23 @@ if not entries:
 from debugkit.io import store as run_store  # noqa: E402
 
 rows = []
-for rid, path in entries:
-    rows.append(run_store.summarize(run_store.RunEntry(rid, __import__("pathlib").Path(path), None)))
+with st.spinner("Reading the runs…"):
+    for rid, path in entries:
+        r = run_store.summarize(run_store.RunEntry(rid, Path(path), None))
+        r.update(_common.findings_counts(path))
+        rows.append(r)
 
 st.subheader("Runs")
+st.caption("Each run with its status and what `debugkit diagnose` finds in it.")
 st.dataframe(
-    [{k: r[k] for k in ("id", "name", "status", "steps", "failures")} for r in rows],
+    [{k: r[k] for k in ("id", "status", "steps", "failures", "errors", "warnings", "top")} for r in rows],
     hide_index=True, width="stretch",
-    column_config={"failures": st.column_config.NumberColumn("failures", help="failure captures")},
+    column_config={
+        "failures": st.column_config.NumberColumn("failures", help="failure captures (batch, state, error)"),
+        "errors": st.column_config.NumberColumn("errors", help="findings of severity error"),
+        "warnings": st.column_config.NumberColumn("warnings", help="findings of severity warning"),
+        "top": st.column_config.TextColumn("most severe finding", width="large"),
+    },
 )
 cols = st.columns(min(4, len(rows)) or 1)
 for i, r in enumerate(rows):
@@ -38,3 +50,19 @@ for i, r in enumerate(rows):
         if st.button(f"Open {r['id']}", key=f"open_{r['id']}", width="stretch"):
             _common._select(r["path"], r["id"])
             st.switch_page("pages/overview.py", query_params={"run": r["id"]})
+
+st.subheader("Where to look")
+PAGES = [
+    ("pages/overview.py", "Overview", "status, loss curve and failures of one run"),
+    ("pages/gradients.py", "Gradients", "which layer's gradient went NaN, exploded or vanished, and when"),
+    ("pages/memory.py", "Memory", "memory timelines, leaks, and who holds memory (snapshots)"),
+    ("pages/profiler.py", "Profiler", "where the step's time goes: py-spy and torch.profiler"),
+    ("pages/distributed.py", "Distributed", "stragglers, hangs and collectives across ranks"),
+    ("pages/replay.py", "Replay", "re-run the captured failing batch and point at its cause"),
+    ("pages/audit.py", "Bias audit", "SHAP and fairness per group, shareable read-only"),
+]
+cols = st.columns(2)
+for i, (f, title, what) in enumerate(PAGES):
+    with cols[i % 2]:
+        if _common.has_page(f):
+            st.page_link(f, label=f"**{title}**: {what}")

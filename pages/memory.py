@@ -377,6 +377,7 @@ def render():
         _common.show_error(exc)
         return
     st.title(f"Memory · {info['name']}")
+    _common.about("Memory per step as the Recorder measured it (on CUDA the allocator's allocated, reserved and peak bytes; on every device the process RSS), a leak finding when memory keeps growing after warm-up (a robust fit over each window's minimum), and, when the run holds PyTorch memory snapshots, which line of code allocated what is alive.")
     run_id = _common._id_for(path)
     ooms = oom_failures(failures)
     if not len(mem):

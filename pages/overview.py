@@ -46,6 +46,7 @@ def render():
     status = info["status"]
     color, icon = STATUS_BADGE.get(status, ("gray", None))
     st.title(info["name"])
+    _common.about('One run at a glance: its status (running, finished, failed, or crashed when the training process went away without closing the run), the loss curve with a marker at each failure, and the failures the Recorder captured. Open a failure on the **Replay** page to reproduce it; **Gradients**, **Memory** and **Distributed** go deeper.')
     st.badge(status, color=color, icon=icon)
     if status == "running":
         st.caption("Live: this page refreshes every few seconds while the run trains.")

@@ -465,6 +465,7 @@ def render():
         _common.show_error(exc)
         return
     st.title("Profiler")
+    _common.about('Sampled stacks (py-spy) and torch.profiler traces stored in this run: where the training step spends its time (data loading, forward, backward, optimizer), a flamegraph per thread, the slowest functions, and the operators and kernels of a torch.profiler trace. Record one with `debugkit profile RUN -- python train.py`.')
     st.caption(f"{info['name']} · py-spy flamegraphs, torch.profiler traces and stack dumps")
     if not entries:
         st.info("This run holds no profiles yet.", icon=":material/speed:")

@@ -259,6 +259,7 @@ def render() -> None:
         _common.show_error(exc)
         return
     st.title("Replay")
+    _common.about('A failure capture holds the batch, the weights and optimizer state as the failing step saw them, the RNG state and the error. *Replay* re-runs that step in a separate process with a probe on every module and anomaly detection on, and names the sample, the module and the op that caused it; *Download a minimal repro* gives a plain-PyTorch script of the same.')
     if not failures:
         st.info("This run has no failure capture. A step that raises inside `with rec.step(batch):` "
                 "(or goes NaN with `halt_on_nonfinite=True`) is captured automatically.",

@@ -28,6 +28,14 @@ def test_home_lists_the_sample_runs(app):
     rows = {r["id"]: r for r in table.to_dict("records")}
     assert rows["digits-mlp"]["status"] == "finished" and rows["digits-mlp"]["failures"] == 0
     assert rows["digits-bad-label"]["status"] == "failed" and rows["digits-bad-label"]["failures"] == 1
+    # what `debugkit diagnose` finds, per run: a healthy run has no error or warning
+    assert rows["digits-mlp"]["errors"] == rows["digits-mlp"]["warnings"] == 0
+    assert rows["digits-bad-label"]["errors"] >= 1
+    assert rows["digits-bad-label"]["top"].startswith("step_failure: Step 75")
+    assert rows["digits-exploding"]["errors"] >= 1 and rows["digits-exploding"]["warnings"] >= 1
+    # and it leads to every page
+    links = {p.label.split("**")[1] for p in at.get("page_link")}
+    assert links == {"Overview", "Gradients", "Memory", "Profiler", "Distributed", "Replay", "Bias audit"}
 
 
 def test_open_button_goes_to_the_overview(app):
@@ -50,7 +58,8 @@ def test_overview_of_each_sample(app, run_id, status, failure):
     assert at.title[0].value == json.loads((SAMPLES / run_id / "manifest.json").read_text())["name"]
     icon = {"finished": ":material/check_circle:", "failed": ":material/error:"}[status]
     color = {"finished": "green", "failed": "red"}[status]
-    assert at.markdown[0].value == f":{color}-badge[{icon} {status}]"
+    assert f":{color}-badge[{icon} {status}]" in [m.value for m in at.markdown]
+    assert at.expander[0].label == "What am I looking at?"
     text = _texts(at)
     if failure:
         assert failure in text and "step 75 · rank 0 · IndexError" in text
