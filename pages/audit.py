@@ -366,7 +366,7 @@ def main():
         st.caption(f"Run **{prov.get('run', {}).get('name')}** · model `{doc['model'].get('estimator')}` · "
                    f"{doc['dataset']['rows']:,} rows · computed {prov.get('created_at')} by "
                    f"{prov.get('created_by')}")
-    _common.about("One stored, immutable audit of a model from this run on a held-out dataset. The **verdict** lists each group whose rate differs from the reference group beyond the configured band (with a bootstrap 95 % confidence interval); the fairness tables give selection rate, error rates and their differences per sensitive attribute (fairlearn's MetricFrame); the SHAP charts show which features drive the model's predictions, overall and per group. Share it read-only with *Share with compliance*: the link opens this audit alone and expires.")
+    _common.about("One stored, immutable audit of a model from this run on a held-out dataset. The **verdict** lists each group whose rate differs from the reference group beyond the configured band (with a bootstrap 95 % confidence interval); the fairness tables give selection rate, error rates and their differences per sensitive attribute (fairlearn's MetricFrame); the SHAP charts show which features drive the model's predictions, overall and per group." + ("" if read_only else ' Share it read-only with *Share with compliance*: the link opens this audit alone and expires.'))
     _verdict_box(doc)
     top = st.columns([1, 1, 1] if not read_only else [1, 1])
     with top[0]:
