@@ -316,7 +316,7 @@ class BatchSpec:
             if t.range is not None:
                 out.extend(self._check_range(k, v, t.range, ds))
             if t.finite and (v.dtype.is_floating_point or v.dtype.is_complex):
-                if not math.isfinite(float(v.sum().abs())):
+                if not math.isfinite(v.sum().item()):
                     bad = ~torch.isfinite(v)
                     if bool(bad.any()):
                         for i in _bad_samples(bad):
