@@ -7,6 +7,8 @@ CPU, one thread, forward + backward + SGD inside ``rec.step((x, y))`` with
 - recorder:        Recorder without a guard (what a user has today)
 - recorder+guard:  the same with ``guard=BatchSpec.infer(...)`` (dtype, symbolic batch
                    dim, labels in [0, 10), inputs finite) checked every step
+- recorder (A/A):  a second Recorder without a guard: the spread between two identical
+                   variants, i.e. how much of the measured overhead is noise
 - bare + validate: the bare step plus ``spec.validate((x, y))`` by hand, against the bare
                    step (what a user writing the checks themselves would pay)
 
@@ -51,10 +53,11 @@ def main(argv=None):
     x = torch.randn(32, 128)
     y = torch.randint(0, 10, (32,))
     spec = BatchSpec.infer([(x, y)], num_classes=10)
-    keys = ("bare", "validate", "recorder", "guard")
+    keys = ("bare", "validate", "recorder", "aa", "guard")
     models = {k: build() for k in keys}
     opts = {k: torch.optim.SGD(m.parameters(), lr=1e-3) for k, m in models.items()}
     recs = {"recorder": Recorder(tmp / "plain", models["recorder"], optimizer=opts["recorder"]),
+            "aa": Recorder(tmp / "aa", models["aa"], optimizer=opts["aa"]),
             "guard": Recorder(tmp / "guard", models["guard"], optimizer=opts["guard"],
                               guard=spec)}
 
@@ -79,7 +82,8 @@ def main(argv=None):
             o.step()
 
     fns = {"bare": lambda: bare("bare"), "validate": validate,
-           "recorder": lambda: recorded("recorder"), "guard": lambda: recorded("guard")}
+           "recorder": lambda: recorded("recorder"), "aa": lambda: recorded("aa"),
+           "guard": lambda: recorded("guard")}
     times = {k: [] for k in fns}
     for f in fns.values():  # warm-up
         for _ in range(10):
@@ -103,15 +107,17 @@ def main(argv=None):
     print(f"model: 24 x Linear(128,128)+ReLU, batch 32, CPU, 1 thread; "
           f"{a.rounds} rounds x {a.steps} steps per variant, interleaved")
     names = {"bare": "bare", "validate": "bare+validate", "recorder": "recorder",
-             "guard": "recorder+guard"}
+             "aa": "recorder (A/A)", "guard": "recorder+guard"}
     print(f"{'variant':<16} {'median step':>12}")
     for k in fns:
         print(f"{names[k]:<16} {med[k] * 1e3:>10.3f}ms")
     g = med["guard"] / med["recorder"] - 1
     v = med["validate"] / med["bare"] - 1
+    aa = med["aa"] / med["recorder"] - 1
     print(f"\nspec.check alone: median {statistics.median(check) * 1e6:.1f}us")
     print(f"guard overhead = recorder+guard / recorder - 1 = {g * 100:.2f}% (target < 2%); "
-          f"hand-written validate / bare - 1 = {v * 100:.2f}%")
+          f"hand-written validate / bare - 1 = {v * 100:.2f}%; A/A spread = {aa * 100:+.2f}%; "
+          f"check alone / recorder step = {statistics.median(check) / med['recorder'] * 100:.2f}%")
 
 
 if __name__ == "__main__":
