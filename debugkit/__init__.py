@@ -20,7 +20,7 @@ from .errors import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "Recorder", "open_run", "Run", "DebugkitError", "RunDirError", "SchemaVersionError",
+    "Recorder", "BatchSpec", "open_run", "Run", "DebugkitError", "RunDirError", "SchemaVersionError",
     "InvalidInputError", "UploadError", "ReplayError", "NonFiniteError",
     "MissingDependencyError", "__version__",
 ]
@@ -31,6 +31,10 @@ def __getattr__(name):
         from .recorder import Recorder
 
         return Recorder
+    if name == "BatchSpec":
+        from .recorder.guard import BatchSpec
+
+        return BatchSpec
     if name in ("open_run", "Run"):
         from .io import run as _run
 

@@ -35,6 +35,7 @@ MSG_NEWER_MAJOR = (
     "the run was written by a newer debugkit: upgrade debugkit to read it"
 )
 MSG_BAD_VERSION = "{path}: schema_version {found!r} is not of the form 'MAJOR.MINOR'"
+MSG_BATCH_VIOLATION = "batch rejected by its BatchSpec: {first}{more}"
 MSG_TABLE_UNREADABLE = "{path}: {table} data is unreadable ({detail})"
 
 

@@ -8,23 +8,29 @@ import os
 import threading
 import time
 import uuid
+import warnings
 import weakref
 from pathlib import Path
 from typing import Any
 
 from .. import format as fmt
 from .._fsutil import atomic_write_json
-from ..errors import InvalidInputError, NonFiniteError
+from ..errors import DebugkitWarning, InvalidInputError, NonFiniteError
 from .capture import describe_callable, take_rng_state, write_capture
 from .comm import CommTimer
 from .dist import process_group_info
 from .env import collect_env, pip_check
+from .guard import coerce_spec, format_violations
 from .memhistory import MemoryHistory, memory_capacity
 from .memhistory import parse_option as parse_memory_option
 from .norms import GradNormComputer
 from .tracking import track_loader
 from .writer import PendingTensor, RankWriter
 
+MSG_GUARD_ACTION = "guard_action={value!r}: expected 'raise' or 'skip'"
+MSG_SKIPPED_BODY_RAN = (
+    "debugkit: the body of a step whose batch the guard skipped ran an optimizer step; "
+    "with guard_action='skip' write `with rec.step(batch) as s:` then `if s.skipped: continue`")
 MSG_HANG_TIMEOUT = "hang_timeout_s={value!r}: expected a number of seconds > 0"
 MSG_NOT_DDP = ("rec.watch_ddp(): expected a torch.nn.parallel.DistributedDataParallel model, "
                "got {type}")
@@ -78,21 +84,34 @@ def _is_loss_key(key: str) -> bool:
 
 
 class _Step:
-    """Context manager around one training step (returned by :meth:`Recorder.step`)."""
+    """Context manager around one training step (returned by :meth:`Recorder.step`).
 
-    __slots__ = ("rec", "batch", "indices", "step")
+    ``skipped`` is True when the Recorder's guard rejected the batch with
+    ``guard_action="skip"``; a ``with`` block cannot skip its own body, so the body
+    checks it (``if s.skipped: continue``). The object is falsy when skipped.
+    """
+
+    __slots__ = ("rec", "batch", "indices", "step", "skipped", "violations")
 
     def __init__(self, rec: "Recorder", batch, indices, step):
         self.rec = rec
         self.batch = batch
         self.indices = indices
         self.step = step
+        self.skipped = False
+        self.violations = ()
+
+    def __bool__(self):
+        return not self.skipped
 
     def __enter__(self):
         self.rec._begin_step(self)
         return self
 
     def __exit__(self, exc_type, exc, tb):
+        if self.skipped:
+            self.rec._skipping = False
+            return False
         self.rec._end_step(self, exc)
         return False
 
@@ -139,12 +158,28 @@ class Recorder:
         an out-of-memory error) and at close. A dict sets ``max_entries`` (default
         100,000), ``stacks`` (``"python"`` or ``"all"``) and ``dump_at_close``. Without
         CUDA it is a no-op that warns once. See docs/memory.md.
+    guard : debugkit.BatchSpec, dict or path, optional
+        Check every ``rec.step(batch)``'s batch against this spec before the step body
+        (see :mod:`debugkit.recorder.guard`).
+    guard_action : {"raise", "skip"}
+        On a violation, ``"raise"`` raises :class:`debugkit.InvalidInputError` from
+        ``rec.step`` (captured as a failure with its batch, like any step exception);
+        ``"skip"`` records a ``batch_skipped`` event and returns a step whose
+        ``skipped`` is True: the loop must then skip it itself::
+
+            with rec.step(batch) as s:
+                if s.skipped:
+                    continue
+                ...
+
+        Skipped steps write no ``steps`` row; their count is ``skipped_batches`` of the
+        ``close`` event (and :attr:`batches_skipped`).
     """
 
     def __init__(self, run_dir, model, optimizer=None, *, name=None, config=None,
                  model_factory=None, factory_kwargs=None, step_fn=None, num_classes=None,
                  log_every=1, flush_every_s=2.0, halt_on_nonfinite=False, hang_timeout_s=None,
-                 record_memory_history=False):
+                 record_memory_history=False, guard=None, guard_action="raise"):
         import torch
 
         if int(log_every) < 1:
@@ -153,6 +188,13 @@ class Recorder:
                                                and math.isfinite(hang_timeout_s) and hang_timeout_s > 0):
             raise InvalidInputError(MSG_HANG_TIMEOUT.format(value=hang_timeout_s))
         parse_memory_option(record_memory_history)  # bad options fail before any file is written
+        if guard_action not in ("raise", "skip"):
+            raise InvalidInputError(MSG_GUARD_ACTION.format(value=guard_action))
+        self._guard = coerce_spec(guard)
+        self._guard_action = guard_action
+        self._skipped = 0
+        self._skipping = False
+        self._warned_skipped_body = False
         self.run_dir = Path(run_dir)
         self.model = model
         self._module = _unwrap(model)
@@ -317,7 +359,8 @@ class Recorder:
         atexit.unregister(self._atexit)
         self._memhist.close(self._last_step)
         state = fmt.STATE_FAILED if failed else fmt.STATE_FINISHED
-        self._writer.event("close", state=state, steps=self._step_no)
+        self._writer.event("close", state=state, steps=self._step_no,
+                           skipped_batches=self._skipped)
         self._writer.close(state)
         self._rss.close()
 
@@ -354,6 +397,11 @@ class Recorder:
         if state is None:
             state = getattr(ddp_model, "process_group", None)
         ddp_model.register_comm_hook(state, self._comm.wrap_ddp_hook(hook))
+
+    @property
+    def batches_skipped(self) -> int:
+        """Number of steps whose batch the guard skipped (``guard_action="skip"``)."""
+        return self._skipped
 
     @property
     def steps_recorded(self) -> int:
@@ -404,6 +452,10 @@ class Recorder:
         self._resolve_pending(block=False)
         st.indices = st.indices if st.indices is not None else self._next_indices
         self._next_indices = None
+        bad = self._guard.check(st.batch, st.indices) if self._guard is not None else None
+        if bad and self._guard_action == "skip":
+            self._skip_step(st, bad)
+            return
         self._cur = st
         self._step_scalars = []
         self._grads_taken = False
@@ -415,6 +467,22 @@ class Recorder:
         self._comm.begin_step()
         if self._watchdog is not None:
             self._watchdog.step_started(st.step)
+        if bad:  # guard_action="raise": a failure of this step, captured with its batch
+            err = InvalidInputError(f"step {st.step}: " + format_violations(bad))
+            self._end_step(st, err)
+            err._debugkit_captured = True
+            raise err
+
+    def _skip_step(self, st: _Step, bad):
+        st.skipped = True
+        st.violations = tuple(bad)
+        self._skipped += 1
+        self._skipping = True
+        self._writer.event("batch_skipped", step=st.step, skipped=self._skipped,
+                           dataset_indices=st.indices, n_violations=len(bad),
+                           violations=[v.to_dict() for v in bad[:20]],
+                           message=format_violations(bad)[:2000])
+        self._step_no = st.step + 1
 
     def _is_log_step(self, step: int) -> bool:
         return step % self.log_every == 0
@@ -488,6 +556,9 @@ class Recorder:
             self._take_grads("optimizer pre-step hook")
 
     def _post_optimizer_step(self, optimizer, args, kwargs):
+        if self._skipping and not self._warned_skipped_body:
+            self._warned_skipped_body = True
+            warnings.warn(MSG_SKIPPED_BODY_RAN, DebugkitWarning, stacklevel=2)
         if self._cur is not None:
             self._opt_stepped = True
 
