@@ -20,7 +20,7 @@ from .errors import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "Recorder", "BatchSpec", "open_run", "Run", "DebugkitError", "RunDirError", "SchemaVersionError",
+    "Recorder", "BatchSpec", "resume_latest", "open_run", "Run", "DebugkitError", "RunDirError", "SchemaVersionError",
     "InvalidInputError", "UploadError", "ReplayError", "NonFiniteError",
     "MissingDependencyError", "__version__",
 ]
@@ -35,6 +35,10 @@ def __getattr__(name):
         from .recorder.guard import BatchSpec
 
         return BatchSpec
+    if name == "resume_latest":
+        from .checkpoints import resume_latest
+
+        return resume_latest
     if name in ("open_run", "Run"):
         from .io import run as _run
 

@@ -229,6 +229,16 @@ class Run:
                 return s
         return fmt.STATE_FINISHED
 
+    def checkpoints(self, folder=None):
+        """Checkpoints of this run (``rec.checkpoint()``) and plain state_dict files in
+        the run directory or ``folder``: DataFrame ``[step, path, bytes, sha256, ok,
+        source, problem]`` (see :func:`debugkit.checkpoints.list_checkpoints`)."""
+        from ..checkpoints import list_checkpoints
+
+        if not is_local(self.path):
+            raise RunDirError(f"{self.path}: checkpoints are listed for local runs only")
+        return list_checkpoints(self.path, folder)
+
     # ------------------------------------------------------------------- tables
     def _read_table(self, table: str, rank: int):
         """(segment, pyarrow.Table) pairs of one rank's table, in segment order."""

@@ -346,6 +346,26 @@ class Recorder:
         """Wrap a DataLoader so that captures know each batch's dataset indices."""
         return track_loader(loader, self._set_next_indices)
 
+    def checkpoint(self, step=None, extra=None, *, keep_last=None) -> dict | None:
+        """Write the model's (and optimizer's) state into ``checkpoints/`` atomically.
+
+        ``step`` defaults to the number of steps done so far; ``extra`` is any
+        JSON-serialisable dict stored beside it; ``keep_last=N`` prunes all but the newest
+        N. Under torch.distributed only rank 0 writes (replicas hold the same state) and
+        the other ranks return None. Returns the index entry (step, wall_time, files with
+        bytes and SHA-256). Resume with :func:`debugkit.resume_latest`.
+        """
+        from ..checkpoints import write_checkpoint
+
+        if self.rank != 0:
+            return None
+        step = self._step_no if step is None else step
+        entry = write_checkpoint(self.run_dir, self._module, self.optimizer, step=step,
+                                 extra=extra, keep_last=keep_last)
+        self._writer.event("checkpoint", step=step, dir=entry["dir"],
+                           bytes=sum(m["bytes"] for m in entry["files"].values()))
+        return entry
+
     def close(self, *, failed: bool = False) -> None:
         """Flush everything and mark the run finished (or failed). Idempotent."""
         if self._closed:
