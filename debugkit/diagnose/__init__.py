@@ -19,6 +19,7 @@ SOURCES = [
     "memory",
     "audit",
     "profiles",
+    "checkpoints",
 ]
 
 

@@ -141,3 +141,38 @@ def test_unreadable_index_is_a_clear_error(tmp_path):
     (tmp_path / "checkpoints" / "index.json").write_text("{not json")
     with pytest.raises(RunDirError, match="checkpoint index is unreadable"):
         resume_latest(tmp_path, _model())
+
+
+def _train_with_checkpoints(run_dir, *, freeze_first=False, nan_at=None):
+    model = _model()
+    params = list(model.parameters())
+    opt = torch.optim.SGD(params[2:] if freeze_first else params, lr=0.1)
+    with Recorder(run_dir, model, optimizer=opt, flush_every_s=0.05) as rec:
+        for s in range(6):
+            x, y = torch.randn(16, 8), torch.randint(0, 3, (16,))
+            with rec.step((x, y)):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                rec.log(loss=loss)
+                opt.step()
+            if nan_at is not None and s == nan_at:
+                with torch.no_grad():
+                    params[2][0, 0] = float("nan")
+            if s % 2 == 1:
+                rec.checkpoint()
+
+
+def test_diagnose_frozen_layer_and_nonfinite_weights(tmp_path):
+    from debugkit.diagnose import diagnose
+
+    _train_with_checkpoints(tmp_path / "ok")
+    assert not [f for f in diagnose(open_run(tmp_path / "ok")) if f.kind in ("frozen_layer", "nonfinite_weights")]
+
+    _train_with_checkpoints(tmp_path / "frozen", freeze_first=True)
+    f = [f for f in diagnose(open_run(tmp_path / "frozen")) if f.kind == "frozen_layer"]
+    assert len(f) == 1 and f[0].layer == "0.weight" and set(f[0].evidence["layers"]) == {"0.weight", "0.bias"}
+
+    _train_with_checkpoints(tmp_path / "nan", nan_at=3)  # just before the checkpoint at step 4
+    f = [f for f in diagnose(open_run(tmp_path / "nan")) if f.kind == "nonfinite_weights"]
+    assert len(f) == 1 and f[0].step == 4 and f[0].layer == "2.weight" and f[0].severity == "error"
