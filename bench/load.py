@@ -64,6 +64,7 @@ def _pct(values, q):
 
 async def _session(browser, url: str, run_id: str, timeout_ms: int, out: dict) -> None:
     ctx = await browser.new_context(viewport={"width": 1280, "height": 800})
+    ctx.set_default_timeout(timeout_ms)
     page = await ctx.new_page()
     page.on("pageerror", lambda exc: out["errors"].append(f"page error: {exc}"))
     try:
@@ -84,6 +85,7 @@ async def _session(browser, url: str, run_id: str, timeout_ms: int, out: dict) -
 
 async def _upload(browser, url: str, src: Path, timeout_ms: int, out: dict) -> None:
     ctx = await browser.new_context(viewport={"width": 1280, "height": 800})
+    ctx.set_default_timeout(timeout_ms)
     page = await ctx.new_page()
     try:
         t0 = time.perf_counter()
@@ -137,7 +139,22 @@ def run_load(sessions: int = 20, rows: int = 1_000_000, timeout_s: float = 300.0
         mon = PeakRSS(srv.proc.pid)
         mon.start()
         t0 = time.perf_counter()
-        out = asyncio.run(_drive(srv.url, run_id, sessions, src, timeout_s))
+        # In a thread of its own: the caller may already run an event loop (pytest with
+        # Playwright's sync API does), and asyncio.run() refuses to nest.
+        box: dict = {}
+
+        def drive():
+            try:
+                box["out"] = asyncio.run(_drive(srv.url, run_id, sessions, src, timeout_s))
+            except BaseException as exc:  # re-raised in the caller's thread
+                box["exc"] = exc
+
+        th = threading.Thread(target=drive, name="load-driver")
+        th.start()
+        th.join()
+        if "exc" in box:
+            raise box["exc"]
+        out = box["out"]
         out["wall_s"] = time.perf_counter() - t0
         mon.stop.set()
         mon.join()
