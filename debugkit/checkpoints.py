@@ -28,6 +28,7 @@ import warnings
 from pathlib import Path
 
 from ._fsutil import atomic_write_json
+from ._fsutil import fsync_dir as _fsync_dir
 from .errors import DebugkitError, DebugkitWarning, InvalidInputError, RunDirError
 
 DIR = "checkpoints"
@@ -56,19 +57,6 @@ def _fsync_file(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
     finally:
         os.close(fd)
 
