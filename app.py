@@ -18,6 +18,7 @@ PAGES = [
     ("pages/memory.py", "Memory", ":material/memory:", "memory"),
     ("pages/profiler.py", "Profiler", ":material/speed:", "profiler"),
     ("pages/distributed.py", "Distributed", ":material/lan:", "distributed"),
+    ("pages/checkpoints.py", "Checkpoints", ":material/save:", "checkpoints"),
     ("pages/replay.py", "Replay", ":material/replay:", "replay"),
     ("pages/audit.py", "Bias audit", ":material/balance:", "audit"),
 ]

@@ -222,3 +222,136 @@ def resume_latest(run_dir, model, optimizer=None) -> int | None:
             optimizer.load_state_dict(torch.load(d / "optimizer.pt", map_location="cpu", weights_only=True))
         return int(e["step"])
     return None
+
+
+def _flat_tensors(obj) -> dict:
+    """The tensors of a loaded state_dict (``{"model": {...}}``-style wrappers unwrapped)."""
+    import torch
+
+    if isinstance(obj, dict):
+        tensors = {k: v for k, v in obj.items() if isinstance(k, str) and isinstance(v, torch.Tensor)}
+        if tensors:
+            return tensors
+        for key in ("model", "state_dict", "model_state_dict", "module"):
+            inner = obj.get(key)
+            if isinstance(inner, dict):
+                found = _flat_tensors(inner)
+                if found:
+                    return found
+    return {}
+
+
+def load_weights(path) -> dict:
+    """The model tensors of one checkpoint: a debugkit checkpoint folder (its
+    ``model.safetensors``) or a user's state_dict file, loaded safely.
+
+    Raises
+    ------
+    InvalidInputError
+        The file does not load as a state_dict (or holds no tensors).
+    """
+    p = Path(path)
+    if p.is_dir():
+        p = p / "model.safetensors"
+    if not p.is_file():
+        raise InvalidInputError(MSG_UNLOADABLE.format(path=p, detail="no such file"))
+    tensors = _flat_tensors(_load_user_file(p))
+    if not tensors:
+        raise InvalidInputError(MSG_UNLOADABLE.format(path=p, detail="it holds no tensors"))
+    return tensors
+
+
+def read_weight_stats(checkpoints, *, max_checkpoints: int = 60):
+    """Per-tensor weight statistics of each checkpoint, and the change from the previous one.
+
+    Parameters
+    ----------
+    checkpoints : DataFrame
+        From :func:`list_checkpoints`; rows whose ``ok`` is False are skipped, and only
+        the newest ``max_checkpoints`` are read (one checkpoint's tensors in memory at a time,
+        plus the previous one's).
+
+    Returns
+    -------
+    DataFrame with one row per (checkpoint, tensor): ``step`` (float), ``checkpoint`` (a
+    label: ``"step 40"`` or the file name), ``order`` (int, position of the checkpoint),
+    ``layer`` (tensor name), ``numel`` (int), ``norm`` (L2 norm of the finite values),
+    ``nan_count``, ``inf_count`` (int), ``delta_norm`` (L2 norm of the difference from the
+    same tensor in the previous checkpoint; NaN for the first checkpoint, for a tensor
+    it lacks, a changed shape or non-finite values), ``changed`` (bool: any element differs
+    from the previous checkpoint; False for the first).
+    """
+    import pandas as pd
+    import torch
+
+    cols = ["step", "checkpoint", "order", "layer", "numel", "norm", "nan_count", "inf_count",
+            "delta_norm", "changed"]
+    ok = checkpoints[checkpoints["ok"]].tail(int(max_checkpoints))
+    rows = []
+    prev: dict | None = None
+    for order, (step, path) in enumerate(zip(ok["step"], ok["path"])):
+        label = f"step {int(step)}" if step == step else Path(path).name
+        w = load_weights(path)
+        for name, v in w.items():
+            v = v.detach()
+            floating = v.is_floating_point() or v.is_complex()
+            f = v.double() if floating and not v.is_complex() else (v.abs().double() if floating else v.double())
+            finite = torch.isfinite(f)
+            nan = int(torch.isnan(f).sum()) if floating else 0
+            inf = int((~finite).sum()) - nan if floating else 0
+            norm = float(torch.linalg.vector_norm(torch.where(finite, f, 0.0))) if v.numel() else 0.0
+            delta, changed = float("nan"), False
+            old = prev.get(name) if prev is not None else None
+            if old is not None and old.shape == v.shape:
+                changed = not torch.equal(old, v)
+                if not (nan or inf):
+                    delta = float(torch.linalg.vector_norm((f - old.double()).flatten())) if v.numel() else 0.0
+            elif old is not None:
+                changed = True
+            rows.append((float(step), label, order, name, int(v.numel()), norm, nan, inf, delta, changed))
+        prev = w
+    return pd.DataFrame(rows, columns=cols)
+
+
+def read_checkpoint_diff(path_a, path_b):
+    """Tensor-by-tensor comparison of two checkpoints (``b`` relative to ``a``).
+
+    Returns
+    -------
+    DataFrame with one row per tensor name in either: ``layer``, ``shape_a``, ``shape_b``
+    (str, "" when absent), ``norm_a``, ``norm_b``, ``diff_norm`` (L2 norm of b - a; NaN
+    when the shapes differ or a value is non-finite), ``rel_change`` (diff_norm / norm_a),
+    ``max_abs_diff``, ``changed`` (bool), ``nonfinite_a``, ``nonfinite_b`` (int counts).
+    """
+    import pandas as pd
+    import torch
+
+    a, b = load_weights(path_a), load_weights(path_b)
+    rows = []
+    for name in list(a) + [k for k in b if k not in a]:
+        ta, tb = a.get(name), b.get(name)
+
+        def stats(t):
+            if t is None:
+                return "", float("nan"), 0
+            d = t.detach().double() if not t.is_complex() else t.detach().abs().double()
+            fin = torch.isfinite(d)
+            return (str(list(t.shape)), float(torch.linalg.vector_norm(torch.where(fin, d, 0.0))),
+                    int((~fin).sum()))
+        sa, na, bad_a = stats(ta)
+        sb, nb, bad_b = stats(tb)
+        diff = maxd = float("nan")
+        changed = ta is None or tb is None or ta.shape != tb.shape
+        if not changed:
+            changed = not torch.equal(ta, tb)
+            if not (bad_a or bad_b) and ta.numel():
+                dd = (tb.double() - ta.double()).flatten()
+                diff = float(torch.linalg.vector_norm(dd))
+                maxd = float(dd.abs().max())
+            elif not ta.numel():
+                diff = maxd = 0.0
+        rel = diff / na if na and na == na and diff == diff else (0.0 if diff == 0 else float("nan"))
+        rows.append((name, sa, sb, na, nb, diff, rel, maxd, bool(changed), bad_a, bad_b))
+    return pd.DataFrame(rows, columns=["layer", "shape_a", "shape_b", "norm_a", "norm_b", "diff_norm",
+                                       "rel_change", "max_abs_diff", "changed", "nonfinite_a",
+                                       "nonfinite_b"])

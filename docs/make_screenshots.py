@@ -27,6 +27,7 @@ SHOTS = [
     ("memory", "/memory?run=memory-leak", "Memory"),
     ("profiler", "/profiler?run=digits-profiled", "Profiler"),
     ("distributed", "/distributed?run=ddp-straggler", "Distributed"),
+    ("checkpoints", "/checkpoints?run=digits-resumed", "Checkpoints"),
     ("replay", "/replay?run=digits-bad-label", "Replay"),
     ("audit", "/audit?run=credit-audit", "Bias audit"),
 ]

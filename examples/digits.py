@@ -12,6 +12,12 @@ annotations hold one corrupted row, label 12 for a 10-class problem. The DataLoa
 assert triggered``)::
 
     python -m examples.digits --out sample_runs/digits-bad-label --corrupt-label 12
+
+The same run with a batch guard (``--guard skip``): every batch is checked against
+:func:`batch_spec` before the step, and the batch holding label 12 is skipped (counted
+and logged as a ``batch_skipped`` event) instead of killing the run::
+
+    python -m examples.digits --out sample_runs/digits-guarded --corrupt-label 12 --guard skip
 """
 
 from __future__ import annotations
@@ -66,9 +72,19 @@ def load_splits(seed: int = 0):
     return (d.data[a], d.target[a]), (d.data[b], d.target[b])
 
 
+def batch_spec(batch_size: int = 32):
+    """What a digits batch must look like: 64 finite floats per sample, a label in [0, 10)."""
+    from debugkit import BatchSpec
+
+    return BatchSpec({
+        0: {"dtype": "float32", "shape": [("batch", 1, batch_size), 64], "finite": True},
+        1: {"dtype": "int64", "shape": [("batch", 1, batch_size)], "range": (0, NUM_CLASSES)},
+    })
+
+
 def train(out: str, *, epochs: int = 3, lr: float = 0.1, hidden: int = 64, batch_size: int = 32,
           corrupt_label: int | None = None, num_workers: int = 2, seed: int = 0,
-          flush_every_s: float = 0.5) -> None:
+          flush_every_s: float = 0.5, guard: str | None = None) -> None:
     from debugkit import Recorder
 
     torch.manual_seed(seed)
@@ -80,7 +96,9 @@ def train(out: str, *, epochs: int = 3, lr: float = 0.1, hidden: int = 64, batch
     everything = ConcatDataset([stage1, DigitsDataset(xb, yb)])
     model = build_model(hidden)
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-    rec = Recorder(out, model, optimizer=opt, name=f"digits-mlp{'-bad-label' if corrupt_label is not None else ''}",
+    name = "digits-guarded" if guard else f"digits-mlp{'-bad-label' if corrupt_label is not None else ''}"
+    extra = {"guard": batch_spec(batch_size), "guard_action": guard} if guard else {}
+    rec = Recorder(out, model, optimizer=opt, name=name, **extra,
                    config={"lr": lr, "hidden": hidden, "batch_size": batch_size, "epochs": epochs,
                            "momentum": 0.9, "seed": seed, "num_workers": num_workers},
                    model_factory="examples.digits:build_model", factory_kwargs={"hidden": hidden},
@@ -92,7 +110,9 @@ def train(out: str, *, epochs: int = 3, lr: float = 0.1, hidden: int = 64, batch
             loader = rec.track(DataLoader(data, batch_size=batch_size, shuffle=True,
                                           num_workers=num_workers, generator=g))
             for batch in loader:
-                with rec.step(batch):
+                with rec.step(batch) as s:
+                    if s.skipped:  # the guard rejected this batch (guard_action="skip")
+                        continue
                     x, y = batch
                     loss = F.cross_entropy(model(x), y)
                     opt.zero_grad()
@@ -111,9 +131,11 @@ def main(argv=None):
     p.add_argument("--num-workers", type=int, default=2)
     p.add_argument("--corrupt-label", type=int, default=None,
                    help="label to write into one stage-2 row (12 makes the run crash)")
+    p.add_argument("--guard", choices=["raise", "skip"], default=None,
+                   help="check every batch against batch_spec(): raise, or skip a bad batch")
     a = p.parse_args(argv)
     train(a.out, epochs=a.epochs, lr=a.lr, hidden=a.hidden, batch_size=a.batch_size,
-          corrupt_label=a.corrupt_label, num_workers=a.num_workers)
+          corrupt_label=a.corrupt_label, num_workers=a.num_workers, guard=a.guard)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,15 @@ SAMPLES: dict[str, tuple[list[str], int] | list[tuple[list[str], int]]] = {
                        "-m", "examples.ddp_digits", "--slow-rank", "2", "--profile"], 0),
     "ddp-hang": (["torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                   "-m", "examples.ddp_digits", "--uneven"], 1),
+    # The corrupted-label run again, with a batch guard that skips the bad batch: it finishes.
+    "digits-guarded": (["examples.digits", "--corrupt-label", "12", "--guard", "skip"], 0),
+    # A job that checkpoints every 30 steps, is SIGKILLed after step 100, has its newest
+    # checkpoint (step 90) truncated, and resumes with resume_latest from step 60.
+    "digits-resumed": [
+        (["examples.digits_resumable", "--out", "{out}", "--kill-at-step", "100"], -9),
+        (["examples.digits_resumable", "--out", "{out}", "--truncate-newest"], 0),
+        (["examples.digits_resumable", "--out", "{out}"], 0),
+    ],
     "wine-missing-feature": (["examples.wine_deliveries"], 1),
     "cancer-nan-input": (["examples.cancer_ratio"], 1),
     "digits-metric-zero-distance": (["examples.digits_metric"], 1),

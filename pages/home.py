@@ -58,6 +58,7 @@ PAGES = [
     ("pages/memory.py", "Memory", "memory timelines, leaks, and who holds memory (snapshots)"),
     ("pages/profiler.py", "Profiler", "where the step's time goes: py-spy and torch.profiler"),
     ("pages/distributed.py", "Distributed", "stragglers, hangs and collectives across ranks"),
+    ("pages/checkpoints.py", "Checkpoints", "weights across checkpoints: NaN/Inf, frozen layers, compare, resume"),
     ("pages/replay.py", "Replay", "re-run the captured failing batch and point at its cause"),
     ("pages/audit.py", "Bias audit", "SHAP and fairness per group, shareable read-only"),
 ]

@@ -57,6 +57,91 @@ def _repro(path: str, sig: tuple, fid: str, report_key: str, _report) -> bytes:
     return build_repro(run, rec, plan_identities(run, rec), _report)
 
 
+@st.cache_data(**_common.CACHE, show_spinner=False)
+def _guard(path: str, sig: tuple, fid: str) -> dict:
+    from debugkit.io.run import open_run
+    from debugkit.replay.guards import suggest_guard
+
+    run = open_run(path)
+    g = suggest_guard(run.failure(fid), run.manifest.get("num_classes"))
+    return {"source": g.source, "healthy_batches": g.healthy_batches, "catches": g.catches,
+            "violations": [str(v) for v in g.violations], "rules": sorted({v.rule for v in g.violations}),
+            "spec_json": g.spec_json(), "problem": g.problem}
+
+
+@st.cache_data(**_common.CACHE, show_spinner=False)
+def _checkpoints(path: str, sig: tuple) -> dict:
+    from debugkit.checkpoints import read_index, verify
+
+    try:
+        return {int(e["step"]): verify(path, e) for e in read_index(path)}
+    except (DebugkitError, OSError, TypeError):
+        return {}
+
+
+def _checkpoint_param() -> int | None:
+    """``?checkpoint=<step>``: replay with that checkpoint's weights (validated)."""
+    raw = st.query_params.get("checkpoint")
+    if raw in (None, ""):
+        return None
+    text = str(raw).strip()
+    have = _checkpoints(path, _common.signature(path))
+    try:
+        if not text.isdigit() or len(text) > 14:
+            raise DebugkitError(f"?checkpoint={str(raw)[:40]!r}: expected a checkpoint step (a whole number)")
+        step = int(text)
+        if step not in have:
+            raise DebugkitError(f"?checkpoint={step}: this run has no checkpoint at that step "
+                                f"(it has: {', '.join(map(str, sorted(have))) or 'none'})")
+        if have[step]:
+            raise DebugkitError(f"checkpoint at step {step} fails verification ({have[step]}); "
+                                "replaying with the captured weights")
+    except DebugkitError as exc:
+        st.warning(str(exc), icon=":material/link_off:")
+        return None
+    return step
+
+
+def _show_guard(f: dict) -> None:
+    try:
+        g = _guard(path, _common.signature(path), f["id"])
+    except DebugkitError as exc:
+        _common.show_error(exc)
+        return
+    st.subheader("Guard")
+    if g["problem"]:
+        st.caption(f"No guard to suggest: {g['problem']}")
+        return
+    learned = (f"the spec the Recorder learned from the {g['healthy_batches']} healthy batches before it"
+               if g["source"] == "healthy_batches" else
+               "a spec inferred from the captured batch itself (labels in [0, num_classes), floating "
+               "inputs finite; this capture predates learned specs, so shapes and integer ranges are "
+               "not checked)")
+    with st.container(border=True, key="guard_box"):
+        if g["catches"]:
+            st.success(f"A batch guard would have stopped this batch before it reached the model: "
+                       f"{learned} rejects it ({', '.join(g['rules'])}).", icon=":material/shield:")
+            st.markdown("  \n".join(f"- {v}" for v in g["violations"][:10])
+                        + (f"  \n- … {len(g['violations']) - 10} more" if len(g["violations"]) > 10 else ""))
+            st.code('spec = debugkit.BatchSpec.load("batch_spec.json")\n'
+                    'rec = Recorder(run_dir, model, optimizer=opt, guard=spec, guard_action="skip")\n'
+                    'for batch in loader:\n'
+                    '    with rec.step(batch) as s:\n'
+                    '        if s.skipped:  # counted and logged as a batch_skipped event\n'
+                    '            continue\n'
+                    '        ...', language="python")
+            st.caption("`guard_action=\"raise\"` stops at the bad batch instead, with a capture; "
+                       "`debugkit scan-dataset module:build_dataset --spec batch_spec.json` lists every "
+                       "violating sample of a dataset offline.")
+            st.download_button("Download batch_spec.json", data=g["spec_json"], file_name="batch_spec.json",
+                               mime="application/json", icon=":material/download:", on_click="ignore",
+                               key="guard_download")
+        else:
+            st.info(f"No batch guard would have caught this: {learned} accepts the batch, so the failure "
+                    "is not in its dtypes, shapes, value ranges or finiteness. Replay it to find the "
+                    "module and op.", icon=":material/gpp_maybe:")
+
+
 def _pick_failure(failures: list[dict]) -> dict:
     from debugkit.replay.loading import validate_failure_id
 
@@ -227,14 +312,15 @@ def _show_report(report: dict, f: dict) -> None:
         st.json(report, expanded=False)
 
 
-def _run_replay(f: dict, device: str, allow: bool, timeout: float) -> None:
+def _run_replay(f: dict, device: str, allow: bool, timeout: float, checkpoint: int | None) -> None:
     from debugkit.replay import replay
 
-    key = f"{path}|{f['id']}"
-    with st.status(f"Replaying {f['id']} on {device}…", expanded=True) as status:
+    key = f"{path}|{f['id']}|{checkpoint}"
+    where = "" if checkpoint is None else f" with the weights of step {checkpoint}"
+    with st.status(f"Replaying {f['id']} on {device}{where}…", expanded=True) as status:
         try:
             report = replay(path, f["id"], device=device, allow_code=allow, timeout_s=timeout,
-                            progress=status.write)
+                            progress=status.write, checkpoint=checkpoint)
         except DebugkitError as exc:
             status.update(label="The replay could not run", state="error", expanded=True)
             _common.show_error(exc)
@@ -282,7 +368,16 @@ def render() -> None:
     never = [i for i in idents if i["status"] in NEVER]
     sample = Path(path).resolve().is_relative_to(SAMPLES_DIR.resolve())
     needs_trust = bool(idents) and (not sample or any(i["status"] in NEEDS_ALLOW for i in idents))
+    _show_guard(f)
+    checkpoint = _checkpoint_param()
     st.subheader("Replay")
+    if checkpoint is not None:
+        st.info(f"Weights: the checkpoint at step {checkpoint} instead of the ones captured at step "
+                f"{f.get('step')}.", icon=":material/save:")
+        if st.button("Use the captured weights", key="replay_captured_weights", type="tertiary",
+                     icon=":material/undo:"):
+            del st.query_params["checkpoint"]
+            st.rerun()
     c1, c2 = st.columns([2, 1])
     devices = ["auto", "cpu", "cuda"] if cuda_possible() else ["auto", "cpu"]
     device = c1.radio("Device", devices, horizontal=True, key="replay_device",
@@ -306,13 +401,14 @@ def render() -> None:
                    "a memory cap; it is not a sandbox.")
     # The click is kept in session state by a callback (not read from the button's return
     # value), so a rerun that page_guard() triggers does not lose it.
-    request = f"{path}|{f['id']}"
+    request = f"{path}|{f['id']}|{checkpoint}"
     st.button("Replay", type="primary", icon=":material/replay:", key="replay_button",
               disabled=bool(never) or not idents or not trusted,
               on_click=lambda: st.session_state.__setitem__(REQUEST, request))
     if st.session_state.pop(REQUEST, None) == request:
-        _run_replay(f, device, allow=needs_trust and trusted, timeout=float(timeout))
-    report = st.session_state.get(RESULTS, {}).get(f"{path}|{f['id']}")
+        _run_replay(f, device, allow=needs_trust and trusted, timeout=float(timeout),
+                    checkpoint=checkpoint)
+    report = st.session_state.get(RESULTS, {}).get(request)
     if report is not None:
         _show_report(report, f)
     if idents and not never:

@@ -1,4 +1,4 @@
-"""``debugkit replay RUN [--failure ID] [--device auto|cpu|cuda] [--allow-code] [--timeout S] --json``
+"""``debugkit replay RUN [--failure ID] [--device auto|cpu|cuda] [--allow-code] [--timeout S] [--checkpoint STEP] --json``
 
 Re-run a captured failing step in a child process and say which sample, module and op
 caused it. Exit status 0 when the replay ran (whatever it found: a crash or a hang of
@@ -29,6 +29,9 @@ def register(sub) -> None:
                    help="wall-clock limit of the replay process in seconds (default 120)")
     p.add_argument("--memory-mb", type=float, default=None, metavar="MB",
                    help="address-space cap of a CPU replay (default: half the machine's memory)")
+    p.add_argument("--checkpoint", type=int, default=None, metavar="STEP",
+                   help="replay with the weights of the run's checkpoint at STEP (rec.checkpoint()) "
+                        "instead of the captured ones")
     p.add_argument("--repro", metavar="ZIP", default=None,
                    help="also write a minimal standalone repro (repro.py + the capture) to ZIP")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -44,7 +47,8 @@ def run(args) -> int:
     r = open_run(args.run)
     progress = (lambda msg: print(f"  {msg}", file=sys.stderr)) if sys.stderr.isatty() else None
     report = replay(r, args.failure, device=args.device, allow_code=args.allow_code,
-                    timeout_s=args.timeout, memory_mb=args.memory_mb, progress=progress)
+                    timeout_s=args.timeout, memory_mb=args.memory_mb, progress=progress,
+                    checkpoint=args.checkpoint)
     if args.repro:
         from pathlib import Path
 
@@ -69,6 +73,9 @@ def _print_text(rep: dict, advice: list[str], repro: str | None) -> None:
     print(f"replay:     on {rep['device']}: "
           + (f"{p['type']}: {_first(p['message'])} ({p['seconds']} s)" if p else "no error"))
     print(f"ran:        {(rep.get('ran') or {}).get('detail', '-')}")
+    w = rep.get("weights") or {}
+    if w.get("from") == "checkpoint":
+        print(f"weights:    checkpoint at step {w['step']} ({w['path']})")
     print(f"reproduced: {'yes' if rep['reproduced'] else 'no'}"
           + (" (same error)" if rep["same_error"] else ""))
     fields = [f"{k}={c[k]}" for k in ("module", "op", "input", "sample_index", "dataset_index")

@@ -108,6 +108,7 @@ def write_capture(
     dataset_indices: list | None = None,
     message: str | None = None,
     extra: dict | None = None,
+    batch_spec: dict | None = None,
 ) -> str:
     """Write one failure capture under ``run_dir/failures/`` and return its id.
 
@@ -155,6 +156,9 @@ def write_capture(
         part("optimizer", _opt)
     if rng_state is not None:
         part("rng", lambda: _write_rng(add_host_rng_state(rng_state), tmp))
+    if batch_spec is not None:  # the spec of the healthy batches before this one
+        part("batch_spec", lambda: (atomic_write_json(tmp / "batch_spec.json", batch_spec),
+                                    ["batch_spec.json"])[1])
 
     if exc is not None:
         error_type = type(exc).__name__

@@ -213,64 +213,10 @@ class BatchSpec:
         that vary become symbolic with the bounds seen, one name for dims whose sizes
         were equal in every batch.
         """
-        import torch
-
-        structure, names, seen = None, None, {}
-        n = 0
+        b = SpecBuilder()
         for batch in batches:
-            s, flat = _flatten(batch)
-            if structure is None:
-                structure, names = s, list(flat)
-                if not flat:
-                    raise InvalidInputError(f"BatchSpec.infer: batch 0 is a {s}, expected a "
-                                            "tensor, a tuple/list or a dict of tensors")
-            elif s != structure or list(flat) != names:
-                raise InvalidInputError(f"BatchSpec.infer: batch {n} has structure {s} "
-                                        f"{list(flat)}, batch 0 had {structure} {names}")
-            for k, v in flat.items():
-                if not isinstance(v, torch.Tensor):
-                    raise InvalidInputError(f"BatchSpec.infer: batch {n} tensor {k!r} is a "
-                                            f"{type(v).__name__}, expected a tensor")
-                info = seen.setdefault(k, {"dtype": v.dtype, "shapes": [], "lo": None, "hi": None})
-                if v.dtype != info["dtype"] or (info["shapes"] and v.dim() != len(info["shapes"][0])):
-                    raise InvalidInputError(
-                        f"BatchSpec.infer: batch {n} tensor {k!r} is {v.dtype} of shape "
-                        f"{tuple(v.shape)}, batch 0 had {info['dtype']} of "
-                        f"{len(info['shapes'][0]) if info['shapes'] else '?'} dims")
-                info["shapes"].append(tuple(v.shape))
-                if v.numel() and not v.dtype.is_floating_point and not v.dtype.is_complex \
-                        and v.dtype != torch.bool:
-                    lo, hi = (int(t) for t in v.aminmax())
-                    info["lo"] = lo if info["lo"] is None else min(lo, info["lo"])
-                    info["hi"] = hi if info["hi"] is None else max(hi, info["hi"])
-            n += 1
-        if structure is None:
-            raise InvalidInputError("BatchSpec.infer: no batches given")
-        # Varying dims (beyond dim 0) grouped by their size sequence across batches.
-        groups: dict[tuple, str] = {}
-        tensors = {}
-        for k, info in seen.items():
-            shapes = info["shapes"]
-            dims = []
-            for i in range(len(shapes[0])):
-                sizes = tuple(s[i] for s in shapes)
-                if i == 0:
-                    dims.append(Dim("batch", 1, max(sizes)))
-                elif len(set(sizes)) == 1:
-                    dims.append(sizes[0])
-                else:
-                    name = groups.setdefault(sizes, f"{k}.dim{i}")
-                    dims.append(Dim(name, min(sizes), max(sizes)))
-            dt = info["dtype"]
-            rng = None
-            if info["lo"] is not None:
-                if num_classes is not None and info["lo"] >= 0 and info["hi"] < num_classes:
-                    rng = (0, int(num_classes))
-                else:
-                    rng = (info["lo"], info["hi"] + 1)
-            tensors[k] = TensorSpec(dtype=str(dt), shape=tuple(dims), range=rng,
-                                    finite=bool(dt.is_floating_point or dt.is_complex))
-        return cls(tensors, structure=structure)
+            b.add(batch)
+        return b.build(num_classes)
 
     # ------------------------------------------------------------------ check
     def check(self, batch, dataset_indices=None) -> list[Violation]:
@@ -421,3 +367,92 @@ def coerce_spec(guard) -> BatchSpec | None:
 
 
 __all__ = ["BatchSpec", "TensorSpec", "Dim", "Violation", "RULES", "format_violations"]
+
+
+class SpecBuilder:
+    """:meth:`BatchSpec.infer`, one batch at a time: ``observe`` a batch (cheap: its
+    structure, shapes and one ``aminmax`` per integer tensor), ``commit`` what was observed
+    once the batch proved healthy, ``build`` the spec of everything committed.
+
+    The Recorder uses it to learn the spec of the healthy batches it sees, so that a
+    failure capture can say which spec would have caught the failing batch.
+    """
+
+    def __init__(self):
+        self.structure = None
+        self.names = None
+        self.seen: dict = {}
+        self.n = 0
+
+    def observe(self, batch) -> dict:
+        """The per-tensor facts of one batch (raises InvalidInputError if it does not fit
+        the batches committed so far)."""
+        import torch
+
+        s, flat = _flatten(batch)
+        if self.structure is None and not flat:
+            raise InvalidInputError(f"BatchSpec.infer: batch 0 is a {s}, expected a "
+                                    "tensor, a tuple/list or a dict of tensors")
+        if self.structure is not None and (s != self.structure or list(flat) != self.names):
+            raise InvalidInputError(f"BatchSpec.infer: batch {self.n} has structure {s} "
+                                    f"{list(flat)}, batch 0 had {self.structure} {self.names}")
+        obs = {}
+        for k, v in flat.items():
+            if not isinstance(v, torch.Tensor):
+                raise InvalidInputError(f"BatchSpec.infer: batch {self.n} tensor {k!r} is a "
+                                        f"{type(v).__name__}, expected a tensor")
+            info = self.seen.get(k)
+            if info is not None and (v.dtype != info["dtype"] or v.dim() != len(info["shapes"][0])):
+                raise InvalidInputError(
+                    f"BatchSpec.infer: batch {self.n} tensor {k!r} is {v.dtype} of shape "
+                    f"{tuple(v.shape)}, batch 0 had {info['dtype']} of "
+                    f"{len(info['shapes'][0])} dims")
+            lo = hi = None
+            if v.numel() and not v.dtype.is_floating_point and not v.dtype.is_complex \
+                    and v.dtype != torch.bool:
+                lo, hi = (int(t) for t in v.aminmax())
+            obs[k] = (v.dtype, tuple(v.shape), lo, hi)
+        return {"structure": s, "names": list(flat), "tensors": obs}
+
+    def commit(self, obs: dict) -> None:
+        if self.structure is None:
+            self.structure, self.names = obs["structure"], obs["names"]
+        for k, (dtype, shape, lo, hi) in obs["tensors"].items():
+            info = self.seen.setdefault(k, {"dtype": dtype, "shapes": [], "lo": None, "hi": None})
+            info["shapes"].append(shape)
+            if lo is not None:
+                info["lo"] = lo if info["lo"] is None else min(lo, info["lo"])
+                info["hi"] = hi if info["hi"] is None else max(hi, info["hi"])
+        self.n += 1
+
+    def add(self, batch) -> None:
+        self.commit(self.observe(batch))
+
+    def build(self, num_classes: int | None = None) -> BatchSpec:
+        if self.structure is None:
+            raise InvalidInputError("BatchSpec.infer: no batches given")
+        # Varying dims (beyond dim 0) grouped by their size sequence across batches.
+        groups: dict[tuple, str] = {}
+        tensors = {}
+        for k, info in self.seen.items():
+            shapes = info["shapes"]
+            dims = []
+            for i in range(len(shapes[0])):
+                sizes = tuple(s[i] for s in shapes)
+                if i == 0:
+                    dims.append(Dim("batch", 1, max(sizes)))
+                elif len(set(sizes)) == 1:
+                    dims.append(sizes[0])
+                else:
+                    name = groups.setdefault(sizes, f"{k}.dim{i}")
+                    dims.append(Dim(name, min(sizes), max(sizes)))
+            dt = info["dtype"]
+            rng = None
+            if info["lo"] is not None:
+                if num_classes is not None and info["lo"] >= 0 and info["hi"] < num_classes:
+                    rng = (0, int(num_classes))
+                else:
+                    rng = (info["lo"], info["hi"] + 1)
+            tensors[k] = TensorSpec(dtype=str(dt), shape=tuple(dims), range=rng,
+                                    finite=bool(dt.is_floating_point or dt.is_complex))
+        return BatchSpec(tensors, structure=self.structure)

@@ -20,13 +20,16 @@ from .capture import describe_callable, take_rng_state, write_capture
 from .comm import CommTimer
 from .dist import process_group_info
 from .env import collect_env, pip_check
-from .guard import coerce_spec, format_violations
+from .guard import SpecBuilder, coerce_spec, format_violations
 from .memhistory import MemoryHistory, memory_capacity
 from .memhistory import parse_option as parse_memory_option
 from .norms import GradNormComputer
 from .tracking import track_loader
 from .writer import PendingTensor, RankWriter
 
+SPEC_DENSE = 256  # healthy batches observed at every step...
+SPEC_EVERY = 16   # ...then every SPEC_EVERY-th step
+SPEC_MAX = 4096   # and no more than this many in all
 MSG_GUARD_ACTION = "guard_action={value!r}: expected 'raise' or 'skip'"
 MSG_SKIPPED_BODY_RAN = (
     "debugkit: the body of a step whose batch the guard skipped ran an optimizer step; "
@@ -238,6 +241,8 @@ class Recorder:
                 "optimizer_class": type(optimizer).__qualname__ if optimizer is not None else None,
                 "code": self._code,
                 "env": env,
+                "guard": None if self._guard is None else
+                {"action": guard_action, "spec": self._guard.to_dict()},
             }
             if manifest_path.exists():  # a resumed run keeps its identity
                 try:
@@ -294,6 +299,12 @@ class Recorder:
         self._next_indices = None
         self._last_failed = False
         self._closed = False
+        # The spec of the healthy batches seen so far (every step up to SPEC_DENSE
+        # batches, then every SPEC_EVERY-th): a failure capture stores it, so the Replay
+        # page can say which guard would have stopped the failing batch.
+        self._specs = SpecBuilder()
+        self._spec_obs = None
+        self._spec_steps = [None, None]  # first and last step observed
         self._hooks = []
         if optimizer is not None:
             self._hooks.append(optimizer.register_step_pre_hook(self._pre_optimizer_step))
@@ -487,11 +498,37 @@ class Recorder:
         self._comm.begin_step()
         if self._watchdog is not None:
             self._watchdog.step_started(st.step)
+        self._observe_batch(st)
         if bad:  # guard_action="raise": a failure of this step, captured with its batch
             err = InvalidInputError(f"step {st.step}: " + format_violations(bad))
             self._end_step(st, err)
             err._debugkit_captured = True
             raise err
+
+    def _observe_batch(self, st: _Step):
+        self._spec_obs = None
+        sb = self._specs
+        if sb is None or st.batch is None or sb.n >= SPEC_MAX or (
+                sb.n >= SPEC_DENSE and st.step % SPEC_EVERY):
+            return
+        try:
+            self._spec_obs = sb.observe(st.batch)
+        except InvalidInputError:
+            self._specs = None  # batches of changing structure: no spec to learn
+        except Exception:  # never break a step for an optional observation
+            self._specs = None
+
+    def _healthy_spec(self) -> dict | None:
+        sb = self._specs
+        if sb is None or not sb.n:
+            return None
+        try:
+            spec = sb.build(self.num_classes).to_dict()
+        except Exception:
+            return None
+        spec["inferred_from"] = {"healthy_batches": sb.n, "first_step": self._spec_steps[0],
+                                 "last_step": self._spec_steps[-1], "num_classes": self.num_classes}
+        return spec
 
     def _skip_step(self, st: _Step, bad):
         st.skipped = True
@@ -587,7 +624,7 @@ class Recorder:
             self.run_dir, kind=kind, step=st.step, rank=self.rank, world_size=self.world_size,
             device=str(self.device), exc=exc, batch=st.batch, model=self._module,
             optimizer=self.optimizer, rng_state=self._rng, code=self._code,
-            dataset_indices=st.indices, message=message,
+            dataset_indices=st.indices, message=message, batch_spec=self._healthy_spec(),
             extra={"num_classes": self.num_classes,
                    "optimizer_stepped": self._opt_stepped, **(extra or {})})
         return fid
@@ -620,6 +657,11 @@ class Recorder:
             self._finish_step_rows(st, t1, ok)
             if ok:
                 self._memhist.step_ok(st.step)
+                if self._spec_obs is not None and self._specs is not None:
+                    self._specs.commit(self._spec_obs)
+                    self._spec_steps = [self._spec_steps[0] if self._spec_steps[0] is not None
+                                        else st.step, st.step]
+            self._spec_obs = None
 
     def _finish_step_rows(self, st: _Step, t1: float, ok: bool):
         import torch

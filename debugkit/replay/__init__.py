@@ -26,6 +26,8 @@ DEVICES = ("auto", "cpu", "cuda")
 MSG_BAD_DEVICE = "device {value!r}: expected one of auto, cpu, cuda"
 MSG_BAD_TIMEOUT = "timeout {value!r}: expected a number of seconds > 0"
 MSG_BAD_MEMORY = "memory cap {value!r}: expected a number of MiB >= 256"
+MSG_NO_CHECKPOINT = "checkpoint {value!r}: this run has no checkpoint at that step (it has: {have})"
+MSG_BAD_CHECKPOINT = "checkpoint at step {value}: {problem}; pick another checkpoint"
 MSG_SETUP_FAILED = "{fid}: the replay could not start the step: {type}: {message}"
 
 
@@ -63,8 +65,10 @@ def _validate(device, timeout_s, memory_mb):
     return t
 
 
-def _one(run, record, idents, parts, *, device, allow_code, timeout_s, cap, progress, role):
+def _one(run, record, idents, parts, *, device, allow_code, timeout_s, cap, progress, role,
+         state_file=None):
     req = {
+        "state_file": state_file,
         "failure_dir": record["path"], "device": device,
         "original_device": record.get("device"),
         "allow_code": allow_code, "code": [i.to_dict() for i in idents],
@@ -112,7 +116,8 @@ def _one(run, record, idents, parts, *, device, allow_code, timeout_s, cap, prog
 def replay(run, failure_id: str | None = None, *, device: str = "auto", allow_code: bool = False,
            timeout_s: float = DEFAULT_TIMEOUT_S, memory_mb: float | None = None,
            progress: Callable[[str], None] | None = None,
-           search_path: list[str] | None = None, cross_check: bool = True) -> dict:
+           search_path: list[str] | None = None, cross_check: bool = True,
+           checkpoint: int | None = None) -> dict:
     """Replay one captured failure and return the report.
 
     Parameters
@@ -135,6 +140,10 @@ def replay(run, failure_id: str | None = None, *, device: str = "auto", allow_co
         Called with a short message at each stage.
     search_path : list of str, optional
         Where to look for the capture's modules (default: ``sys.path``).
+    checkpoint : int, optional
+        Replay with the weights of the run's checkpoint at this step (``rec.checkpoint()``,
+        verified by hash) instead of the captured ones: does the batch fail with those
+        weights too? The report's ``weights`` says which were used.
 
     Raises
     ------
@@ -153,7 +162,11 @@ def replay(run, failure_id: str | None = None, *, device: str = "auto", allow_co
     require_runnable(idents, allow_code)
     cap = int(memory_mb * (1 << 20)) if memory_mb is not None else default_memory_cap()
     code = [i.to_dict() for i in idents]
-    kw = dict(allow_code=allow_code, timeout_s=t, cap=cap, progress=progress)
+    state_file, weights = None, {"from": "capture"}
+    if checkpoint is not None:
+        state_file = _checkpoint_state(run, checkpoint)
+        weights = {"from": "checkpoint", "step": int(checkpoint), "path": state_file}
+    kw = dict(allow_code=allow_code, timeout_s=t, cap=cap, progress=progress, state_file=state_file)
     if progress:
         progress(f"Replaying {record['id']} (step {record.get('step')}, originally on "
                  f"{record.get('device') or 'an unknown device'})")
@@ -161,10 +174,13 @@ def replay(run, failure_id: str | None = None, *, device: str = "auto", allow_co
     used = (raw or {}).get("device") or ("cpu" if device == "cpu" else device)
     orig_dev = str(record.get("device") or "")
     cross = None
-    if not parts.get("model"):
+    if state_file is not None:
+        notes.append(f"the replay used the weights of the checkpoint at step {checkpoint}, not the "
+                     f"captured ones (captured at step {record.get('step')})")
+    elif not parts.get("model"):
         notes.append("the model state was not captured: the replay used freshly initialised weights "
                      "(data checks such as labels and embedding indices do not depend on them)")
-    if record.get("optimizer_stepped"):
+    if record.get("optimizer_stepped") and state_file is None:
         notes.append("the optimizer had already stepped when the failure was captured: the captured "
                      "weights are the updated ones, so the replayed forward pass may differ")
     if not parts.get("rng"):
@@ -181,5 +197,29 @@ def replay(run, failure_id: str | None = None, *, device: str = "auto", allow_co
         notes.append(f"the failure happened on {orig_dev}; this replay ran on the CPU, whose kernels "
                      "raise readable errors where CUDA's raise 'device-side assert triggered' (so the "
                      "error type may differ from the original)")
-    return build_report(record, raw, device=used, crash=crash, code=code, cross_check=cross,
-                        notes=notes)
+    report = build_report(record, raw, device=used, crash=crash, code=code, cross_check=cross,
+                          notes=notes)
+    report["weights"] = weights
+    return report
+
+
+def _checkpoint_state(run, step) -> str:
+    """The verified ``model.safetensors`` of the run's checkpoint at ``step``."""
+    from pathlib import Path
+
+    from ..checkpoints import DIR, read_index, verify
+
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise InvalidInputError(f"checkpoint {step!r}: expected a step (an integer >= 0)")
+    try:
+        entries = read_index(run.path)
+    except (TypeError, OSError) as exc:
+        raise ReplayError(f"checkpoint {step}: the run's checkpoints cannot be read ({exc})") from None
+    match = [e for e in entries if e["step"] == step]
+    if not match:
+        raise ReplayError(MSG_NO_CHECKPOINT.format(
+            value=step, have=", ".join(str(e["step"]) for e in entries) or "none"))
+    problem = verify(run.path, match[0])
+    if problem:
+        raise ReplayError(MSG_BAD_CHECKPOINT.format(value=step, problem=problem))
+    return str(Path(run.path) / DIR / str(match[0]["dir"]) / "model.safetensors")

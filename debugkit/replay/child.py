@@ -136,8 +136,9 @@ def restore_rng(failure_dir: Path, device) -> list[str]:
     return restored
 
 
-def load_state(model, failure_dir: Path, present: bool) -> dict:
-    """Load ``model.safetensors`` into ``model``; say what matched and what is non-finite."""
+def load_state(model, failure_dir: Path, present: bool, state_file: str | None = None) -> dict:
+    """Load ``model.safetensors`` (or ``state_file``: a checkpoint's) into ``model``; say
+    what matched and what is non-finite."""
     import torch
 
     info = {"loaded": False, "missing": [], "unexpected": [], "mismatched": [],
@@ -145,7 +146,7 @@ def load_state(model, failure_dir: Path, present: bool) -> dict:
     if present:
         from safetensors.torch import load_file
 
-        state = load_file(str(failure_dir / "model.safetensors"))
+        state = load_file(str(state_file or failure_dir / "model.safetensors"))
         own = model.state_dict()
         fit = {}
         for k, v in state.items():
@@ -310,7 +311,8 @@ def replay_here(req: dict, chan: Channel) -> dict:
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"{idents['model_factory']['spec']} returned {type(model).__name__}, "
                         "not a torch.nn.Module")
-    state = load_state(model, failure_dir, req.get("parts", {}).get("model", False))
+    state = load_state(model, failure_dir, req.get("parts", {}).get("model", False) or
+                       bool(req.get("state_file")), req.get("state_file"))
     model.to(device)
     model.train(bool(req.get("model_training", True)))
 

@@ -35,7 +35,8 @@ def test_home_lists_the_sample_runs(app):
     assert rows["digits-exploding"]["errors"] >= 1 and rows["digits-exploding"]["warnings"] >= 1
     # and it leads to every page
     links = {p.label.split("**")[1] for p in at.get("page_link")}
-    assert links == {"Overview", "Gradients", "Memory", "Profiler", "Distributed", "Replay", "Bias audit"}
+    assert links == {"Overview", "Gradients", "Memory", "Profiler", "Distributed", "Checkpoints", "Replay",
+                     "Bias audit"}
 
 
 def test_open_button_goes_to_the_overview(app):

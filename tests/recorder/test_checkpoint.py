@@ -17,6 +17,7 @@ import torch
 from debugkit import Recorder, open_run, resume_latest
 from debugkit.checkpoints import CheckpointWarning, read_index, verify, write_checkpoint
 from debugkit.errors import InvalidInputError
+from tests.checkpoint_factory import train_with_checkpoints as _train_with_checkpoints
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -141,26 +142,6 @@ def test_unreadable_index_is_a_clear_error(tmp_path):
     (tmp_path / "checkpoints" / "index.json").write_text("{not json")
     with pytest.raises(RunDirError, match="checkpoint index is unreadable"):
         resume_latest(tmp_path, _model())
-
-
-def _train_with_checkpoints(run_dir, *, freeze_first=False, nan_at=None):
-    model = _model()
-    params = list(model.parameters())
-    opt = torch.optim.SGD(params[2:] if freeze_first else params, lr=0.1)
-    with Recorder(run_dir, model, optimizer=opt, flush_every_s=0.05) as rec:
-        for s in range(6):
-            x, y = torch.randn(16, 8), torch.randint(0, 3, (16,))
-            with rec.step((x, y)):
-                loss = torch.nn.functional.cross_entropy(model(x), y)
-                opt.zero_grad()
-                loss.backward()
-                rec.log(loss=loss)
-                opt.step()
-            if nan_at is not None and s == nan_at:
-                with torch.no_grad():
-                    params[2][0, 0] = float("nan")
-            if s % 2 == 1:
-                rec.checkpoint()
 
 
 def test_diagnose_frozen_layer_and_nonfinite_weights(tmp_path):

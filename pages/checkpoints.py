@@ -1,0 +1,314 @@
+"""Checkpoints: the run's checkpoints (verified by hash), how each layer's weights moved
+between them, NaN/Inf in weights, two checkpoints compared, replay from one.
+
+Deep link: ``?run=<id>&a=<step>&b=<step>`` opens the comparison of those two checkpoints.
+"""
+
+from pathlib import Path
+
+import streamlit as st
+
+from debugkit.errors import DebugkitError, InvalidInputError
+from pages import _common
+
+_common.page_guard()
+path = _common.require_run("its checkpoints")
+
+SEVERITY_ICON = {"error": ":material/error:", "warning": ":material/warning:", "info": ":material/info:"}
+FOLDER_KEY = "ckpt_folder"
+MAX_CHECKPOINTS = 60
+TOP_MOVED = 20
+
+
+# ----------------------------------------------------------------------------- cached work
+def _folder() -> str | None:
+    return st.session_state.get(FOLDER_KEY) or None
+
+
+@st.cache_data(**_common.CACHE, show_spinner=False)
+def _listing(path: str, sig: tuple, folder: str | None, folder_sig: tuple):
+    from debugkit.io.run import open_run
+
+    return open_run(path).checkpoints(folder)
+
+
+@st.cache_data(**_common.CACHE, show_spinner="Reading checkpoint weights…")
+def _stats(path: str, sig: tuple, folder: str | None, folder_sig: tuple):
+    from debugkit.analysis.checkpoints import compute_change_matrix, detect_first_nonfinite
+    from debugkit.checkpoints import read_weight_stats
+
+    listing = _listing(path, sig, folder, folder_sig)
+    stats = read_weight_stats(listing, max_checkpoints=MAX_CHECKPOINTS)
+    order = _model_order(path, sig)
+    return compute_change_matrix(stats, order), detect_first_nonfinite(stats, order)
+
+
+@st.cache_data(**_common.CACHE, show_spinner=False)
+def _model_order(path: str, sig: tuple) -> list:
+    grads = _common.table(path, "grad_norms")
+    return list(dict.fromkeys(grads["layer"])) if len(grads) else []
+
+
+@st.cache_data(**_common.CACHE, show_spinner=False)
+def _findings(path: str, sig: tuple):
+    from debugkit.diagnose.checkpoints import collect
+    from debugkit.io.run import open_run
+
+    return collect(open_run(path), {})
+
+
+@st.cache_data(**_common.CACHE, show_spinner="Comparing…")
+def _compare(path: str, sig: tuple, a: str, b: str, folder_sig: tuple):
+    from debugkit.analysis.checkpoints import compute_movement
+    from debugkit.checkpoints import read_checkpoint_diff
+
+    diff = read_checkpoint_diff(a, b)
+    return diff, compute_movement(diff, _model_order(path, sig))
+
+
+def _folder_signature(folder: str | None) -> tuple:
+    if not folder:
+        return ()
+    try:
+        return tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns)
+                            for p in Path(folder).iterdir() if p.is_file()))
+    except OSError:
+        return ()
+
+
+# ----------------------------------------------------------------------------- helpers
+def _label(row) -> str:
+    step = row["step"]
+    name = f"step {int(step)}" if step == step else Path(row["path"]).name
+    return name + ("" if row["source"] == "debugkit" else f" ({Path(row['path']).name})"
+                   if step == step else "")
+
+
+def _param_step(name: str, steps: list) -> int | None:
+    raw = st.query_params.get(name)
+    if raw in (None, ""):
+        return None
+    text = str(raw).strip()
+    if not text.isdigit() or len(text) > 14:
+        raise InvalidInputError(f"?{name}={str(raw)[:40]!r}: expected a checkpoint step (a whole number)")
+    if int(text) not in steps:
+        raise InvalidInputError(f"?{name}={text}: this run has no verified checkpoint at that step")
+    return int(text)
+
+
+def _pick_folder() -> None:
+    from debugkit.io.store import check_allowed
+
+    with st.expander("Also read state_dict files from a folder", expanded=bool(_folder())):
+        with st.form("ckpt_folder_form", border=False):
+            text = st.text_input("Folder with `*.safetensors`, `*.pt`, `*.pth` or `*.bin` files",
+                                 value=_folder() or "", placeholder="/checkpoints/my-run",
+                                 help="Files are opened with safetensors or torch.load(weights_only=True), "
+                                      "never plain pickle. By default the run folder itself is read.")
+            if st.form_submit_button("Read folder"):
+                if not text.strip():
+                    st.session_state.pop(FOLDER_KEY, None)
+                    st.rerun()
+                try:
+                    folder = check_allowed(text.strip())
+                    if not Path(folder).is_dir():
+                        raise InvalidInputError(f"{text.strip()}: not a folder")
+                except DebugkitError as exc:
+                    st.session_state["ckpt_folder_error"] = str(exc)
+                else:
+                    st.session_state.pop("ckpt_folder_error", None)
+                    st.session_state[FOLDER_KEY] = str(folder)
+                st.rerun()
+        if msg := st.session_state.get("ckpt_folder_error"):
+            st.error(msg, icon=":material/folder_off:")
+
+
+# ----------------------------------------------------------------------------- sections
+def _listing_table(listing) -> None:
+    import pandas as pd
+
+    shown = pd.DataFrame({
+        "checkpoint": [_label(r) for _, r in listing.iterrows()],
+        "ok": listing["ok"],
+        "size (KiB)": (listing["bytes"] / 1024).round(1),
+        "SHA-256": listing["sha256"].str[:16],
+        "source": listing["source"].map({"debugkit": "rec.checkpoint()", "file": "state_dict file"}),
+        "problem": listing["problem"],
+        "path": listing["path"],
+    })
+    st.dataframe(shown, hide_index=True, width="stretch",
+                 column_config={"ok": st.column_config.CheckboxColumn("verified", width="small")},
+                 height=min(400, 35 * len(shown) + 40))
+    bad = listing[~listing["ok"]]
+    for _, r in bad.iterrows():
+        st.warning(f"{_label(r)} is skipped: {r['problem']}", icon=":material/broken_image:")
+
+
+def _findings_panel(findings) -> None:
+    st.subheader("Findings")
+    if not findings:
+        st.success("Every verified checkpoint is finite, and every layer that receives gradients "
+                   "moves between checkpoints.", icon=":material/check:")
+        return
+    for f in findings:
+        with st.container(border=True):
+            st.markdown(f"{SEVERITY_ICON[f.severity]} **{f.kind}** · step {f.step}"
+                        + (f" · `{f.layer}`" if f.layer else ""))
+            st.caption(f.message)
+            layers = (f.evidence or {}).get("layers") or []
+            if len(layers) > 1:
+                st.caption("Parameters: " + ", ".join(f"`{x}`" for x in layers[:12])
+                           + (" …" if len(layers) > 12 else ""))
+
+
+def _heatmap(m, first_bad) -> None:
+    from debugkit.charts.checkpoints import build_change_heatmap_figure, build_weight_norm_figure
+
+    tab_change, tab_norm = st.tabs(["Relative change", "Weight norms"])
+    with tab_change:
+        if len(m.labels) < 2:
+            st.info("One verified checkpoint: the change between checkpoints needs at least two.",
+                    icon=":material/looks_one:")
+        else:
+            st.plotly_chart(build_change_heatmap_figure(m), key="ckpt_heatmap", width="stretch")
+            st.caption("Each cell: how far a layer's weights moved since the previous checkpoint, "
+                       "‖w_now − w_before‖ / ‖w_before‖, on a log scale. Grey: bit-identical "
+                       "(a frozen layer), magenta: NaN/Inf.")
+    with tab_norm:
+        st.plotly_chart(build_weight_norm_figure(m), key="ckpt_norms", width="stretch")
+    if len(first_bad):
+        r = first_bad.iloc[0]
+        st.error(f"NaN/Inf first appears in **{r['checkpoint']}**, in `{r['layer']}` "
+                 f"({int(r['nan_count'])} NaN, {int(r['inf_count'])} Inf)"
+                 + (f"; {len(first_bad)} layers in all." if len(first_bad) > 1 else "."),
+                 icon=":material/warning:")
+
+
+def _compare_section(listing, sig, folder_sig) -> None:
+    ok = listing[listing["ok"]].reset_index(drop=True)
+    st.subheader("Compare two checkpoints")
+    if len(ok) < 2:
+        st.info("Two verified checkpoints are needed to compare.", icon=":material/compare:")
+        return
+    labels = [_label(r) for _, r in ok.iterrows()]
+    steps = [int(s) for s in ok["step"] if s == s]
+    ia, ib = 0, len(ok) - 1
+    try:
+        qa, qb = _param_step("a", steps), _param_step("b", steps)
+    except DebugkitError as exc:
+        st.warning(str(exc), icon=":material/link_off:")
+        qa = qb = None
+    by_step = {int(s): i for i, s in enumerate(ok["step"]) if s == s}
+    ia = by_step.get(qa, ia) if qa is not None else ia
+    ib = by_step.get(qb, ib) if qb is not None else ib
+    c1, c2 = st.columns(2)
+    a = c1.selectbox("A (before)", range(len(ok)), index=ia, format_func=labels.__getitem__, key="ckpt_a")
+    b = c2.selectbox("B (after)", range(len(ok)), index=ib, format_func=labels.__getitem__, key="ckpt_b")
+    for name, i in (("a", a), ("b", b)):
+        s = ok["step"].iloc[i]
+        if s == s and st.query_params.get(name) != str(int(s)):
+            st.query_params[name] = str(int(s))
+    if a == b:
+        st.info("Pick two different checkpoints.", icon=":material/compare_arrows:")
+        return
+    try:
+        diff, mv = _compare(path, sig, ok["path"].iloc[a], ok["path"].iloc[b], folder_sig)
+    except DebugkitError as exc:
+        _common.show_error(exc)
+        return
+    from debugkit.charts.checkpoints import build_movement_figure
+
+    cols = st.columns(4)
+    total = mv["total_rel_change"]
+    cols[0].metric("Total relative change", "—" if total != total else f"{total:.3g}")
+    cols[1].metric("Tensors that moved", f"{len(mv['moved'])} / {len(diff)}")
+    cols[2].metric("Never moved", str(len(mv["never_moved"])))
+    cols[3].metric("NaN/Inf in B", str(len(mv["nonfinite"])))
+    left, right = st.columns([3, 2])
+    with left:
+        st.markdown(f"**Moved most** (top {min(TOP_MOVED, len(mv['moved']))})")
+        if len(mv["moved"]):
+            st.plotly_chart(build_movement_figure(mv["moved"], top=TOP_MOVED, label_a=labels[a],
+                                                  label_b=labels[b]), key="ckpt_moved", width="stretch")
+        else:
+            st.caption("Nothing changed: the two checkpoints hold identical weights.")
+    with right:
+        st.markdown("**Never moved** (bit-identical in both)")
+        if mv["never_moved"]:
+            st.dataframe({"tensor": mv["never_moved"]}, hide_index=True, width="stretch",
+                         height=min(300, 35 * len(mv["never_moved"]) + 40))
+        else:
+            st.caption("Every tensor changed.")
+        if mv["only_a"] or mv["only_b"]:
+            st.warning(f"Only in A: {', '.join(mv['only_a']) or '—'}; only in B: "
+                       f"{', '.join(mv['only_b']) or '—'}", icon=":material/difference:")
+    with st.expander("All tensors"):
+        st.dataframe(diff, hide_index=True, width="stretch")
+
+
+def _replay_links(listing, failures, rid) -> None:
+    own = listing[(listing["source"] == "debugkit") & listing["ok"]]
+    if not failures or not len(own) or not _common.has_page("pages/replay.py"):
+        return
+    st.subheader("Replay from a checkpoint")
+    st.caption("Replay a captured failing batch with the weights of a checkpoint instead of the "
+               "captured ones: did the batch fail with the weights of step N too? (a label out of "
+               "range fails with any weights; a NaN that builds up does not)")
+    c1, c2 = st.columns(2)
+    steps = [int(s) for s in own["step"]]
+    step = c1.selectbox("Checkpoint", steps, index=len(steps) - 1, format_func=lambda s: f"step {s}",
+                        key="ckpt_replay_step")
+    by_id = {f["id"]: f for f in failures}
+    fid = c2.selectbox("Capture", list(by_id), key="ckpt_replay_failure",
+                       format_func=lambda i: f"step {by_id[i].get('step')} · "
+                                             f"{by_id[i].get('error_type') or by_id[i].get('kind')}")
+    _common.link_to("pages/replay.py", f"Replay capture {fid} from checkpoint at step {step}",
+                    icon=":material/replay:", run=rid, failure=fid, checkpoint=step)
+
+
+def render() -> None:
+    try:
+        sig = _common.signature(path)
+        info = _common.summary(path)
+        folder = _folder()
+        fsig = _folder_signature(folder)
+        listing = _listing(path, sig, folder, fsig)
+        failures = _common.table(path, "failures")
+    except DebugkitError as exc:
+        st.title("Checkpoints")
+        _common.show_error(exc)
+        return
+    rid = _common._id_for(path)
+    st.title("Checkpoints")
+    _common.about("Checkpoints written by `rec.checkpoint()` (model weights in safetensors, optimizer state, a SHA-256 per file) and plain `state_dict` files found in the run folder. Each is verified against its recorded hashes; a truncated or corrupted one is flagged and skipped, as `debugkit.resume_latest` skips it. The heatmap shows how far each layer's weights moved between consecutive checkpoints; grey cells are layers that did not move at all (often parameters missing from the optimizer), magenta cells hold NaN/Inf. Compare any two checkpoints below, or replay a captured failing batch from one.")
+    st.caption(f"{info['name']} · {info['status']} · {len(listing)} checkpoint(s)"
+               + (f" · also reading `{folder}`" if folder else ""))
+    _pick_folder()
+    if not len(listing):
+        st.info("This run has no checkpoints. Call `rec.checkpoint()` in the training loop (for "
+                "example every 500 steps, `keep_last=3`) to write verified checkpoints that "
+                "`debugkit.resume_latest(run_dir, model, optimizer)` resumes from, or point at a "
+                "folder of `torch.save` / safetensors state_dict files above.",
+                icon=":material/save:")
+        return
+    _listing_table(listing)
+    if not listing["ok"].any():
+        st.error("No checkpoint verifies, so there is nothing to analyse.", icon=":material/error:")
+        return
+    try:
+        m, first_bad = _stats(path, sig, folder, fsig)
+        findings = _findings(path, sig)
+    except DebugkitError as exc:
+        _common.show_error(exc)
+        return
+    left, right = st.columns([3, 1])
+    with left:
+        st.subheader("Weights across checkpoints")
+        _heatmap(m, first_bad)
+    with right:
+        _findings_panel(findings)
+    _compare_section(listing, sig, fsig)
+    _replay_links(listing, failures, rid)
+
+
+render()
