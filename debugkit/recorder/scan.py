@@ -19,6 +19,7 @@ the samples that break it are named.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 
@@ -126,35 +127,51 @@ def _take(batch, j: int):
     return batch
 
 
-def _check_one(spec: BatchSpec, sample, index) -> list[Violation]:
+def _blame(found: list[Violation], index, position: int) -> list[Violation]:
+    """Violations of a batch of one sample, each naming that sample."""
+    return [dataclasses.replace(v, sample=position, dataset_index=index) for v in found]
+
+
+def _check_one(spec: BatchSpec, sample, index, position: int) -> list[Violation]:
     """Check one raw sample, collated alone (a batch of one)."""
     from torch.utils.data import default_collate
 
     try:
         batch = default_collate([sample])
     except Exception as exc:
-        return [Violation("<sample>", 0, index, "structure",
+        return [Violation("<sample>", position, index, "structure",
                           f"cannot be collated ({type(exc).__name__}: {exc})")]
-    return spec.check(batch, dataset_indices=[index])
+    return _blame(spec.check(batch), index, position)
 
 
-def _check_batch(spec: BatchSpec, idx, batch, raw) -> list[Violation]:
-    """Violations of one scanned batch, each naming its dataset index where one exists."""
+def _check_batch(spec: BatchSpec, idx, batch, raw, refetch=None) -> list[Violation]:
+    """Violations of one scanned batch, each naming its dataset index where one exists.
+
+    ``raw``: the samples, when they could not be collated together. ``refetch(i)``
+    reads sample ``i`` again (map-style datasets), to re-check a batch that breaks a
+    rule as a whole from its raw samples (collating may have promoted a dtype).
+    """
     if raw is not None:
-        return [v for s, i in zip(raw, idx) for v in _check_one(spec, s, i)]
+        return [v for j, (s, i) in enumerate(zip(raw, idx)) for v in _check_one(spec, s, i, j)]
     found = spec.check(batch, dataset_indices=idx)
-    whole = [v for v in found if v.dataset_index is None]
-    if not whole:
+    if all(v.dataset_index is not None for v in found):
         return found
     # A rule broken by the batch as a whole: find the samples that break it.
     per_sample = []
     for j, i in enumerate(idx):
-        per_sample.extend(spec.check(_take(batch, j), dataset_indices=[i]))
+        if refetch is not None:
+            try:
+                sample = refetch(i)
+            except Exception as exc:  # it loaded a moment ago; report, do not stop
+                per_sample.append(Violation("<sample>", j, i, LOAD_RULE,
+                                            f"loading it raised {type(exc).__name__}: {exc}"))
+                continue
+            per_sample.extend(_check_one(spec, sample, i, j))
+        else:
+            per_sample.extend(_blame(spec.check(_take(batch, j)), i, j))
     if not per_sample:  # no single sample breaks it: report the batch-level finding
         return found
-    known = {(v.dataset_index, v.tensor, v.rule, v.message) for v in per_sample}
-    return per_sample + [v for v in found if v.dataset_index is not None
-                         and (v.dataset_index, v.tensor, v.rule, v.message) not in known]
+    return per_sample
 
 
 def _row(v: Violation) -> dict:
@@ -255,7 +272,7 @@ def scan_dataset(dataset, spec: BatchSpec, *, batch_size: int = 256, num_workers
                     violations.append(Violation("<sample>", None, i, LOAD_RULE,
                                                 f"loading it raised {f.error_type}: {f.message}"))
                 if idx:
-                    violations.extend(_check_batch(check, idx, batch, raw))
+                    violations.extend(_check_batch(check, idx, batch, raw, data.__getitem__))
                 scanned += len(idx) + len(failed)
                 if max_seconds is not None and time.monotonic() - t0 >= max_seconds \
                         and scanned < len(indices):
