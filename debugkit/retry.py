@@ -43,6 +43,8 @@ MSG_JITTER = "retry: jitter={value!r}: expected a number in [0, 1]"
 MSG_ON = "retry: on={value!r}: expected an exception class or a tuple of exception classes"
 MSG_NOT_CALLABLE = "retry: fn={value!r}: expected a callable"
 MSG_BOTH_SINKS = "retry: give run_dir= or recorder=, not both"
+MSG_RNG = "retry: rng={value!r}: expected a random.Random (or None)"
+MSG_RECORDER = "retry: recorder={value!r}: expected a debugkit.Recorder"
 MSG_SLEEP = "retry: sleep={value!r}: expected a callable taking seconds"
 
 
@@ -190,6 +192,10 @@ def retry(fn: Callable, attempts: int = 3, base_delay_s: float = 2.0, on=None, *
         raise InvalidInputError(MSG_JITTER.format(value=jitter))
     if not callable(sleep):
         raise InvalidInputError(MSG_SLEEP.format(value=sleep))
+    if rng is not None and not callable(getattr(rng, "uniform", None)):
+        raise InvalidInputError(MSG_RNG.format(value=rng))
+    if recorder is not None and not callable(getattr(recorder, "event", None)):
+        raise InvalidInputError(MSG_RECORDER.format(value=recorder))
     if run_dir is not None and recorder is not None:
         raise InvalidInputError(MSG_BOTH_SINKS)
     on = _coerce_on(on)
@@ -206,9 +212,13 @@ def retry(fn: Callable, attempts: int = 3, base_delay_s: float = 2.0, on=None, *
     def record(attempt, ok, exc=None, delay=None):
         if emit is None:
             return
-        emit(EVENT_KIND, name=label, attempt=attempt, attempts=attempts, ok=ok,
-             error_type=None if exc is None else type(exc).__name__,
-             message=None if exc is None else str(exc)[:MESSAGE_LIMIT], delay_s=delay)
+        try:
+            emit(EVENT_KIND, name=label, attempt=attempt, attempts=attempts, ok=ok,
+                 error_type=None if exc is None else type(exc).__name__,
+                 message=None if exc is None else str(exc)[:MESSAGE_LIMIT], delay_s=delay)
+        except Exception as write_err:  # recording must not change what the call does
+            logger.warning("%s: could not record attempt %d as an event: %s", label, attempt,
+                           write_err)
 
     for attempt in range(1, attempts + 1):
         try:

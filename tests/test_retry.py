@@ -8,6 +8,7 @@ import random
 import socket
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -112,6 +113,17 @@ def test_run_dir_events_are_read_by_open_run(tmp_path, monkeypatch):
     assert (run_dir / "ranks" / "0" / "events-000.jsonl").exists()
 
 
+def test_an_unwritable_run_dir_does_not_change_the_outcome(tmp_path, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    err = ConnectionError("down")
+    with caplog.at_level(logging.WARNING, logger="debugkit.retry"):
+        with pytest.raises(ConnectionError) as info:
+            debugkit.retry(Flaky([err]), attempts=1, run_dir=blocker)
+    assert info.value is err
+    assert any("could not record attempt 1" in r.getMessage() for r in caplog.records)
+
+
 def test_rank_comes_from_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("RANK", "3")
     debugkit.retry(lambda: None, run_dir=tmp_path)
@@ -128,6 +140,15 @@ def test_recorder_events(tmp_path):
     assert [(e["attempt"], e["ok"], e["error_type"], e["message"], e["delay_s"]) for e in evs] == [
         (1, False, "TimeoutError", "t1", 1.5), (2, False, "TimeoutError", "t2", None)]
     assert evs[0]["name"] == "Flaky"  # a callable object: its class's qualname
+
+
+def test_recorder_event_rejects_a_bad_kind(tmp_path):
+    with Recorder(tmp_path / "r", torch.nn.Linear(2, 1)) as rec:
+        with pytest.raises(InvalidInputError, match=r"event kind='': expected a non-empty string"):
+            rec.event("")
+        rec.event("note", text="hello")
+    (note,) = [e for e in open_run(tmp_path / "r").events() if e["kind"] == "note"]
+    assert note["text"] == "hello" and note["rank"] == 0
 
 
 def test_default_name_is_the_qualname(tmp_path):
@@ -150,7 +171,9 @@ def test_default_name_is_the_qualname(tmp_path):
     ({"on": ()}, r"on=\(\): expected an exception class or a tuple of exception classes"),
     ({"on": (ValueError, "x")}, r"on=\(<class 'ValueError'>, 'x'\): expected an exception class"),
     ({"on": int}, r"on=\(<class 'int'>,\): expected an exception class"),
-    ({"run_dir": "a", "recorder": object()}, r"give run_dir= or recorder=, not both"),
+    ({"run_dir": "a", "recorder": SimpleNamespace(event=print)}, r"give run_dir= or recorder=, not both"),
+    ({"recorder": object()}, r"recorder=<object object at .*>: expected a debugkit.Recorder"),
+    ({"rng": 3}, r"rng=3: expected a random.Random"),
     ({"sleep": 3}, r"sleep=3: expected a callable"),
 ])
 def test_bad_arguments(kwargs, msg):
