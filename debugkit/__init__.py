@@ -17,10 +17,16 @@ from .errors import (
     UploadError,
 )
 
+# Imported eagerly, unlike the names below: the module shares the function's name, so a
+# lazy import would leave ``debugkit.retry`` bound to the module whenever something
+# imported ``debugkit.retry`` (the module) first. It needs only the standard library
+# (torch is imported when retry() is called with the default ``on``).
+from .retry import retry
+
 __version__ = "0.1.0"
 
 __all__ = [
-    "Recorder", "BatchSpec", "resume_latest", "open_run", "Run", "DebugkitError", "RunDirError", "SchemaVersionError",
+    "Recorder", "BatchSpec", "resume_latest", "retry", "open_run", "Run", "DebugkitError", "RunDirError", "SchemaVersionError",
     "InvalidInputError", "UploadError", "ReplayError", "NonFiniteError",
     "MissingDependencyError", "__version__",
 ]

@@ -26,6 +26,7 @@ COMMANDS = [
     "dump",
     "profile_summary",
     "sync",
+    "scan_dataset",
 ]
 
 EXIT_OK = 0

@@ -353,6 +353,16 @@ class Recorder:
             if self._cur is not None:
                 self._step_scalars.append((key, v))
 
+    def event(self, kind: str, **fields) -> None:
+        """Append one event (``{"time", "kind", **fields}``) to this rank's events file now.
+
+        Fields must be JSON-serialisable (others are written as their ``repr``); they
+        come back from :meth:`debugkit.Run.events`. Used by :func:`debugkit.retry`.
+        """
+        if not isinstance(kind, str) or not kind:
+            raise InvalidInputError(f"event kind={kind!r}: expected a non-empty string")
+        self._writer.event(kind, **fields)
+
     def track(self, loader):
         """Wrap a DataLoader so that captures know each batch's dataset indices."""
         return track_loader(loader, self._set_next_indices)
