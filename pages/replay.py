@@ -137,9 +137,12 @@ def _show_guard(f: dict) -> None:
                                mime="application/json", icon=":material/download:", on_click="ignore",
                                key="guard_download")
         else:
-            st.info(f"No batch guard would have caught this: {learned} accepts the batch, so the failure "
-                    "is not in its dtypes, shapes, value ranges or finiteness. Replay it to find the "
-                    "module and op.", icon=":material/gpp_maybe:")
+            st.info(f"No batch guard learned from the data would have caught this: {learned} accepts "
+                    "the batch (every tensor has the dtype, shape, whole-tensor value range and "
+                    "finiteness of the healthy ones). The cause is in the model or the step, or in a "
+                    "rule a spec does not learn (such as one column of a tabular tensor holding an id "
+                    "its embedding lacks). Replay it to find the module and op.",
+                    icon=":material/gpp_maybe:")
 
 
 def _pick_failure(failures: list[dict]) -> dict:

@@ -72,16 +72,17 @@ def detect_first_nonfinite(stats: pd.DataFrame, model_order=None) -> pd.DataFram
 
     Returns
     -------
-    DataFrame ``layer``, ``checkpoint``, ``step``, ``nan_count``, ``inf_count``, in model
-    order; empty when every checkpoint is finite.
+    DataFrame ``layer``, ``checkpoint``, ``step``, ``nan_count``, ``inf_count``, earliest
+    checkpoint first (model order within one); empty when every checkpoint is finite.
     """
     cols = ["layer", "checkpoint", "step", "nan_count", "inf_count"]
     if not len(stats):
         return pd.DataFrame(columns=cols)
     bad = stats[(stats["nan_count"] + stats["inf_count"]) > 0].sort_values("order", kind="stable")
     first = bad.drop_duplicates("layer")
-    layers = order_layers(first["layer"], model_order)
-    return first.set_index("layer").loc[layers].reset_index()[cols]
+    pos = {k: i for i, k in enumerate(order_layers(first["layer"], model_order))}
+    first = first.assign(_pos=first["layer"].map(pos)).sort_values(["order", "_pos"], kind="stable")
+    return first[cols].reset_index(drop=True)
 
 
 def compute_movement(diff: pd.DataFrame, model_order=None) -> dict:

@@ -109,3 +109,21 @@ def test_forged_code_is_refused_without_a_way_to_allow_it():
     assert any("part of Python's standard library" in e.value for e in at.error)
     assert at.button(key="replay_button").disabled
     assert len(at.checkbox) == 0
+
+
+def test_the_guard_that_would_have_stopped_the_bad_label():
+    at = app("digits-bad-label", FID)
+    ok = [s.value for s in at.success]
+    assert any(s.startswith("A batch guard would have stopped this batch before it reached the model: "
+                            "the spec the Recorder learned from the 75 healthy batches") for s in ok)
+    assert "value 12 outside [0, 10) [rule: range]" in texts(at)
+    assert "guard_action=\"skip\"" in texts(at)
+    dl = [d for d in at.get("download_button") if d.proto.label == "Download batch_spec.json"]
+    assert len(dl) == 1
+
+
+def test_a_model_side_failure_gets_no_guard_suggestion():
+    at = app("digits-exploding")
+    assert any(i.value.startswith("No batch guard learned from the data would have caught this")
+               for i in at.info)
+    assert not [d for d in at.get("download_button") if d.proto.label == "Download batch_spec.json"]

@@ -227,3 +227,18 @@ def test_guard_arguments(tmp_path, digits):
     with Recorder(tmp_path / "b", _model(), guard=tmp_path / "spec.json") as rec:
         assert rec._guard == spec
     assert debugkit.BatchSpec is BatchSpec
+
+
+def test_guarded_sample_skipped_the_corrupted_label_batches_and_finished():
+    from debugkit import open_run
+    from tests.conftest import ROOT
+
+    run = open_run(ROOT / "sample_runs" / "digits-guarded")
+    assert run.status == "finished" and not run.failures()
+    skipped = [e for e in run.events() if e["kind"] == "batch_skipped"]
+    # the corrupted row is served once in each of epochs 2 and 3
+    assert len(skipped) == 2 and all(e["dataset_indices"] and 1474 in e["dataset_indices"] for e in skipped)
+    assert all(v["rule"] == "range" and v["dataset_index"] == 1474 for e in skipped for v in e["violations"])
+    assert run.manifest["guard"]["action"] == "skip"
+    close = [e for e in run.events() if e["kind"] == "close"][-1]
+    assert close["skipped_batches"] == 2

@@ -1,0 +1,156 @@
+"""AppTest of the Checkpoints page: the resumed sample, NaN/frozen weights, empty state,
+comparison links, bad query params, replay-from-checkpoint links."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from tests.checkpoint_factory import train_with_checkpoints
+from tests.conftest import ROOT
+from tests.replay.conftest import project  # noqa: F401  (fixture)
+
+
+def _open(run: str, **query) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.query_params["run"] = run
+    for k, v in query.items():
+        at.query_params[k] = v
+    at.switch_page("pages/checkpoints.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _open_path(path) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.session_state["debugkit_run_path"] = str(path)
+    at.switch_page("pages/checkpoints.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _charts(at):
+    return [c for c in at.get("plotly_chart")]
+
+
+def test_resumed_sample_lists_verified_checkpoints_and_draws_the_heatmap():
+    at = _open("digits-resumed")
+    assert at.title[0].value == "Checkpoints"
+    listing = at.dataframe[0].value
+    assert listing["checkpoint"].tolist() == ["step 30", "step 60", "step 90", "step 120", "step 150"]
+    assert listing["ok"].all()
+    assert [t.label for t in at.tabs] == ["Relative change", "Weight norms"]
+    assert len(_charts(at)) >= 3  # heatmap, weight norms, moved-most
+    assert any("Every verified checkpoint is finite" in s.value for s in at.success)
+    # compare: first and last by default, and the choice goes into the URL
+    assert at.selectbox(key="ckpt_a").value == 0 and at.selectbox(key="ckpt_b").value == 4
+    assert at.query_params["a"] == "30" and at.query_params["b"] == "150"
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Tensors that moved"] == "6 / 6" and metrics["Never moved"] == "0"
+
+
+def test_comparison_deep_link_and_bad_params():
+    at = _open("digits-resumed", a="60", b="90")
+    assert at.selectbox(key="ckpt_a").value == 1 and at.selectbox(key="ckpt_b").value == 2
+    at = _open("digits-resumed", a="61", b="x")
+    warnings = [w.value for w in at.warning]
+    assert any("?a=61: this run has no verified checkpoint at that step" in w for w in warnings)
+
+
+def test_nonfinite_and_frozen_weights_are_flagged(tmp_path):
+    train_with_checkpoints(tmp_path / "nan", nan_at=3)
+    at = _open_path(tmp_path / "nan")
+    errors = [e.value for e in at.error]
+    assert any("NaN/Inf first appears in **step 4**, in `2.weight`" in e for e in errors)
+    assert any(m.value.startswith(":material/error: **nonfinite_weights** · step 4") for m in at.markdown)
+    train_with_checkpoints(tmp_path / "frozen", freeze_first=True)
+    at = _open_path(tmp_path / "frozen")
+    assert any("**frozen_layer**" in m.value and "`0.weight`" in m.value for m in at.markdown)
+    assert at.metric[2].label == "Never moved" and at.metric[2].value == "2"
+
+
+def test_a_corrupted_checkpoint_is_flagged_and_skipped(tmp_path):
+    shutil.copytree(ROOT / "sample_runs" / "digits-resumed", tmp_path / "r")
+    f = tmp_path / "r" / "checkpoints" / "000000150" / "model.safetensors"
+    f.write_bytes(b"\0" * f.stat().st_size)  # same size, other bytes
+    at = _open_path(tmp_path / "r")
+    listing = at.dataframe[0].value
+    assert listing.iloc[-1]["problem"] == "model.safetensors: SHA-256 differs from the recorded one"
+    assert any("step 150 is skipped" in w.value for w in at.warning)
+    assert at.selectbox(key="ckpt_b").value == 3  # the newest verified one: step 120
+
+
+def test_run_without_checkpoints_says_what_to_record():
+    at = _open("digits-mlp")
+    assert any("This run has no checkpoints. Call `rec.checkpoint()`" in i.value for i in at.info)
+
+
+def test_a_folder_of_state_dict_files(tmp_path):
+    import torch
+
+    torch.manual_seed(0)
+    m = torch.nn.Linear(3, 2)
+    folder = tmp_path / "ckpts"
+    folder.mkdir()
+    for epoch in (1, 2):
+        with torch.no_grad():
+            m.weight.mul_(2.0)
+        torch.save(m.state_dict(), folder / f"epoch-{epoch}.pt")
+    (folder / "evil.pt").write_bytes(b"cos\nsystem\n(S'echo pwned'\ntR.")
+    at = _open("digits-mlp")
+    at.text_input[0].input(str(folder))
+    at.button[0].click().run()
+    assert not at.exception
+    listing = at.dataframe[0].value
+    assert set(listing["source"]) == {"state_dict file"}
+    bad = listing[~listing["ok"]]
+    assert bad["path"].str.endswith("evil.pt").all() and len(bad) == 1
+    assert "not a loadable state_dict" in bad["problem"].iloc[0]
+    at.text_input[0].input("/no/such/folder")
+    at.button[0].click().run()
+    assert any("not a folder" in e.value or "does not exist" in e.value for e in at.error)
+
+
+def test_replay_from_checkpoint_link(project, tmp_path):
+    from tests.replay.test_checkpoint_and_guard import _run_with_checkpoints_then_bad_label
+
+    run = _run_with_checkpoints_then_bad_label(tmp_path / "r")
+    at = _open_path(run)
+    links = [p for p in at.get("page_link") if "from checkpoint" in p.proto.label]
+    assert links and links[0].proto.label.startswith("Replay capture r0-s0000004-exception from checkpoint at step 4")
+    assert links[0].proto.query_string == "failure=r0-s0000004-exception&checkpoint=4"
+
+
+@pytest.mark.parametrize("value, needle", [("3", "no checkpoint at that step (it has: 2, 4)"),
+                                           ("abc", "expected a checkpoint step")])
+def test_replay_page_validates_the_checkpoint_param(project, tmp_path, value, needle):
+    from tests.replay.test_checkpoint_and_guard import _run_with_checkpoints_then_bad_label
+
+    run = _run_with_checkpoints_then_bad_label(tmp_path / "r")
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.session_state["debugkit_run_path"] = str(run)
+    at.query_params["checkpoint"] = value
+    at.switch_page("pages/replay.py")
+    at.run()
+    assert not at.exception
+    assert any(needle in w.value for w in at.warning)
+
+
+def test_replay_page_with_a_checkpoint_replays_with_its_weights(project, tmp_path):
+    from tests.replay.test_checkpoint_and_guard import _run_with_checkpoints_then_bad_label
+
+    run = _run_with_checkpoints_then_bad_label(tmp_path / "r")
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.session_state["debugkit_run_path"] = str(run)
+    at.query_params["checkpoint"] = "2"
+    at.switch_page("pages/replay.py")
+    at.run()
+    assert any("Weights: the checkpoint at step 2" in i.value for i in at.info)
+    at.checkbox[0].check().run()  # "I trust this code": the run is not a bundled sample
+    at.button(key="replay_button").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("weights of the checkpoint at step 2" in c.value for c in at.caption)
