@@ -1,0 +1,110 @@
+"""Hostile uploads through the real browser: a .zip picked in the sidebar's uploader.
+
+Each is refused with its message shown in the page (or, for inert payloads, stored and
+never executed), the app stays up, and nothing is written outside the run store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+
+import pytest
+
+from tests.io.test_upload import _run_files, _zip_bytes
+
+from .conftest import ROOT, start_server, wait_for_app
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def fresh_server(tmp_path_factory):
+    srv = start_server(tmp_path_factory.mktemp("hostile"))
+    yield srv
+    srv.proc.terminate()
+    srv.proc.wait(10)
+
+
+def _stored(srv) -> list[str]:
+    return sorted(p.name for p in srv.store.iterdir() if not p.name.startswith("."))
+
+
+def _upload_zip(page, srv, path) -> None:
+    page.goto(srv.url + "/overview")
+    wait_for_app(page)
+    page.get_by_text("Upload a run").click()
+    zone = page.get_by_test_id("stFileUploaderDropzone").nth(1)  # "…or a .zip of one"
+    with page.expect_file_chooser() as fc:
+        zone.get_by_role("button").first.click()
+    fc.value.set_files(str(path))
+
+
+class _Boom:
+    def __reduce__(self):
+        return (os.system, (f"touch {ROOT}/../dk-pwned-e2e",))
+
+
+CASES = {
+    "zip-slip": (lambda: _zip_bytes(_run_files() + [("../../dk-evil.txt", b"pwned")]),
+                 "refused file name '../../dk-evil.txt'"),
+    "absolute": (lambda: _zip_bytes(_run_files() + [("/tmp/dk-evil-abs.txt", b"pwned")]),
+                 "absolute paths are not allowed"),
+    "symlink": (lambda: _zip_bytes(_run_files(), symlink=("myrun/link", "/etc/passwd")),
+                "refused 'myrun/link': links are not allowed"),
+    "bomb": (lambda: _zip_bytes(_run_files() + [("myrun/bomb.bin", b"\0" * (64 << 20))]),
+             "this looks like a compression bomb"),
+    "backslash": (lambda: _zip_bytes(_run_files() + [("myrun\\..\\evil", b"x")]),
+                  "backslashes are not allowed"),
+    "not-a-run": (lambda: _zip_bytes([("notes/readme.txt", b"hello")]),
+                  "no manifest.json at the top of the upload"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_hostile_zip_is_refused_in_the_page(fresh_server, page, tmp_path, case):
+    make, message = CASES[case]
+    z = tmp_path / f"{case}.zip"
+    z.write_bytes(make())
+    before = _stored(fresh_server)
+    _upload_zip(page, fresh_server, z)
+    page.get_by_text(message, exact=False).first.wait_for(state="visible", timeout=60_000)
+    assert _stored(fresh_server) == before
+    for outside in (ROOT.parent / "dk-evil.txt", fresh_server.store.parent / "dk-evil.txt",
+                    fresh_server.store / ".." / ".." / "dk-evil.txt"):
+        assert not outside.exists()
+    assert not os.path.exists("/tmp/dk-evil-abs.txt")
+    assert not [p for p in fresh_server.store.rglob("*") if p.is_symlink()]
+    # the app is still up: another page renders
+    page.goto(fresh_server.url + "/")
+    wait_for_app(page)
+    page.get_by_text("Runs").first.wait_for(state="visible")
+    page.screenshot(path=str(tmp_path / f"{case}.png"))
+
+
+def test_disguised_pickle_and_os_system_factory_are_stored_inert(fresh_server, page, tmp_path):
+    src = tmp_path / "evilrun"
+    shutil.copytree(ROOT / "sample_runs" / "digits-bad-label", src)
+    m = json.loads((src / "manifest.json").read_text())
+    m["model_factory"] = "os:system"
+    m["factory_kwargs"] = {"command": f"touch {tmp_path}/pwned"}
+    (src / "manifest.json").write_text(json.dumps(m))
+    fid = next((src / "failures").iterdir())
+    rec = json.loads((fid / "failure.json").read_text())
+    rec["code"]["model_factory"] = {**rec["code"].get("model_factory", {}), "spec": "os:system",
+                                    "module": "os", "qualname": "system"}
+    (fid / "failure.json").write_text(json.dumps(rec))
+    (fid / "optimizer.pt").write_bytes(pickle.dumps(_Boom()))  # a pickle posing as a checkpoint
+    z = tmp_path / "evil.zip"
+    shutil.make_archive(str(z.with_suffix("")), "zip", tmp_path, "evilrun")
+    _upload_zip(page, fresh_server, z)
+    page.get_by_text("Uploaded as evilrun").first.wait_for(state="visible", timeout=60_000)
+    assert "evilrun" in _stored(fresh_server)
+    page.goto(fresh_server.url + "/replay?run=evilrun")
+    wait_for_app(page)
+    page.get_by_text("part of Python's standard library", exact=False).first.wait_for(state="visible", timeout=60_000)
+    assert page.get_by_role("button", name="Replay").first.is_disabled()
+    assert not (tmp_path / "pwned").exists() and not (ROOT.parent / "dk-pwned-e2e").exists()
+    page.screenshot(path=str(tmp_path / "evil-replay.png"))
