@@ -39,7 +39,7 @@ def _snap_key(p: str) -> tuple:
     return (p, st_.st_size, st_.st_mtime_ns)
 
 
-@st.cache_resource(max_entries=4, show_spinner=False)
+@st.cache_resource(max_entries=4, ttl=900, show_spinner=False)
 def _snapshot(key: tuple):
     from debugkit.io.memsnap import read_snapshot
 
