@@ -44,9 +44,29 @@ def test_healthy_run_has_no_memory_finding():
     assert "No leak, pressure or fragmentation found." in _texts(at.success)
     assert not at.warning and not at.error
     (spec,) = _chart_specs(at)
+    assert [t["name"] for t in spec["data"]][0] == "RSS"
+    assert not any("No capacity recorded" in c for c in _texts(at.caption))  # host memory is recorded
+    assert any("No memory snapshot in this run" in i for i in _texts(at.info))
+
+
+def _old_run(dst: Path) -> Path:
+    """digits-mlp as a debugkit from before capacities were recorded wrote it."""
+    shutil.copytree(SAMPLE_RUNS / "digits-mlp", dst)
+    for meta in dst.glob("ranks/*/meta-*.json"):
+        d = json.loads(meta.read_text())
+        for k in ("host_memory_bytes", "host_memory_limit_bytes", "device_memory_bytes"):
+            d.pop(k, None)
+        meta.write_text(json.dumps(d))
+    return dst
+
+
+def test_a_run_without_capacities_says_so(tmp_path, monkeypatch):
+    _old_run(tmp_path / "store" / "old-run")
+    monkeypatch.setenv("DEBUGKIT_STORE", str(tmp_path / "store"))
+    at = _app("old-run")
+    (spec,) = _chart_specs(at)
     assert [t["name"] for t in spec["data"]] == ["RSS"]
     assert any("No capacity recorded" in c for c in _texts(at.caption))
-    assert any("No memory snapshot in this run" in i for i in _texts(at.info))
 
 
 def test_leaking_run_shows_the_leak_its_rate_and_the_trend():

@@ -38,7 +38,7 @@ def _upload_zip(page, srv, path) -> None:
     page.get_by_text("Upload a run").click()
     zone = page.get_by_test_id("stFileUploaderDropzone").nth(1)  # "…or a .zip of one"
     with page.expect_file_chooser() as fc:
-        zone.get_by_role("button").first.click()
+        zone.get_by_test_id("stBaseButton-secondary").click()
     fc.value.set_files(str(path))
 
 

@@ -240,8 +240,10 @@ def test_memory_capacity_uses_the_cgroup_limit_and_the_manifest_gpus(run_dir):
     assert cap["host_capacity_bytes"].tolist() == [16 << 30]
 
 
-def test_memory_capacity_of_an_old_run_is_null():
-    cap = open_run(SAMPLE_RUNS / "digits-mlp").memory_capacity()
+def test_memory_capacity_of_an_old_run_is_null(tmp_path):
+    from tests.app.test_memory_page import _old_run
+
+    cap = open_run(_old_run(tmp_path / "old")).memory_capacity()
     assert cap["rank"].tolist() == [0]
     assert cap["host_capacity_bytes"].isna().all() and cap["device_capacity_bytes"].isna().all()
 
