@@ -7,6 +7,7 @@ import streamlit as st
 
 from pages import _common
 
+_common.mark_routed()
 st.set_page_config(page_title="debugkit", page_icon=":material/bug_report:", layout="wide")
 
 # (page file, title, icon, url path): one entry per page. The router decides what each

@@ -141,20 +141,30 @@ def run_load(sessions: int = 20, rows: int = 1_000_000, timeout_s: float = 300.0
         t0 = time.perf_counter()
         # In a thread of its own: the caller may already run an event loop (pytest with
         # Playwright's sync API does), and asyncio.run() refuses to nest.
-        box: dict = {}
+        # A caller that already runs an event loop (pytest with Playwright's sync API)
+        # gets the driver in a thread of its own; asyncio.run() refuses to nest.
+        try:
+            asyncio.get_running_loop()
+            in_loop = True
+        except RuntimeError:
+            in_loop = False
+        if not in_loop:
+            out = asyncio.run(_drive(srv.url, run_id, sessions, src, timeout_s))
+        else:
+            box: dict = {}
 
-        def drive():
-            try:
-                box["out"] = asyncio.run(_drive(srv.url, run_id, sessions, src, timeout_s))
-            except BaseException as exc:  # re-raised in the caller's thread
-                box["exc"] = exc
+            def drive():
+                try:
+                    box["out"] = asyncio.run(_drive(srv.url, run_id, sessions, src, timeout_s))
+                except BaseException as exc:  # re-raised in the caller's thread
+                    box["exc"] = exc
 
-        th = threading.Thread(target=drive, name="load-driver")
-        th.start()
-        th.join()
-        if "exc" in box:
-            raise box["exc"]
-        out = box["out"]
+            th = threading.Thread(target=drive, name="load-driver")
+            th.start()
+            th.join()
+            if "exc" in box:
+                raise box["exc"]
+            out = box["out"]
         out["wall_s"] = time.perf_counter() - t0
         mon.stop.set()
         mon.join()
