@@ -138,7 +138,7 @@ def _listing_table(listing) -> None:
     })
     st.dataframe(shown, hide_index=True, width="stretch",
                  column_config={"ok": st.column_config.CheckboxColumn("verified", width="small")},
-                 height=min(400, 35 * len(shown) + 40))
+                 height=min(400, 35 * (len(shown) + 1) + 3))
     bad = listing[~listing["ok"]]
     for _, r in bad.iterrows():
         st.warning(f"{_label(r)} is skipped: {r['problem']}", icon=":material/broken_image:")

@@ -17,13 +17,18 @@ def build_change_heatmap_figure(m: ChangeMatrix, *, title=None):
 
     Cells of a checkpoint holding NaN/Inf in that layer are drawn in
     :data:`~debugkit.charts.gradients.NONFINITE_COLOR`; layers bit-identical to the
-    previous checkpoint in :data:`~debugkit.charts.gradients.ZERO_COLOR`. The first
-    column has no previous checkpoint and stays empty.
+    previous checkpoint in :data:`~debugkit.charts.gradients.ZERO_COLOR`. Column ``j`` is
+    labelled ``"→ <checkpoint j>"``; the first checkpoint, with no previous one, has no
+    column (NaN/Inf in it shows on the weight-norm figure and in the findings).
     """
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    x = list(m.labels)
+    # Column j is the change from checkpoint j-1 to j: the first checkpoint has none and
+    # is left out.
+    x = [f"→ {lab}" for lab in m.labels[1:]]
+    m = ChangeMatrix(m.layers, m.labels[1:], m.steps[1:], m.rel[:, 1:], m.norm[:, 1:],
+                     m.nonfinite[:, 1:], m.unchanged[:, 1:])
     with np.errstate(divide="ignore", invalid="ignore"):
         z = np.where(m.rel > 0, np.log10(m.rel), np.nan)
     fig.add_trace(go.Heatmap(
@@ -50,7 +55,7 @@ def build_change_heatmap_figure(m: ChangeMatrix, *, title=None):
     fig.update_layout(
         title=title, height=height, plot_bgcolor="white",
         margin={"l": 10, "r": 20, "t": 40 if title else 10, "b": 40},
-        xaxis={"title": "checkpoint", "type": "category"},
+        xaxis={"title": "change since the previous checkpoint", "type": "category"},
         yaxis={"autorange": "reversed", "automargin": True, "type": "category"},
         legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
         uirevision="checkpoint-heatmap")

@@ -19,12 +19,12 @@ def test_heatmap_draws_log_change_and_marks_frozen_and_nonfinite_cells(tmp_path)
     m = compute_change_matrix(read_weight_stats(_run(tmp_path)), ORDER)
     fig = build_change_heatmap_figure(m)
     main, frozen, bad = fig.data[0], fig.data[1], fig.data[3]
-    assert list(main.y) == ORDER and list(main.x) == m.labels
-    assert np.allclose(np.asarray(main.z)[0, 1:], -1.0, atol=1e-5)  # log10(0.1)
+    assert list(main.y) == ORDER and list(main.x) == ["→ step 10", "→ step 20", "→ step 30"]
+    assert np.allclose(np.asarray(main.z)[0], -1.0, atol=1e-5)  # log10(0.1)
     assert frozen.name == "unchanged" and frozen.colorscale[0][1] == ZERO_COLOR
     assert np.nansum(np.asarray(frozen.z, dtype=float)) == 2 * 3 + 2  # 0.bias, 1.weight x3, 1.bias x2
     assert bad.name == "NaN/Inf" and bad.colorscale[0][1] == NONFINITE_COLOR
-    assert np.argwhere(np.asarray(bad.z, dtype=float) == 1).tolist() == [[3, 3]]
+    assert np.argwhere(np.asarray(bad.z, dtype=float) == 1).tolist() == [[3, 2]]
     assert {t.name for t in fig.data if t.type == "scatter"} == {"unchanged", "NaN/Inf"}  # legend swatches
 
 
