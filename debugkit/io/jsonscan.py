@@ -69,7 +69,7 @@ def scan(buf, start: int = 0, end: int | None = None, base_level: int = 0) -> St
     end = len(buf) if end is None else end
     piece = bytes(buf[start:end]) if (start or end != len(buf) or not isinstance(buf, bytes)) else buf
     cls = np.frombuffer(piece.translate(_TABLE), dtype=np.uint8)
-    nz = np.flatnonzero(cls != 0)
+    nz = cls.nonzero()[0]  # no temporary bool array of the buffer's size
     kind = cls[nz]
     del cls, piece
     n = len(nz)

@@ -324,3 +324,61 @@ def test_stack_arrays_are_consistent(speedscope_file):
     assert prof.stack_offsets[0] == 0 and prof.stack_offsets[-1] == len(prof.stack_frames)
     assert np.all(np.diff(prof.stack_offsets) >= 0)
     assert prof.stack_frames.max() < len(prof.frames)
+
+
+# ---------------------------------------------------------------------------- compact fast path
+def _both_ways(path, monkeypatch):
+    """The profile read by the key-search fast path and by the full structural scan."""
+    fast = P.read_speedscope(path)
+    with monkeypatch.context() as m:
+        m.setattr(P, "_locate_compact", lambda data: None)
+        scanned = P.read_speedscope(path)
+    return fast, scanned
+
+
+def test_pyspys_compact_file_takes_the_fast_path_and_reads_the_same(speedscope_file, monkeypatch):
+    path, reported = speedscope_file
+    data = P.read_bytes(path)
+    found = P._locate_compact(data)
+    assert found is not None and P._compact_places(json.loads(found.skeleton), found, data, 10) is not None
+    fast, scanned = _both_ways(path, monkeypatch)
+    assert self_counts(fast) == self_counts(scanned) and fast.total_samples == reported
+
+
+@pytest.mark.parametrize("doc", [
+    # a frame name holding the key and brackets (escaped quotes inside the string)
+    {"profiles": [{**GOOD, "samples": [[0, 1], [1], [], [0]], "weights": [1, 2, 3, 4]}],
+     "shared": {"frames": [{"name": 'x"samples":[[1]]'}, {"name": "]],[[", "file": "a.py", "line": 3}]}},
+    # two profiles, the second pretty-printed by hand: must fall back, weights honoured
+    "MIXED",
+    # a samples array of one sample, and an empty one
+    {"profiles": [{**GOOD, "samples": [[0]], "weights": [5]}, {**GOOD, "samples": [], "weights": []}],
+     "shared": {"frames": [{"name": "f"}]}},
+])
+def test_fast_path_equals_the_scan_on_awkward_files(tmp_path, monkeypatch, doc):
+    p = tmp_path / "s.json"
+    if doc == "MIXED":
+        one = json.dumps({**GOOD, "samples": [[0], [0, 1]], "weights": [1, 1]}, separators=(",", ":"))
+        two = '{"type":"sampled","name":"Thread 2","unit":"seconds","startValue":0,"endValue":1,' \
+              '"samples": [[1], [1]],"weights":[2,3]}'
+        p.write_text('{"profiles":[' + one + "," + two + '],"shared":{"frames":[{"name":"f"},{"name":"g"}]}}')
+    else:
+        p.write_text(json.dumps(doc, separators=(",", ":")))
+    fast, scanned = _both_ways(p, monkeypatch)
+    assert self_counts(fast) == self_counts(scanned)
+    assert fast.total_samples == scanned.total_samples
+    assert fast.counts["weight_s"].sum() == pytest.approx(scanned.counts["weight_s"].sum())
+
+
+@pytest.mark.parametrize("samples, match", [
+    ('[[0],[7]]', "frame index 7 outside 0..0"),
+    ('[[0],2,[0]]', "expected a list of lists of frame indices|unreadable stack"),
+    ('[[0],[[0]]]', r"frame index \[0\] is not an integer"),
+    ('[[0],[0.5]]', "is not an integer"),
+])
+def test_fast_path_keeps_the_errors(tmp_path, samples, match):
+    p = tmp_path / "s.json"
+    p.write_text('{"profiles":[{"type":"sampled","name":"T","unit":"none","startValue":0,"endValue":1,'
+                 f'"samples":{samples}}}],"shared":{{"frames":[{{"name":"f"}}]}}}}')
+    with pytest.raises(ProfileError, match=match):
+        P.read_speedscope(p)
