@@ -60,6 +60,10 @@ CASES = {
                   "backslashes are not allowed"),
     "not-a-run": (lambda: _zip_bytes([("notes/readme.txt", b"hello")]),
                   "no manifest.json at the top of the upload"),
+    "control-char": (lambda: _zip_bytes(_run_files() + [("myrun/a\nb", b"x")]),
+                     "it contains NUL or control characters"),
+    "too-many-files": (lambda: _zip_bytes(_run_files() + [(f"myrun/f/{i}", b"") for i in range(20_001)]),
+                       "is more than the limit of 20000"),
 }
 
 

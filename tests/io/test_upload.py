@@ -159,3 +159,52 @@ def test_duplicate_names_are_refused(tmp_path):
     files = _run_files() + [("myrun/manifest.json", b"{}")]
     with pytest.raises(UploadError, match="duplicate name"):
         unpack_files(files, tmp_path / "store")
+
+
+class _SlowFile:
+    """A file whose reads wait for ``gate``: an upload still arriving."""
+
+    def __init__(self, data: bytes, gate, started):
+        self._d, self._gate, self._started = data, gate, started
+
+    def read(self, n=-1):
+        self._started.set()
+        self._gate.wait(30)
+        d, self._d = (self._d, b"") if n is None or n < 0 else (self._d[:n], self._d[n:])
+        return d
+
+
+def test_two_uploads_at_once_get_two_runs_and_a_half_upload_is_invisible(tmp_path):
+    import threading
+
+    from debugkit.io.store import find_runs
+
+    store = tmp_path / "store"
+    store.mkdir()
+    gate, started = threading.Event(), threading.Event()
+    files = _run_files()
+    slow = files[:-1] + [(files[-1][0], _SlowFile(files[-1][1], gate, started))]
+    results, errors = [], []
+
+    def up(batch):
+        try:
+            results.append(unpack_files(batch, store))
+        except Exception as exc:  # noqa: BLE001  reported below
+            errors.append(exc)
+
+    t1 = threading.Thread(target=up, args=(slow,))
+    t1.start()
+    assert started.wait(10)
+    # while the first upload is still arriving, nothing of it is visible as a run...
+    assert [e.id for e in find_runs([store])] == []
+    # ...and a second upload of a folder with the same name completes beside it
+    up(_run_files())
+    assert [e.id for e in find_runs([store])] == ["myrun"]
+    gate.set()
+    t1.join(30)
+    assert not errors
+    assert sorted(p.name for p in results) == ["myrun", "myrun-2"]
+    assert sorted(e.id for e in find_runs([store])) == ["myrun", "myrun-2"]
+    for r in results:
+        assert _tree(r) == _tree(SAMPLE)
+    assert list((store / ".incoming").iterdir()) == []
