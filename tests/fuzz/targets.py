@@ -254,23 +254,45 @@ TARGETS = {
 }
 
 
-def run_target(name: str, data: bytes) -> str:
+MEMORY_LIMIT_BYTES = 256 << 20  # per input; the inputs are kilobytes
+
+
+class MemoryBlowup(Exception):
+    """A reader allocated more than MEMORY_LIMIT_BYTES for one (small) input."""
+
+
+def run_target(name: str, data: bytes, *, memory_limit: int | None = MEMORY_LIMIT_BYTES) -> str:
     """Feed ``data`` to target ``name``. Returns ``"opened"`` or ``"refused"`` (a
-    DebugkitError); lets any other exception (and :class:`Hang`) propagate."""
+    DebugkitError); lets any other exception (and :class:`Hang`) propagate, and raises
+    :class:`MemoryBlowup` when the peak of what Python and numpy allocated for it
+    (tracemalloc; torch's own allocator is not seen) passes ``memory_limit``."""
+    import tracemalloc
+
     from debugkit.errors import DebugkitError
 
     fn, _ = TARGETS[name]
     tmp = Path(tempfile.mkdtemp(prefix=f"dk-fuzz-{name}-"))
+    tracing = memory_limit is not None and not tracemalloc.is_tracing()
+    if tracing:
+        tracemalloc.start()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             with time_limit():
                 try:
                     fn(data, tmp)
+                    outcome = "opened"
                 except DebugkitError:
-                    return "refused"
-        return "opened"
+                    outcome = "refused"
+        if tracing:
+            peak = tracemalloc.get_traced_memory()[1]
+            if peak > memory_limit:
+                raise MemoryBlowup(f"{name}: {peak >> 20} MiB allocated for a {len(data)}-byte input "
+                                   f"(limit {memory_limit >> 20} MiB)")
+        return outcome
     finally:
+        if tracing:
+            tracemalloc.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

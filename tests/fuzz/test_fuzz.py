@@ -37,3 +37,17 @@ def test_mutated_input_opens_or_is_refused(name, rounds, salt):
     for _ in range(rounds):
         data = mutate(data, rng)
     assert run_target(name, data) in ("opened", "refused")
+
+
+def test_the_memory_bound_catches_a_reader_that_allocates_too_much(monkeypatch):
+    import numpy as np
+
+    from . import targets
+
+    def greedy(data, tmp):
+        np.ones(300 << 20, dtype=np.uint8)  # 300 MiB for a 3-byte input
+
+    monkeypatch.setitem(targets.TARGETS, "greedy", (greedy, lambda: b"abc"))
+    with pytest.raises(targets.MemoryBlowup, match=r"greedy: 300 MiB allocated for a 3-byte input"):
+        targets.run_target("greedy", b"abc")
+    assert targets.run_target("greedy", b"abc", memory_limit=None) == "opened"
