@@ -258,7 +258,8 @@ class _Builder:
             "samples": np.array([self.cells[k][0] for k in keys], dtype=np.int64),
             "weight_s": np.array([self.cells[k][1] for k in keys], dtype=np.float64),
         })
-        threads = _finish_threads(self.threads, counts, frames, flat, offsets)
+        threads = _finish_threads(self.threads, counts, frames, flat, offsets,
+                                  getattr(self, "drop_pids", ()))
         keep = threads["thread_id"].to_numpy()
         counts = counts[counts["thread_id"].isin(keep)].reset_index(drop=True)
         prof = SampledProfile(fmt, frames, flat, offsets, counts, threads, meta)
@@ -267,12 +268,16 @@ class _Builder:
         return prof
 
 
-def _finish_threads(threads: list[dict], counts, frames, flat, offsets):
-    """Drop the launcher's threads, then name roles (main / thread / dataloader / process)."""
+def _finish_threads(threads: list[dict], counts, frames, flat, offsets, drop_pids=()):
+    """Drop the launcher's threads, then name roles (main / thread / dataloader / process).
+
+    The launcher is known by its command line, or by its pid (``drop_pids``: recorded by
+    ``debugkit profile``, for samples taken before py-spy knew the command line)."""
     import pandas as pd
 
     rows = []
     launcher = {t.get("pid") for t in threads if LAUNCHER_MARK in (t.get("process") or "")}
+    launcher |= {p for p in drop_pids if p is not None}
     # ...and from the process chains (the launcher has no threads left when py-spy did
     # not sample it, but it still heads every chain).
     for t in threads:
@@ -399,7 +404,8 @@ def _parse_frame_text(text: str) -> tuple[str, str, int | None]:
 
 
 # ---------------------------------------------------------------------------- raw / collapsed
-def read_collapsed(path: str | os.PathLike, data: bytes | None = None) -> SampledProfile:
+def read_collapsed(path: str | os.PathLike, data: bytes | None = None, *,
+                   drop_pids=()) -> SampledProfile:
     """Read raw/collapsed stacks (``py-spy record --format raw``, Brendan Gregg's folded
     format): one ``frame;frame;...;leaf COUNT`` line per unique stack, root first.
 
@@ -412,6 +418,7 @@ def read_collapsed(path: str | os.PathLike, data: bytes | None = None) -> Sample
     if not data.strip():
         raise ProfileError(MSG_EMPTY_FILE.format(path=path))
     b = _Builder()
+    b.drop_pids = tuple(drop_pids)
     frame_cache: dict[str, int] = {}
     text = data.decode("utf-8", errors="replace")
     for lineno, line in enumerate(text.splitlines(), 1):
@@ -444,7 +451,7 @@ def read_collapsed(path: str | os.PathLike, data: bytes | None = None) -> Sample
 
 # ---------------------------------------------------------------------------- speedscope
 def read_speedscope(path: str | os.PathLike, data: bytes | None = None,
-                    block: int = 200_000) -> SampledProfile:
+                    block: int = 200_000, *, drop_pids=()) -> SampledProfile:
     """Read a speedscope JSON file of ``sampled`` profiles (py-spy's ``--format speedscope``:
     one profile per thread).
 
@@ -485,6 +492,7 @@ def read_speedscope(path: str | os.PathLike, data: bytes | None = None,
     if not isinstance(profiles, list) or not profiles:
         raise ProfileError(MSG_NO_SAMPLES.format(path=path))
     b = _Builder()
+    b.drop_pids = tuple(drop_pids)
     # speedscope frame index -> our frame id; process pseudo-frames -> -1 - index.
     ss_map = np.empty(len(frames_doc), dtype=np.int64)
     pseudo: dict[int, tuple[int, str]] = {}

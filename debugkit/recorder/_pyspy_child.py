@@ -36,7 +36,7 @@ def main() -> int:
             break
         except InterruptedError:
             continue
-    _write(status_file, {"pid": proc.pid, "exit_status": rc})
+    _write(status_file, {"pid": proc.pid, "exit_status": rc, "launcher_pid": os.getpid()})
     return rc if rc >= 0 else 128 - rc
 
 

@@ -202,6 +202,7 @@ def record_command(run_dir, command: list[str], *, name: str | None = None, fmt:
             raise ProfilerError(MSG_NO_OUTPUT.format(rc=rc, detail=f": {tail[-400:]}" if tail else ""))
         reported, errors = _samples_reported(tail)
         info = {"tool": pyspy_version(exe), "command": list(command), "pid": st.get("pid"),
+                "launcher_pid": st.get("launcher_pid"),
                 "exit_status": exit_status, "started_at": started, "ended_at": time.time(),
                 "host": socket.gethostname(), "interrupted": interrupted,
                 "pyspy": {"format": fmt, "rate_hz": int(rate), "subprocesses": subprocesses,

@@ -52,7 +52,9 @@ def test_profile_a_command_keeps_its_exit_status(tmp_path, busy, capsys):
     from debugkit.io.profile_store import read_entry
 
     prof = read_entry(entry)
-    # only the command's process is left: debugkit's launcher is dropped
+    # only the command's process is left: debugkit's launcher (known by its command line,
+    # and by the pid it recorded, for samples taken before py-spy read its command line)
+    assert isinstance(entry["launcher_pid"], int) and entry["launcher_pid"] != entry["pid"]
     assert set(prof.threads["pid"]) == {entry["pid"]}
     assert prof.threads["role"].tolist() == ["main"]
     t = compute_function_table(prof, by="function")
