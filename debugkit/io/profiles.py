@@ -471,7 +471,7 @@ def read_speedscope(path: str | os.PathLike, data: bytes | None = None,
     if found is not None:
         try:
             doc = orjson.loads(found.skeleton)
-            places = _compact_places(doc, found, data, block)
+            places = _compact_places(doc, found, data)
         except orjson.JSONDecodeError:
             places = None
     if places is None:
@@ -675,7 +675,7 @@ def _locate_compact(data: bytes) -> _Compact | None:
     return _Compact(b"".join(pieces), samples, counts, weights)
 
 
-def _compact_places(doc, found: _Compact, data: bytes, block: int):
+def _compact_places(doc, found: _Compact, data: bytes):
     """``(samples_of, weights_of)`` when the arrays ``found`` are, in order, the profiles'
     ``samples``/``weights`` of the parsed skeleton ``doc``; None otherwise."""
     profiles = doc.get("profiles") if isinstance(doc, dict) else None

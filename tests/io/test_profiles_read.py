@@ -340,7 +340,7 @@ def test_pyspys_compact_file_takes_the_fast_path_and_reads_the_same(speedscope_f
     path, reported = speedscope_file
     data = P.read_bytes(path)
     found = P._locate_compact(data)
-    assert found is not None and P._compact_places(json.loads(found.skeleton), found, data, 10) is not None
+    assert found is not None and P._compact_places(json.loads(found.skeleton), found, data) is not None
     fast, scanned = _both_ways(path, monkeypatch)
     assert self_counts(fast) == self_counts(scanned) and fast.total_samples == reported
 
