@@ -65,11 +65,21 @@ def _validate(device, timeout_s, memory_mb):
     return t
 
 
+def _local_abspath(path):
+    """``path`` made absolute when it is a local path (URLs and None pass through)."""
+    import os
+
+    if path is None or "://" in str(path):
+        return path
+    return os.path.abspath(str(path))
+
+
 def _one(run, record, idents, parts, *, device, allow_code, timeout_s, cap, progress, role,
          state_file=None):
     req = {
-        "state_file": state_file,
-        "failure_dir": record["path"], "device": device,
+        # Absolute: the child runs in the model factory's search root, not in our cwd.
+        "state_file": _local_abspath(state_file),
+        "failure_dir": _local_abspath(record["path"]), "device": device,
         "original_device": record.get("device"),
         "allow_code": allow_code, "code": [i.to_dict() for i in idents],
         "factory_kwargs": factory_kwargs(record, run.manifest),
