@@ -35,6 +35,7 @@ what the Trainer tells callbacks:
 
 from __future__ import annotations
 
+import json
 import numbers
 
 try:
@@ -120,8 +121,10 @@ class DebugkitCallback(TrainerCallback):
         factory, fkwargs = self.model_factory, self.factory_kwargs
         if factory is None and config is not None:
             factory = FACTORY
+            # The config's own JSON form (id2label's int keys become strings; from_dict
+            # turns them back).
             fkwargs = {"architecture": type(model).__name__,
-                       "config": json_kwargs(config.to_dict(), "the model's config") or {}}
+                       "config": json.loads(config.to_json_string(use_diff=False))}
         num_classes = self.num_classes
         if num_classes is None and config is not None and type(model).__name__.endswith(
                 "ForSequenceClassification") and getattr(config, "num_labels", 1) > 1 \
