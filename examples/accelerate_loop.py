@@ -32,6 +32,7 @@ def train(out: str, *, data: str = "digits", corrupt_label=None, epochs: int = 2
     from accelerate.utils import set_seed
 
     from debugkit import Recorder
+    from debugkit.integrations.accelerate import accelerator_config
 
     set_seed(seed)
     accelerator = Accelerator(cpu=True, mixed_precision=mixed_precision,
@@ -45,7 +46,7 @@ def train(out: str, *, data: str = "digits", corrupt_label=None, epochs: int = 2
     rec = Recorder(out, model, optimizer, name=f"accelerate-{data}", num_classes=num_classes,
                    model_factory="examples.watch_loop:build_model",
                    factory_kwargs={"n_features": n_features, "num_classes": num_classes},
-                   config={"accumulation": accumulation, "mixed_precision": mixed_precision},
+                   config=accelerator_config(accelerator),
                    halt_on_nonfinite=True, flush_every_s=0.5)
     with rec:
         for epoch in range(epochs):

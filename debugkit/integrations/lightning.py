@@ -209,7 +209,8 @@ class DebugkitCallback(pl.Callback):
             return
         self._in_step = False
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-        if "loss" not in self._logged and _scalar(loss) is not None:
+        logged_loss = any("loss" in k.rsplit("/", 1)[-1].lower() for k in self._logged)
+        if not logged_loss and _scalar(loss) is not None:  # the module logged no loss itself
             rec.log(loss=_scalar(loss))
         rec.end_step()
 

@@ -37,7 +37,8 @@ def test_healthy_run_records_steps_norms_and_trainer_logs(work):
     assert grads.groupby("layer").size().eq(20).all()
     assert "bert.embeddings.word_embeddings.weight" in set(grads["layer"])
     keys = set(run.scalars()["key"])
-    assert {"loss", "grad_norm", "learning_rate", "epoch", "lr"} <= keys
+    # The Trainer's AdamW has two parameter groups (with and without weight decay).
+    assert {"loss", "grad_norm", "learning_rate", "epoch", "lr/0", "lr/1"} <= keys
     m = run.manifest
     assert m["model_factory"] == "debugkit.integrations.transformers:model_from_config"
     assert m["factory_kwargs"]["architecture"] == "BertForSequenceClassification"

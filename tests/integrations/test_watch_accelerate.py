@@ -48,7 +48,9 @@ def test_healthy(work, script):
     assert list(run.steps()["step"]) == list(range(n))
     assert run.grad_norms().groupby("layer").size().eq(n).all()
     if script == "accelerate_loop":
-        assert run.manifest["config"] == {"accumulation": 2, "mixed_precision": "bf16"}
+        assert run.manifest["config"] == {"mixed_precision": "bf16", "gradient_accumulation_steps": 2,
+                                          "num_processes": 1, "distributed_type": "NO",
+                                          "device": "cpu"}
         assert "loss" in set(run.scalars()["key"])
 
 
