@@ -67,9 +67,14 @@ def _validate(device, timeout_s, memory_mb):
 
 def _one(run, record, idents, parts, *, device, allow_code, timeout_s, cap, progress, role,
          state_file=None):
+    import os
+
+    # Every path crosses into a child with another working directory: make them absolute.
+    roots = [i.search_root for i in idents if i.search_root]
     req = {
-        "state_file": state_file,
-        "failure_dir": record["path"], "device": device,
+        "state_file": os.path.abspath(state_file) if state_file else None,
+        "failure_dir": os.path.abspath(record["path"]), "device": device,
+        "sys_path": list(dict.fromkeys(roots + [os.getcwd()])),
         "original_device": record.get("device"),
         "allow_code": allow_code, "code": [i.to_dict() for i in idents],
         "factory_kwargs": factory_kwargs(record, run.manifest),

@@ -300,9 +300,12 @@ def replay_here(req: dict, chan: Channel) -> dict:
     idents = {i["role"]: i for i in req["code"]}
     chan.send("progress", message=f"Importing {idents['model_factory']['spec']} "
                                   f"({idents['model_factory']['local_file']})")
-    root = idents["model_factory"].get("search_root")
-    if root and root not in sys.path:
-        sys.path.insert(0, root)
+    # What `python -m` in the user's folder would search: the modules' recorded roots
+    # and the user's working directory (absolute paths, resolved by the parent).
+    roots = [idents["model_factory"].get("search_root")] + list(req.get("sys_path") or [])
+    for root in reversed([r for r in dict.fromkeys(roots) if r]):
+        if root not in sys.path:
+            sys.path.insert(0, root)
     factory = load_verified_module(idents["model_factory"], allow)
     step_fn = load_verified_module(idents["step_fn"], allow) if "step_fn" in idents else None
 

@@ -53,7 +53,8 @@ NEVER = (MISSING, NOT_DEFINED, STDLIB, NOT_SOURCE, BAD_SPEC)
 MSG_BAD_SPEC = ("{role} {spec!r}: expected 'module:qualname' with Python identifiers "
                 "(e.g. 'examples.digits:build_model')")
 MSG_MISSING = ("{role} {spec}: module {module!r} is not found on this machine (it was {recorded} "
-               "when recorded); run from the project's root or add it to PYTHONPATH")
+               "when recorded; looked in {looked}); run from the project's root or add it "
+               "to PYTHONPATH")
 MSG_NOT_SOURCE = "{role} {spec}: {local} is not a Python source file; refusing to run it"
 MSG_STDLIB = ("{role} {spec}: {local} is part of Python's standard library, which holds no "
               "model code; refusing to run it")
@@ -161,6 +162,59 @@ def locate_module(module: str, search_path: list[str] | None = None) -> tuple[st
     return None, None
 
 
+def recorded_root(module: str, recorded_file) -> str | None:
+    """The ``sys.path`` entry a module was imported from when it was recorded.
+
+    ``examples.digits`` recorded at ``/src/proj/examples/digits.py`` was imported from
+    ``/src/proj``; a package's ``__init__.py`` counts one level more. None when the file
+    name does not match the module (then the recorded path tells nothing) or the folder
+    does not exist on this machine.
+    """
+    if not isinstance(recorded_file, str) or not recorded_file:
+        return None
+    parts = module.split(".")
+    f = Path(recorded_file)
+    if f.name == f"{parts[-1]}.py":
+        root = f.parents[len(parts) - 1] if len(f.parents) >= len(parts) else None
+        names = list(f.parent.parts[len(f.parent.parts) - (len(parts) - 1):]) if len(parts) > 1 else []
+    elif f.name == "__init__.py":
+        root = f.parents[len(parts)] if len(f.parents) > len(parts) else None
+        names = list(f.parent.parts[len(f.parent.parts) - len(parts):])
+    else:
+        return None
+    if root is None or names != parts[:len(names)] or not root.is_dir():
+        return None
+    return str(root)
+
+
+def default_search_path(code: dict | None = None) -> list[str]:
+    """Where a replay looks for a capture's modules: what ``python -m`` would search.
+
+    The working directory first (``python -m`` puts it on ``sys.path``; a console script
+    does not), then the folders the capture's modules were imported from when recorded
+    (where they still exist), then this interpreter's ``sys.path``. Every entry is an
+    absolute path, so the list means the same in a child process with another working
+    directory.
+    """
+    out: list[str] = []
+
+    def add(p):
+        if p is None:
+            return
+        p = os.path.abspath(p or os.getcwd())
+        if p not in out:
+            out.append(p)
+
+    add(os.getcwd())
+    for entry in (code or {}).values():
+        parts = split_spec((entry or {}).get("spec")) if isinstance(entry, dict) else None
+        if parts:
+            add(recorded_root(parts[0], entry.get("file")))
+    for p in sys.path:
+        add(p)
+    return out
+
+
 def _site_dirs() -> list[Path]:
     dirs = set()
     for key in ("purelib", "platlib"):
@@ -244,9 +298,11 @@ def identify(role: str, entry: dict | None, spec: str | None = None,
                             **base)
     module, qualname = parts
     base.update(module=module, qualname=qualname)
+    if search_path is None:
+        search_path = default_search_path({role: entry})
     local, root = locate_module(module, search_path)
     fmt = dict(role=role, spec=spec, module=module, qualname=qualname, local=local,
-               recorded=rec_file or "not located")
+               recorded=rec_file or "not located", looked=_looked(search_path))
     if local is None or not os.path.isfile(local):
         return CodeIdentity(local_file=None, local_sha256=None, status=MISSING,
                             message=MSG_MISSING.format(**fmt), **base)
@@ -276,6 +332,16 @@ def identify(role: str, entry: dict | None, spec: str | None = None,
     return CodeIdentity(status=VERIFIED, message=MSG_VERIFIED.format(**fmt), **common)
 
 
+def _looked(search_path: list[str]) -> str:
+    """The search path as the user would read it (the interpreter's own folders counted)."""
+    cwd = os.getcwd()
+    paths = [os.path.abspath(p or cwd) for p in search_path]
+    mine = [p for p in paths if not p.endswith(".zip") and classify_location(p) == "project"]
+    shown = [f"the working directory {p}" if p == cwd else p for p in mine[:6]]
+    rest = len(paths) - len(shown)
+    return ", ".join(shown) + (f" and {rest} folders of Python and its packages" if rest else "")
+
+
 def identify_capture(record: dict, manifest: dict | None = None,
                      search_path: list[str] | None = None) -> list[CodeIdentity]:
     """Identities of the capture's ``model_factory`` and (if any) ``step_fn``.
@@ -285,6 +351,8 @@ def identify_capture(record: dict, manifest: dict | None = None,
     """
     code = record.get("code") or {}
     manifest = manifest or {}
+    if search_path is None:
+        search_path = default_search_path({**(manifest.get("code") or {}), **code})
     out = []
     for role in ("model_factory", "step_fn"):
         entry = code.get(role)
