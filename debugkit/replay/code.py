@@ -53,7 +53,7 @@ NEVER = (MISSING, NOT_DEFINED, STDLIB, NOT_SOURCE, BAD_SPEC)
 MSG_BAD_SPEC = ("{role} {spec!r}: expected 'module:qualname' with Python identifiers "
                 "(e.g. 'examples.digits:build_model')")
 MSG_MISSING = ("{role} {spec}: module {module!r} is not found on this machine (it was {recorded} "
-               "when recorded; looked in {looked}); run from the project's root or add it "
+               "when recorded); looked in {looked}; run from the project's root or add it "
                "to PYTHONPATH")
 MSG_NOT_SOURCE = "{role} {spec}: {local} is not a Python source file; refusing to run it"
 MSG_STDLIB = ("{role} {spec}: {local} is part of Python's standard library, which holds no "
