@@ -5,7 +5,7 @@ from __future__ import annotations
 import atexit
 import math
 import os
-import threading
+import sys
 import time
 import uuid
 import warnings
@@ -19,7 +19,7 @@ from ..errors import DebugkitWarning, InvalidInputError, NonFiniteError
 from .capture import describe_callable, take_rng_state, write_capture
 from .comm import CommTimer
 from .dist import process_group_info
-from .env import collect_env, pip_check
+from .env import collect_env
 from .guard import SpecBuilder, coerce_spec, format_violations
 from .memhistory import MemoryHistory, memory_capacity
 from .memhistory import parse_option as parse_memory_option
@@ -259,8 +259,7 @@ class Recorder:
                     pass
             self.run_id = manifest["run_id"]
             atomic_write_json(manifest_path, manifest)
-            threading.Thread(target=self._write_pip_check, name="debugkit-pipcheck",
-                             daemon=True).start()
+            self._start_pip_check()
 
         rank_dir = self.run_dir / fmt.RANKS_DIR / str(self.rank)
         rank_dir.mkdir(parents=True, exist_ok=True)
@@ -453,11 +452,20 @@ class Recorder:
     def _set_next_indices(self, idx):
         self._next_indices = idx
 
-    def _write_pip_check(self):
+    def _start_pip_check(self):
+        """``pip check`` in a detached process (see :mod:`._pipcheck_child`): it does not
+        slow the first step and still finishes when a short script has already exited."""
+        import subprocess
+
         try:
-            env = {"pip_check": pip_check()}
-            atomic_write_json(self.run_dir / fmt.ENV_FILE, env)
-        except Exception:  # environment facts are best effort, never break training
+            subprocess.Popen([sys.executable, "-m", "debugkit.recorder._pipcheck_child",
+                              str(Path(self.run_dir).resolve())],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                 [str(Path(__file__).resolve().parents[2])]
+                                 + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])})
+        except OSError:  # environment facts are best effort, never break training
             pass
 
     def _close_at_exit(self):

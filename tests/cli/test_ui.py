@@ -29,3 +29,18 @@ def test_the_folders_own_config_wins(tmp_path):
 
 def test_nothing_extra_from_the_checkout_itself():
     assert app_config_flags(app_path(), Path(app_path()).parent) == []
+
+
+def test_info_counts_ranks(tmp_path):
+    """`debugkit info` says "ranks: 1" for a single-process run, and lists several."""
+    import subprocess
+    import sys
+
+    console = Path(sys.executable).with_name("debugkit")
+    root = Path(app_path()).parent / "sample_runs"
+    one = subprocess.run([str(console), "info", str(root / "digits-mlp")], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert "\nranks:   1\n" in one.stdout, one.stdout
+    four = subprocess.run([str(console), "info", str(root / "ddp-straggler")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert "\nranks:   4 (0, 1, 2, 3)\n" in four.stdout, four.stdout
