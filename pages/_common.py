@@ -73,11 +73,15 @@ def page_guard() -> None:
 
 
 # ---------------------------------------------------------------------------- text
-# Characters that format text anywhere in a line (emphasis, code, links and images,
-# HTML, strikethrough, $ maths, backslash escapes), a colon that would open one of
-# Streamlit's ``:icon:`` shortcodes, and what starts a block at the start of a line
-# (headings, quotes, lists, rules, setext underlines). Other punctuation is literal.
-_MD_INLINE = re.compile(r"([\\`*_\[\]<>~$])|(:)(?=[A-Za-z0-9_+/-]+:)")
+# What Markdown (CommonMark + GFM, as Streamlit renders it) would read as formatting:
+# emphasis and code marks, backslashes, ``~`` and ``$`` (strikethrough, maths) anywhere;
+# an underscore only where it can open or close emphasis (not inside ``batch_size``);
+# ``](`` / ``][`` (links, images) and ``[^`` (footnotes), not a lone ``[0, 10)``; ``<``
+# before a tag or autolink; a colon that opens an ``:icon:`` shortcode or a
+# ``:red[...]`` directive; and at the start of a line what opens a block (headings,
+# quotes, lists, tables, rules, setext underlines).
+_MD_INLINE = re.compile(r"[\\`*~$]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\](?=[(\[])|\[(?=\^)"
+                        r"|<(?=[A-Za-z/!?])|:(?=[A-Za-z0-9_+/-]+[:\[])")
 _MD_LINE_START = re.compile(r"^(\s*(?:\d+)?)([#>+=|.)-])", re.MULTILINE)
 
 
@@ -90,7 +94,7 @@ def md(value) -> str:
     would read as formatting gets a backslash (CommonMark allows one before any ASCII
     punctuation), so ``__getitem__`` stays ``__getitem__`` and ``:red[x]`` stays text.
     """
-    text = _MD_INLINE.sub(lambda m: "\\" + (m.group(1) or m.group(2)), str(value))
+    text = _MD_INLINE.sub(lambda m: "\\" + m.group(0), str(value))
     return _MD_LINE_START.sub(lambda m: m.group(1) + "\\" + m.group(2), text)
 
 

@@ -70,7 +70,7 @@ def _findings_block(findings):
     for f in shown:
         box = st.error if f["severity"] == "error" else st.warning
         box(f"**{f['kind']}** · rank {f['rank'] if f['rank'] is not None else '—'} · "
-            f"{f['message']}", icon=kinds[f["kind"]])
+            f"{_common.md(f['message'])}", icon=kinds[f["kind"]])
 
 
 def _step_time_tab(a, stragglers):
@@ -148,7 +148,7 @@ def _hang_tab(a, sig):
             st.markdown(f"**{title}**")
             where = (f"in step {d.get('step')}" if d.get("in_step")
                      else f"between steps, last completed {d.get('last_step')}")
-            st.caption(f"{where} · dumped because of {d.get('reason')}")
+            st.caption(f"{where} · dumped because of {_common.md(d.get('reason'))}")
             st.code("\n".join(f"{'  ' if f.get('library') else '▶ '}{f['function']} "
                               f"({f['file'].rsplit('/', 1)[-1]}:{f['line']})"
                               + (f"\n      {f['code']}" if f.get('code') and not f.get('library') else "")
@@ -171,7 +171,7 @@ def _hang_tab(a, sig):
                     except DebugkitError as exc:
                         _common.show_error(exc)
             if d.get("pyspy_error"):
-                st.caption(f"py-spy: {d['pyspy_error']}")
+                st.caption(f"py-spy: {_common.md(d['pyspy_error'])}")
 
 
 def _divergence_tab(a):
@@ -208,7 +208,7 @@ def _trace_tab(sig):
     if t["metric"].empty:
         st.info("The traces hold no significant collective inside a profiler step.")
     else:
-        st.markdown(f"**Late start of the last `{t['meta']['collective']}` per iteration** "
+        st.markdown(f"**Late start of the last {_common.code(t['meta']['collective'])} per iteration** "
                     "(HTA's straggler metric; red: later than the median rank)")
         st.plotly_chart(build_trace_lag_figure(t["metric"]), key="dist_trace_lag")
         st.dataframe(t["candidates"], hide_index=True, width="stretch")
@@ -230,7 +230,7 @@ def render():
     _common.about('Every rank of a `torchrun` job side by side: step time per rank (a straggler is a rank whose own work is slower, which the others then wait for in their collectives), data wait against compute, hang dumps taken by the watchdog (where each rank was stuck), gradient norms that disagree across ranks, and collectives from torch.profiler traces.')
     hosts = sorted({h for h in info["host"] if h}) if not info.empty else []
     st.caption(f"backend {d.get('backend') or '—'} · world size {d.get('world_size') or m.get('world_size') or 1}"
-               f" · {len(a['ranks'])} rank folder(s) · {len(hosts)} host(s): {', '.join(hosts) or '—'}")
+               f" · {len(a['ranks'])} rank folder(s) · {len(hosts)} host(s): {_common.md(', '.join(hosts) or '—')}")
     if len(a["ranks"]) < 2 and not a["hangs"]:
         st.info("This run has a single rank. Record a `torchrun` job (every rank creates its "
                 "`Recorder` on the same run directory) to compare ranks here.")
