@@ -52,6 +52,7 @@ for i, r in enumerate(rows):
 st.subheader("Where to look")
 PAGES = [
     ("pages/overview.py", "Overview", "status, loss curve and failures of one run"),
+    ("pages/scalars.py", "Scalars", "every logged scalar and the learning rate, smoothed, several at once"),
     ("pages/gradients.py", "Gradients", "which layer's gradient went NaN, exploded or vanished, and when"),
     ("pages/memory.py", "Memory", "memory timelines, leaks, and who holds memory (snapshots)"),
     ("pages/profiler.py", "Profiler", "where the step's time goes: py-spy and torch.profiler"),

@@ -79,7 +79,8 @@ def render():
     if not failures:
         st.success("No failure captured.", icon=":material/check:")
     for f in failures:
-        head = f"step {f.get('step')} · rank {f.get('rank')} · {_common.md(f.get('error_type') or f.get('kind'))}"
+        head = (f"attempt {f['attempt']} · " if f.get("attempt") else "") + \
+            f"step {f.get('step')} · rank {f.get('rank')} · {_common.md(f.get('error_type') or f.get('kind'))}"
         with st.container(border=True):
             st.markdown(f"**{head}**")
             st.code(f.get("message") or "", language=None, wrap_lines=True)

@@ -94,6 +94,12 @@ def _pid_alive(pid: int, start_ticks: int | None) -> bool:
     return True
 
 
+#: Warning (``Run.warnings``) when a later writer session restarted at a step an earlier
+#: one had already logged: a script run again into the same folder, or a resumed job.
+MSG_ATTEMPT_RESTART = ("rank {rank}: attempt {attempt} (segment {seg:03d}) started at step {step}, "
+                       "a step an earlier attempt had logged; the earlier rows from step {step} on "
+                       "are superseded (kept on disk; Run.attempts() lists the attempts)")
+
 class Run:
     """A run directory opened for reading. Create with :func:`open_run`.
 
@@ -241,7 +247,84 @@ class Run:
 
     # ------------------------------------------------------------------- tables
     def _read_table(self, table: str, rank: int):
-        """(segment, pyarrow.Table) pairs of one rank's table, in segment order."""
+        """(segment, pyarrow.Table) pairs of one rank's table, in segment order, each
+        segment cut where a later attempt took over (see :meth:`attempts`)."""
+        out = self._read_raw(table, rank)
+        if len(out) < 2:
+            return out
+        starts = self._segment_starts(rank)
+        cut = []
+        for seg, t in out:
+            later = [s for g, s in starts.items() if g > seg]
+            if later and t.num_rows and "step" in t.column_names:
+                import pyarrow.compute as pc
+
+                t = t.filter(pc.less(t.column("step"), min(later)))
+            cut.append((seg, t))
+        return cut
+
+    def _segment_starts(self, rank: int) -> dict[int, int]:
+        """``{segment: first step}`` of each of a rank's segments that logged a step."""
+        cache = self.__dict__.setdefault("_starts", {})
+        if rank not in cache:
+            starts = {}
+            for seg, t in self._read_raw("steps", rank):
+                if t.num_rows:
+                    starts[seg] = int(min(t.column("step").to_pylist()))
+            cache[rank] = starts
+            for seg, first in sorted(starts.items()):
+                older = [g for g in starts if g < seg]
+                if older and first <= max(self._last_steps(rank, older)):
+                    segs = sorted(set(starts) | set(self._meta_segments(rank)))
+                    self.warnings.append(MSG_ATTEMPT_RESTART.format(
+                        rank=rank, attempt=segs.index(seg) + 1, seg=seg, step=first))
+        return cache[rank]
+
+    def _last_steps(self, rank: int, segments: list[int]) -> list[int]:
+        return [max(t.column("step").to_pylist()) for g, t in self._read_raw("steps", rank)
+                if g in segments and t.num_rows] or [-1]
+
+    def attempts(self, rank: int = 0) -> list[dict]:
+        """The writer sessions ("attempts") of one rank, oldest first.
+
+        Each time a Recorder opens the run directory (a resumed job, a restarted worker,
+        or a script run again into the same folder) it writes a new segment. The attempt
+        that starts at step ``S`` takes over from ``S`` on: rows of earlier attempts with
+        ``step >= S`` are superseded and left out of every table (as TensorBoard purges
+        events after a restart), but stay on disk. A script run again from step 0 thus
+        shows only its own rows, not a second copy of every step.
+
+        Returns
+        -------
+        list of dict
+            ``attempt`` (1-based), ``segment``, ``first_step`` and ``last_step`` (None
+            when the attempt logged no step), ``superseded_from`` (the step from which a
+            later attempt replaced this one's rows, or None).
+        """
+        starts = self._segment_starts(rank)
+        segs = sorted({seg for seg, _ in self._read_raw("steps", rank)}
+                      | set(self._meta_segments(rank)))
+        out = []
+        for i, seg in enumerate(segs):
+            steps = [v for g, t in self._read_raw("steps", rank) if g == seg
+                     for v in t.column("step").to_pylist()]
+            later = [s for g, s in starts.items() if g > seg]
+            out.append({"attempt": i + 1, "segment": seg,
+                        "first_step": min(steps) if steps else None,
+                        "last_step": max(steps) if steps else None,
+                        "superseded_from": min(later) if later and steps and max(steps) >= min(later)
+                        else None})
+        return out
+
+    def _meta_segments(self, rank: int) -> list[int]:
+        d = self._rank_dir(rank)
+        if not d.is_dir():
+            return []
+        return sorted(int(m.group(1)) for p in d.iterdir()
+                      if (m := re.match(r"^meta-(\d+)\.json$", p.name)))
+
+    def _read_raw(self, table: str, rank: int):
+        """(segment, pyarrow.Table) pairs of one rank's table as stored, in segment order."""
         schema = fmt.table_schema(table)
         out = []
         for seg, path in self._segments(rank, table):
@@ -369,12 +452,15 @@ class Run:
         """Failure captures, ordered by step then rank.
 
         Each record has at least ``id, kind, step, rank, error_type, message, traceback``
-        plus ``dataset_indices``, ``device``, ``files``, ``code`` and ``path`` (its folder).
+        plus ``dataset_indices``, ``device``, ``files``, ``code`` and ``path`` (its folder), and ``attempt`` (1-based, see
+        :meth:`attempts`) when the run directory was opened by more than one writer.
         """
         d = self.path / fmt.FAILURES_DIR
         out = []
         if not d.is_dir():
             return out
+        opened = [t for t in [self.manifest.get("created_at"), *(self.manifest.get("resumed_at") or [])]
+                  if isinstance(t, (int, float))]
         for p in d.iterdir():
             if p.name.startswith(".") or not p.is_dir():
                 continue
@@ -391,6 +477,9 @@ class Run:
             for k in ("kind", "step", "rank", "error_type", "message", "traceback"):
                 rec.setdefault(k, None)
             rec["path"] = str(p)
+            if len(opened) > 1 and isinstance(rec.get("time"), (int, float)):
+                # which writer session captured it: runs re-opened keep their attempts apart
+                rec["attempt"] = max(1, sum(1 for t in opened if t <= rec["time"]))
             out.append(rec)
         out.sort(key=lambda r: (r.get("step") if isinstance(r.get("step"), int) else 0,
                                 r.get("rank") if isinstance(r.get("rank"), int) else 0, r["id"]))

@@ -36,7 +36,7 @@ def test_home_lists_the_sample_runs(app):
     assert rows["digits-exploding"]["errors"] >= 1 and rows["digits-exploding"]["warnings"] >= 1
     # and it leads to every page
     links = {p.label.split("**")[1] for p in at.get("page_link")}
-    assert links == {"Overview", "Gradients", "Memory", "Profiler", "Distributed", "Checkpoints", "Replay",
+    assert links == {"Overview", "Scalars", "Gradients", "Memory", "Profiler", "Distributed", "Checkpoints", "Replay",
                      "Bias audit"}
 
 
