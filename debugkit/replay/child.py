@@ -289,6 +289,7 @@ def replay_here(req: dict, chan: Channel) -> dict:
 
     from . import datachecks
     from .code import load_verified_module
+    from .policy import check_plain_kwargs
     from .probes import Probe
 
     failure_dir = Path(req["failure_dir"])
@@ -303,11 +304,13 @@ def replay_here(req: dict, chan: Channel) -> dict:
     root = idents["model_factory"].get("search_root")
     if root and root not in sys.path:
         sys.path.insert(0, root)
-    factory = load_verified_module(idents["model_factory"], allow)
-    step_fn = load_verified_module(idents["step_fn"], allow) if "step_fn" in idents else None
+    roots = req.get("code_roots")
+    kwargs = check_plain_kwargs(req.get("factory_kwargs") or {}, str(failure_dir))
+    factory = load_verified_module(idents["model_factory"], allow, roots)
+    step_fn = load_verified_module(idents["step_fn"], allow, roots) if "step_fn" in idents else None
 
     chan.send("progress", message="Building the model and loading the captured state")
-    model = factory(**(req.get("factory_kwargs") or {}))
+    model = factory(**kwargs)
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"{idents['model_factory']['spec']} returned {type(model).__name__}, "
                         "not a torch.nn.Module")
