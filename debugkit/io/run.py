@@ -526,13 +526,19 @@ def open_run(path: str | os.PathLike) -> Run:
     ------
     RunDirError
         The path does not exist, is not a run, or its manifest is malformed.
+    InvalidInputError
+        ``$DEBUGKIT_ALLOWED_ROOTS`` is set and the run, or a link inside it, resolves
+        outside it.
     SchemaVersionError
         The run was written by a newer major version of the format.
     """
+    from .store import check_run_tree
+
     p = as_path(path)
     if not p.exists():
         raise RunDirError(MSG_NO_SUCH_PATH.format(path=p))
     source = p
+    check_run_tree(p)  # with DEBUGKIT_ALLOWED_ROOTS set: the run and every link inside it
     if p.is_file():
         if p.suffix.lower() != ".zip":
             raise RunDirError(f"{p}: expected a run directory or a .zip of one")
