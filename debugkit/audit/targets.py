@@ -28,7 +28,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .._fsutil import atomic_write_json
+from .._fsutil import atomic_write_json, read_json
 from ..errors import AuditError, InvalidInputError
 
 TARGETS_FILE = "audit_targets.json"
@@ -75,9 +75,7 @@ def read_targets(run_dir) -> list[dict]:
     if not path.is_file():
         return []
     try:
-        if path.stat().st_size > 1 << 20:
-            raise AuditError(MSG_BAD_FILE.format(path=path, detail="larger than 1 MiB"))
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = read_json(path, max_bytes=1 << 20)
     except (OSError, ValueError) as exc:
         raise AuditError(MSG_BAD_FILE.format(path=path, detail=f"unreadable ({exc})")) from exc
     targets = _validate(doc, path)

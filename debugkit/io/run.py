@@ -15,6 +15,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from .._fsutil import read_json
 from .. import format as fmt
 from ..errors import (
     MSG_BAD_MANIFEST,
@@ -24,6 +25,7 @@ from ..errors import (
     MSG_NO_SUCH_PATH,
     MSG_NOT_A_RUN,
     MSG_TABLE_UNREADABLE,
+    FileLimitError,
     RunDirError,
     SchemaVersionError,
     TruncatedRecordWarning,
@@ -161,7 +163,7 @@ class Run:
         if seg not in metas:
             return {}
         try:
-            return json.loads(metas[seg].read_text())
+            return read_json(metas[seg])
         except (OSError, ValueError) as exc:
             raise RunDirError(f"{metas[seg]}: unreadable rank metadata ({exc})") from exc
 
@@ -181,7 +183,7 @@ class Run:
         for r in self.ranks:
             p = self._rank_dir(r) / fmt.HEARTBEAT
             try:
-                out[r] = json.loads(p.read_text())
+                out[r] = read_json(p)
             except (OSError, ValueError):
                 out[r] = {}
         return out
@@ -380,7 +382,7 @@ class Run:
                 continue
             f = p / fmt.FAILURE_JSON
             try:
-                rec = json.loads(f.read_text())
+                rec = read_json(f)
             except (OSError, ValueError) as exc:
                 self.warnings.append(f"{f}: unreadable failure record skipped ({exc})")
                 continue
@@ -446,7 +448,7 @@ class Run:
         """The recorded environment: the manifest's ``env`` plus ``pip_check`` when done."""
         env = dict(self.manifest.get("env") or {})
         try:
-            env.update(json.loads((self.path / fmt.ENV_FILE).read_text()))
+            env.update(read_json(self.path / fmt.ENV_FILE))
         except (OSError, ValueError):
             pass
         return env
@@ -554,8 +556,9 @@ def open_run(path: str | os.PathLike) -> Run:
         p = open_tensorboard_cached(p)  # converted once per version of its event files
         mpath = p / fmt.MANIFEST
     try:
-        raw = mpath.read_bytes()
-        manifest = json.loads(raw)
+        manifest = read_json(mpath)
+    except FileLimitError as exc:  # a 2 GB manifest is refused before it is read
+        raise RunDirError(str(exc)) from exc
     except (OSError, ValueError) as exc:
         raise RunDirError(MSG_BAD_MANIFEST.format(path=mpath, detail=exc)) from exc
     if not isinstance(manifest, dict):

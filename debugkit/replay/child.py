@@ -20,6 +20,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from .._fsutil import read_json
 from .loading import iter_leaves, load_batch
 
 ANOMALY_NAN = "returned nan values"
@@ -107,7 +108,7 @@ def restore_rng(failure_dir: Path, device) -> list[str]:
     if not tens_path.is_file():
         return restored
     tensors = load_file(str(tens_path))
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    meta = read_json(meta_path) if meta_path.is_file() else {}
     if "torch_cpu" in tensors:
         torch.set_rng_state(tensors["torch_cpu"])
         restored.append("torch_cpu")
