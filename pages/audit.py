@@ -249,8 +249,9 @@ def _compute_box(sig):
         allowed = [t for t in targets if t["allowed"]]
         for t in targets:
             if not t["allowed"]:
-                st.warning(f"Target {_common.md(repr(t['name']))} uses loader {_common.md(repr(t['loader']))}, which this server does "
-                           "not allow (DEBUGKIT_AUDIT_LOADERS).")
+                st.warning(f"Target {_common.md(repr(t['name']))} uses loader {_common.md(repr(t['loader']))}, which this server's "
+                           "operator does not allow (DEBUGKIT_AUDIT_LOADERS lists the loaders it may "
+                           "call; a run file never chooses code).")
         if not allowed:
             return
         with st.form("compute_audit"):
@@ -291,19 +292,14 @@ def _compute_box(sig):
 
 
 def _run_audit(tname, settings, bins):
-    from debugkit.audit import Auditor
-    from debugkit.audit.targets import load_target
+    from debugkit.audit.worker import compute_audit
 
+    # The loader and the audit run in a separate process with a time and memory limit
+    # (DEBUGKIT_AUDIT_TIMEOUT_S, DEBUGKIT_AUDIT_MEMORY_MB), never in the server's.
     bar = st.progress(0.0, text="Loading the model and the data…")
     try:
-        args = load_target(path, tname)
-        args.pop("candidates", None)
-        names = list(args["sensitive"]) if not isinstance(args["sensitive"], str) else [args["sensitive"]]
-        bins = {k: v for k, v in bins.items() if k in names}
-        group_bins = {**(args.pop("group_bins", None) or {}), **bins} or None
-        auditor = Auditor(settings, progress=lambda f, msg: bar.progress(f, text=msg))
-        audit = auditor.audit_model(args.pop("model"), args.pop("X"), args.pop("y"), run_dir=path,
-                                    group_bins=group_bins, **args)
+        audit = compute_audit(path, tname, {**settings, "band": list(settings["band"])}, bins,
+                              progress=lambda f, msg: bar.progress(min(max(f, 0.0), 1.0), text=msg))
     except DebugkitError as exc:
         bar.empty()
         _common.show_error(exc)
@@ -313,8 +309,8 @@ def _run_audit(tname, settings, bins):
         _common.show_error(exc, "the audit")
         return
     _audits.clear()
-    st.session_state["audit_done"] = f"Stored audit {audit.id} ({VERDICT[audit.verdict][0]})."
-    st.query_params["audit"] = audit.id
+    st.session_state["audit_done"] = f"Stored audit {audit['id']} ({VERDICT[audit['verdict']][0]})."
+    st.query_params["audit"] = audit["id"]
     st.rerun()
 
 

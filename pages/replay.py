@@ -20,13 +20,23 @@ STATUS_BADGE = {"verified": ("green", ":material/verified:"), "changed": ("orang
 path = _common.require_run("its failure replays")
 
 
+def _code_roots(path: str) -> list:
+    """The folders whose code this server lets a replay of ``path`` run (the operator's
+    DEBUGKIT_CODE_ROOTS; by default the bundled examples/, for the bundled samples only)."""
+    from debugkit.replay.policy import server_code_roots
+
+    return server_code_roots(path)
+
+
 @st.cache_data(**_common.CACHE, show_spinner=False)
-def _identities(path: str, sig: tuple, fid: str) -> list[dict]:
+def _identities(path: str, sig: tuple, fid: str, roots: tuple) -> list[dict]:
     from debugkit.io.run import open_run
     from debugkit.replay import plan_identities
+    from debugkit.replay.policy import HINT_SERVER
 
     run = open_run(path)
-    return [i.to_dict() for i in plan_identities(run, run.failure(fid))]
+    return [i.to_dict() for i in plan_identities(run, run.failure(fid), code_roots=list(roots),
+                                                 hint=HINT_SERVER)]
 
 
 @st.cache_data(**_common.CACHE, show_spinner=False)
@@ -54,7 +64,7 @@ def _repro(path: str, sig: tuple, fid: str, report_key: str, _report) -> bytes:
 
     run = open_run(path)
     rec = run.failure(fid)
-    return build_repro(run, rec, plan_identities(run, rec), _report)
+    return build_repro(run, rec, plan_identities(run, rec, code_roots=_code_roots(path)), _report)
 
 
 @st.cache_data(**_common.CACHE, show_spinner=False)
@@ -322,8 +332,11 @@ def _run_replay(f: dict, device: str, allow: bool, timeout: float, checkpoint: i
     where = "" if checkpoint is None else f" with the weights of step {checkpoint}"
     with st.status(f"Replaying {f['id']} on {device}{where}…", expanded=True) as status:
         try:
+            from debugkit.replay.policy import HINT_SERVER
+
             report = replay(path, f["id"], device=device, allow_code=allow, timeout_s=timeout,
-                            progress=status.write, checkpoint=checkpoint)
+                            progress=status.write, checkpoint=checkpoint,
+                            code_roots=_code_roots(path), code_hint=HINT_SERVER)
         except DebugkitError as exc:
             status.update(label="The replay could not run", state="error", expanded=True)
             _common.show_error(exc)
@@ -336,6 +349,18 @@ def _run_replay(f: dict, device: str, allow: bool, timeout: float, checkpoint: i
             (" (same error)" if report["same_error"] else "") + f" on {report['device']}"
         status.update(label=label, state="complete", expanded=False)
     st.session_state.setdefault(RESULTS, {})[key] = report
+
+
+def _may_trust() -> bool:
+    """Whether this visitor may allow code the recorded hash does not cover (an
+    anonymous visitor of an open server may not, unless DEBUGKIT_CODE_TRUST=anyone)."""
+    from debugkit.replay.policy import may_trust_code
+
+    try:
+        return may_trust_code(_common.auth_providers() is not None, _common.logged_in())
+    except DebugkitError as exc:
+        _common.show_error(exc)
+        return False
 
 
 def render() -> None:
@@ -356,7 +381,8 @@ def render() -> None:
         return
     f = _pick_failure(failures)
     try:
-        idents = _identities(path, _common.signature(path), f["id"])
+        idents = _identities(path, _common.signature(path), f["id"],
+                             tuple(str(r) for r in _code_roots(path)))
     except DebugkitError as exc:
         _common.show_error(exc)
         idents = []
@@ -391,6 +417,14 @@ def render() -> None:
     trusted = True
     if never:
         st.error(_common.md(never[0]["message"]), icon=":material/block:")
+    elif needs_trust and not _may_trust():
+        trusted = False
+        st.error("Only a signed-in user may trust a run's code on this server"
+                 + (" (sign in first)" if _common.auth_providers() is not None else
+                    " (it has no `[auth]`, so every visitor is anonymous)")
+                 + ": this run was uploaded or opened from outside the bundled samples, or its code "
+                   "differs from the recorded one. The operator can let every visitor trust code "
+                   "with DEBUGKIT_CODE_TRUST=anyone (docs/security.md).", icon=":material/lock:")
     elif needs_trust:
         why = ("this run was uploaded or opened from outside the bundled samples" if not sample
                else "the code differs from the recorded one")

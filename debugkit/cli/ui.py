@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from ..errors import InvalidInputError
+from ..io.store import check_allowed
 
 
 def register(sub) -> None:
@@ -75,6 +76,7 @@ def run(args) -> int:
             path = Path(p).expanduser().resolve()
             if not path.exists():
                 raise InvalidInputError(f"{p}: no such file or directory")
+            check_allowed(path)  # a folder outside DEBUGKIT_ALLOWED_ROOTS is not served
             roots.append(str(path))
         env["DEBUGKIT_ROOTS"] = os.pathsep.join(roots)
     cmd = [sys.executable, "-m", "streamlit", "run", str(app)] + app_config_flags(app, cwd)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 
+from .._fsutil import read_json
 from .. import format as fmt
 from ..errors import RunDirError
 
@@ -70,7 +71,7 @@ def read_hangs(run) -> list[dict]:
             if not _DUMP.match(name):
                 continue
             try:
-                rec = json.loads((d / name).read_text())
+                rec = read_json(d / name)
             except (OSError, ValueError) as exc:
                 run.warnings.append(f"{d / name}: unreadable hang dump skipped ({exc})")
                 continue

@@ -37,7 +37,7 @@ from operator import itemgetter, methodcaller
 from typing import Any
 
 from .. import format as fmt
-from .._fsutil import atomic_write_json, fsync_dir, sha256_file
+from .._fsutil import atomic_write_json, fsync_dir, read_json, sha256_file
 from ..errors import InvalidInputError, RunDirError
 from .safepickle import load_plain
 
@@ -544,7 +544,7 @@ def _write_cached(entry: Path, snap: MemorySnapshot) -> None:
 def _read_cached(entry: Path, where: str) -> MemorySnapshot:
     import pyarrow.feather as feather
 
-    meta = json.loads((entry / "meta.json").read_text())
+    meta = read_json(entry / "meta.json")
     if meta.get("version") != PARSE_VERSION:
         raise ValueError("old cache entry")
     tables = {name: feather.read_table(str(entry / f"{name}.arrow"), memory_map=True).to_pandas()
@@ -577,7 +577,7 @@ def list_snapshots(run_path: str | os.PathLike) -> list[dict]:
         meta = d / f"{sid}{fmt.SNAPSHOT_META_SUFFIX}"
         if meta.is_file():
             try:
-                rec = json.loads(meta.read_text())
+                rec = read_json(meta)
                 if not isinstance(rec, dict):
                     rec = {}
             except (OSError, ValueError):

@@ -15,6 +15,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from .._fsutil import read_json
 from .. import format as fmt
 from ..errors import (
     MSG_BAD_MANIFEST,
@@ -24,6 +25,7 @@ from ..errors import (
     MSG_NO_SUCH_PATH,
     MSG_NOT_A_RUN,
     MSG_TABLE_UNREADABLE,
+    FileLimitError,
     RunDirError,
     SchemaVersionError,
     TruncatedRecordWarning,
@@ -167,7 +169,7 @@ class Run:
         if seg not in metas:
             return {}
         try:
-            return json.loads(metas[seg].read_text())
+            return read_json(metas[seg])
         except (OSError, ValueError) as exc:
             raise RunDirError(f"{metas[seg]}: unreadable rank metadata ({exc})") from exc
 
@@ -187,7 +189,7 @@ class Run:
         for r in self.ranks:
             p = self._rank_dir(r) / fmt.HEARTBEAT
             try:
-                out[r] = json.loads(p.read_text())
+                out[r] = read_json(p)
             except (OSError, ValueError):
                 out[r] = {}
         return out
@@ -466,7 +468,7 @@ class Run:
                 continue
             f = p / fmt.FAILURE_JSON
             try:
-                rec = json.loads(f.read_text())
+                rec = read_json(f)
             except (OSError, ValueError) as exc:
                 self.warnings.append(f"{f}: unreadable failure record skipped ({exc})")
                 continue
@@ -535,7 +537,7 @@ class Run:
         """The recorded environment: the manifest's ``env`` plus ``pip_check`` when done."""
         env = dict(self.manifest.get("env") or {})
         try:
-            env.update(json.loads((self.path / fmt.ENV_FILE).read_text()))
+            env.update(read_json(self.path / fmt.ENV_FILE))
         except (OSError, ValueError):
             pass
         return env
@@ -615,13 +617,19 @@ def open_run(path: str | os.PathLike) -> Run:
     ------
     RunDirError
         The path does not exist, is not a run, or its manifest is malformed.
+    InvalidInputError
+        ``$DEBUGKIT_ALLOWED_ROOTS`` is set and the run, or a link inside it, resolves
+        outside it.
     SchemaVersionError
         The run was written by a newer major version of the format.
     """
+    from .store import check_run_tree
+
     p = as_path(path)
     if not p.exists():
         raise RunDirError(MSG_NO_SUCH_PATH.format(path=p))
     source = p
+    check_run_tree(p)  # with DEBUGKIT_ALLOWED_ROOTS set: the run and every link inside it
     if p.is_file():
         if p.suffix.lower() != ".zip":
             raise RunDirError(f"{p}: expected a run directory or a .zip of one")
@@ -637,8 +645,9 @@ def open_run(path: str | os.PathLike) -> Run:
         p = open_tensorboard_cached(p)  # converted once per version of its event files
         mpath = p / fmt.MANIFEST
     try:
-        raw = mpath.read_bytes()
-        manifest = json.loads(raw)
+        manifest = read_json(mpath)
+    except FileLimitError as exc:  # a 2 GB manifest is refused before it is read
+        raise RunDirError(str(exc)) from exc
     except (OSError, ValueError) as exc:
         raise RunDirError(MSG_BAD_MANIFEST.format(path=mpath, detail=exc)) from exc
     if not isinstance(manifest, dict):

@@ -12,8 +12,9 @@ packages), its file is hashed and its source parsed:
   has no hash): it runs only when the user allows it (``--allow-code``, or the page's
   confirmation).
 - ``installed``: the module belongs to an installed package (site-packages). Its source
-  is public, so a capture from a stranger can carry its true hash; it runs only when
-  allowed.
+  is public, so a capture from a stranger can carry its true hash: it never runs.
+- ``not_allowed``: the file is outside the folders the viewer allows, or inside debugkit
+  itself (see :mod:`debugkit.replay.policy`): it never runs, whatever its hash.
 - ``missing``, ``not_defined`` (``os:system``: ``system`` is not defined by a ``def`` in
   ``os.py``), ``stdlib`` (``shutil:rmtree``), ``not_source`` (a compiled extension or a
   built-in module) and ``bad_spec`` never run.
@@ -44,11 +45,12 @@ NOT_DEFINED = "not_defined"
 STDLIB = "stdlib"
 NOT_SOURCE = "not_source"
 BAD_SPEC = "bad_spec"
+NOT_ALLOWED = "not_allowed"
 
 #: Statuses that may run once the user allows code (``--allow-code`` / confirmation).
-NEEDS_ALLOW = (CHANGED, UNRECORDED, INSTALLED)
+NEEDS_ALLOW = (CHANGED, UNRECORDED)
 #: Statuses that never run.
-NEVER = (MISSING, NOT_DEFINED, STDLIB, NOT_SOURCE, BAD_SPEC)
+NEVER = (MISSING, NOT_DEFINED, STDLIB, NOT_SOURCE, BAD_SPEC, INSTALLED, NOT_ALLOWED)
 
 MSG_BAD_SPEC = ("{role} {spec!r}: expected 'module:qualname' with Python identifiers "
                 "(e.g. 'examples.digits:build_model')")
@@ -66,8 +68,7 @@ MSG_CHANGED = ("{role} {spec}: {local} has SHA-256 {local_sha}, but the capture 
 MSG_UNRECORDED = ("{role} {spec}: the capture recorded no SHA-256 for its source file, so "
                   "{local} cannot be verified; pass --allow-code to run it")
 MSG_INSTALLED = ("{role} {spec}: {local} belongs to an installed package, whose source is "
-                 "public (a capture from anyone can carry its hash); pass --allow-code if "
-                 "you trust this run")
+                 "public (a capture from anyone can carry its hash); refusing to run it")
 MSG_VERIFIED = "{role} {spec}: {local} matches the recorded SHA-256"
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -285,8 +286,18 @@ def _sha256_bytes(data: bytes) -> str:
 
 
 def identify(role: str, entry: dict | None, spec: str | None = None,
-             search_path: list[str] | None = None) -> CodeIdentity:
-    """Resolve one recorded code entry (``{"spec", "module", "qualname", "file", "sha256"}``)."""
+             search_path: list[str] | None = None, code_roots: list | None = None,
+             hint: str | None = None) -> CodeIdentity:
+    """Resolve one recorded code entry (``{"spec", "module", "qualname", "file", "sha256"}``).
+
+    ``code_roots`` are the folders the viewer allows code from (default: the command
+    line's, :func:`debugkit.replay.policy.cli_code_roots`); ``hint`` ends the refusal of
+    a file outside them.
+    """
+    from . import policy
+
+    if code_roots is None:
+        code_roots = policy.cli_code_roots()
     entry = dict(entry or {})
     spec = entry.get("spec") or spec
     rec_file, rec_sha = entry.get("file"), entry.get("sha256")
@@ -321,10 +332,14 @@ def identify(role: str, entry: dict | None, spec: str | None = None,
     where = classify_location(local)
     if where == "stdlib":
         return CodeIdentity(status=STDLIB, message=MSG_STDLIB.format(**fmt), **common)
-    if not defines(data, qualname):
-        return CodeIdentity(status=NOT_DEFINED, message=MSG_NOT_DEFINED.format(**fmt), **common)
     if where == "installed":
         return CodeIdentity(status=INSTALLED, message=MSG_INSTALLED.format(**fmt), **common)
+    refusal = policy.check_factory_allowed(local, code_roots, role=role, spec=spec,
+                                           hint=hint or policy.HINT_CLI)
+    if refusal is not None:
+        return CodeIdentity(status=NOT_ALLOWED, message=refusal, **common)
+    if not defines(data, qualname):
+        return CodeIdentity(status=NOT_DEFINED, message=MSG_NOT_DEFINED.format(**fmt), **common)
     if not rec_sha:
         return CodeIdentity(status=UNRECORDED, message=MSG_UNRECORDED.format(**fmt), **common)
     if rec_sha != sha:
@@ -343,7 +358,8 @@ def _looked(search_path: list[str]) -> str:
 
 
 def identify_capture(record: dict, manifest: dict | None = None,
-                     search_path: list[str] | None = None) -> list[CodeIdentity]:
+                     search_path: list[str] | None = None, code_roots: list | None = None,
+                     hint: str | None = None) -> list[CodeIdentity]:
     """Identities of the capture's ``model_factory`` and (if any) ``step_fn``.
 
     A capture without a model factory raises :class:`CodeRefusedError`: there is nothing
@@ -361,7 +377,7 @@ def identify_capture(record: dict, manifest: dict | None = None,
             if role == "model_factory":
                 raise CodeRefusedError(MSG_NO_FACTORY.format(where=record.get("path") or record.get("id")))
             continue
-        out.append(identify(role, entry, spec, search_path))
+        out.append(identify(role, entry, spec, search_path, code_roots, hint))
     return out
 
 
@@ -376,7 +392,7 @@ def require_runnable(identities: list[CodeIdentity], allow_code: bool) -> None:
             raise CodeRefusedError(ident.message)
 
 
-def load_verified_module(ident: dict, allow_code: bool):
+def load_verified_module(ident: dict, allow_code: bool, code_roots: list | None = None):
     """Import the module of a code identity in *this* process, checking the bytes it runs.
 
     Called in the replay's child process. The file is read once; its SHA-256 and its
@@ -390,7 +406,14 @@ def load_verified_module(ident: dict, allow_code: bool):
     import inspect
     import types
 
+    from .policy import check_factory_allowed
+
     module, qualname, local = ident["module"], ident["qualname"], ident["local_file"]
+    if ident["status"] in NEVER or code_roots is None:
+        raise CodeRefusedError(ident.get("message") or f"{ident['spec']}: refusing to run it")
+    refusal = check_factory_allowed(local, code_roots, role=ident["role"], spec=ident["spec"])
+    if refusal is not None:
+        raise CodeRefusedError(refusal)
     data = Path(local).read_bytes()
     sha = _sha256_bytes(data)
     if not defines(data, qualname):
