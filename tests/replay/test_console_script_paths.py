@@ -23,9 +23,9 @@ from .conftest import record_failure
 CONSOLE = Path(sys.executable).with_name("debugkit")
 
 
-def console(*args, cwd):
+def console(*args, cwd, drop=()):
     """The installed ``debugkit`` script, as a user types it (no PYTHONPATH help)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", *drop)}
     return subprocess.run([str(CONSOLE), *map(str, args)], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
 
@@ -61,7 +61,9 @@ def test_factory_found_in_the_working_directory(project, tmp_path):
     moved = tmp_path / "clone"
     shutil.copytree(project, moved)
     shutil.rmtree(project)
-    p = console("replay", "runs/r", "--json", cwd=moved)
+    # No DEBUGKIT_CODE_ROOTS: the command line's own default (its working directory,
+    # issue 22's policy) is what allows the moved project's code.
+    p = console("replay", "runs/r", "--json", cwd=moved, drop=("DEBUGKIT_CODE_ROOTS",))
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stdout)
     (factory,) = [c for c in rep["code"] if c["role"] == "model_factory"]
