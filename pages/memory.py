@@ -380,7 +380,10 @@ def render():
     _common.about("Memory per step as the Recorder measured it (on CUDA the allocator's allocated, reserved and peak bytes; on every device the process RSS), a leak finding when memory keeps growing after warm-up (a robust fit over each window's minimum), and, when the run holds PyTorch memory snapshots, which line of code allocated what is alive.")
     run_id = _common._id_for(path)
     ooms = oom_failures(failures)
-    if not len(mem):
+    if not len(mem) and len(snapshots) and not info["ranks"]:
+        st.info("This run holds memory snapshots only (imported, or written without a Recorder): "
+                "no per-step memory rows. The snapshots are below.", icon=":material/memory:")
+    elif not len(mem):
         st.info("No memory rows yet: the Recorder writes one per step.", icon=":material/hourglass:")
     else:
         series, x, layout, show_cap, gpu_thr, host_thr = _controls(mem)
