@@ -62,11 +62,13 @@ def _hang_text(path: str, sig: tuple, rank: int, name: str) -> str:
 
 
 def _findings_block(findings):
-    kinds = {"straggler": ":material/slow_motion_video:", "hang": ":material/hourglass_top:",
+    kinds = {"rank_crashed": ":material/heart_broken:", "rank_lost": ":material/person_off:",
+             "straggler": ":material/slow_motion_video:", "hang": ":material/hourglass_top:",
              "rank_divergence": ":material/call_split:"}
-    shown = [f for f in findings if f["kind"] in kinds]
+    shown = sorted((f for f in findings if f["kind"] in kinds),
+                   key=lambda f: f["kind"] not in ("rank_crashed", "rank_lost"))
     if not shown:
-        st.success("No straggler, hang or rank divergence found.", icon=":material/check:")
+        st.success("No dead rank, straggler, hang or rank divergence found.", icon=":material/check:")
     for f in shown:
         box = st.error if f["severity"] == "error" else st.warning
         box(f"**{f['kind']}** · rank {f['rank'] if f['rank'] is not None else '—'} · "

@@ -37,4 +37,21 @@ def diagnose(run, config: dict[str, Any] | None = None) -> list[Finding]:
     for name in SOURCES:
         mod = importlib.import_module(f"{__name__}.{name}")
         out.extend(mod.collect(run, config.get(name, {})))
-    return sort_findings(out)
+    return causes_first(sort_findings(out))
+
+
+#: Findings that name the cause of other findings (listed in their ``evidence["symptoms"]``).
+ROOT_KINDS = ("rank_crashed", "rank_lost")
+
+
+def causes_first(findings: list[Finding]) -> list[Finding]:
+    """Move each ``rank_crashed`` / ``rank_lost`` finding before the first finding it
+    explains (a failure of another rank listed in its evidence's ``symptoms``)."""
+    out = list(findings)
+    for root in [f for f in findings if f.kind in ROOT_KINDS]:
+        ids = {s.get("failure") for s in (root.evidence.get("symptoms") or [])}
+        at = out.index(root)
+        first = next((i for i, f in enumerate(out[:at]) if f.evidence.get("failure") in ids), None)
+        if first is not None:
+            out.insert(first, out.pop(at))
+    return out

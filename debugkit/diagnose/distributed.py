@@ -1,4 +1,5 @@
-"""``straggler``, ``hang`` and ``rank_divergence`` findings of multi-rank runs.
+"""``straggler``, ``hang``, ``rank_divergence``, ``rank_crashed`` and ``rank_lost`` findings
+of multi-rank runs.
 
 Config keys (``{"distributed": {...}}``): ``window`` (steps per straggler window,
 default 20), ``ratio`` (busy-time ratio, 1.2), ``min_fraction`` (share of windows,
@@ -11,6 +12,14 @@ from __future__ import annotations
 from ..analysis import distributed as ad
 from ..analysis import distributed_traces as at
 from ..analysis.findings import Finding
+from ..analysis.lost_ranks import detect_lost_ranks
+
+
+def _lost_ranks(run, times) -> list[Finding]:
+    from ..io.distributed import read_fatal_stacks, read_rank_info
+
+    return detect_lost_ranks(read_rank_info(run), times, failures=run.failures(),
+                             events=run.events(), fatal=read_fatal_stacks(run))
 
 
 def collect(run, config: dict) -> list[Finding]:
@@ -28,6 +37,7 @@ def collect(run, config: dict) -> list[Finding]:
                                     min_share=float(config.get("min_share", ad.STRAGGLER_MIN_SHARE)))
         out += ad.detect_rank_divergence(run.grad_norms(),
                                          rtol=float(config.get("rtol", ad.DIVERGENCE_RTOL)))
+        out += _lost_ranks(run, times)
     dumps = read_hangs(run)
     if dumps:
         out += ad.detect_hangs(dumps, events=run.events(), failures=run.failures(), ranks=ranks)
