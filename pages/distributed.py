@@ -19,6 +19,7 @@ def _analysis(path: str, sig: tuple):
     from debugkit.analysis import distributed as ad
     from debugkit.diagnose.distributed import collect
     from debugkit.io.distributed import read_hangs, read_rank_info
+    from debugkit.io.rank_traces import find_rank_traces
     from debugkit.io.run import open_run
 
     run = open_run(path)
@@ -30,6 +31,7 @@ def _analysis(path: str, sig: tuple):
         "divergence": ad.compute_grad_divergence(run.grad_norms()),
         "hangs": read_hangs(run), "events": run.events(), "failures": run.failures(),
         "findings": [f.to_dict() for f in collect(run, {})],
+        "trace_files": len(find_rank_traces(run)),
     }
 
 
@@ -233,10 +235,15 @@ def render():
     hosts = sorted({h for h in info["host"] if h}) if not info.empty else []
     st.caption(f"backend {d.get('backend') or '—'} · world size {d.get('world_size') or m.get('world_size') or 1}"
                f" · {len(a['ranks'])} rank folder(s) · {len(hosts)} host(s): {', '.join(hosts) or '—'}")
-    if len(a["ranks"]) < 2 and not a["hangs"]:
+    traces_only = len(a["ranks"]) < 2 and a["trace_files"] > 1
+    if len(a["ranks"]) < 2 and not a["hangs"] and not traces_only:
         st.info("This run has a single rank. Record a `torchrun` job (every rank creates its "
                 "`Recorder` on the same run directory) to compare ranks here.")
         return
+    if traces_only:
+        st.info(f"This run holds {a['trace_files']} per-rank torch.profiler traces and no recorded "
+                "ranks (`ranks/` folders): the straggler and overlap analysis of the traces is on the "
+                "**Profiler traces** tab; step times, hangs and gradient divergence need a recorded run.")
     _findings_block(a["findings"])
     shown = info.assign(heartbeat_time=pd.to_datetime(info["heartbeat_time"], unit="s", utc=True))
     st.dataframe(shown, hide_index=True, width="stretch",

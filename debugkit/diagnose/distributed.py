@@ -22,6 +22,23 @@ def _lost_ranks(run, times) -> list[Finding]:
                              events=run.events(), fatal=read_fatal_stacks(run))
 
 
+def _trace_coverage(traces: dict) -> list[Finding]:
+    """``trace_coverage`` (info): the traces cover only some ranks of the job, so the
+    trace analysis compares those only and cannot see a straggler among the others."""
+    world = max((t.world_size or 0 for t in traces.values()), default=0)
+    ranks = sorted(traces)
+    if world <= len(ranks):
+        return []
+    shown = ", ".join(map(str, ranks[:8])) + (" ..." if len(ranks) > 8 else "")
+    return [Finding(
+        kind="trace_coverage", step=None, rank=None, layer=None, severity="info",
+        message=(f"The profiler traces cover {len(ranks)} of the job's {world} ranks ({shown}): "
+                 f"the straggler and overlap analysis compares these only, so its verdict is "
+                 f"uncertain for the whole job (a straggler among the other {world - len(ranks)} "
+                 "ranks would not show). Trace every rank, or the ones you suspect."),
+        evidence={"trace_ranks": ranks, "world_size": world, "confidence": "partial"})]
+
+
 def collect(run, config: dict) -> list[Finding]:
     from ..io.distributed import read_hangs
     from ..io.rank_traces import find_rank_traces, read_rank_traces, stack_events
@@ -43,7 +60,9 @@ def collect(run, config: dict) -> list[Finding]:
         out += ad.detect_hangs(dumps, events=run.events(), failures=run.failures(), ranks=ranks)
     paths = find_rank_traces(run)
     if len(paths) > 1:
-        events = stack_events(read_rank_traces(paths))
+        traces = read_rank_traces(paths)
+        out += _trace_coverage(traces)
+        events = stack_events(traces)
         out += at.detect_trace_stragglers(
             events, num_candidates=int(config.get("num_candidates", at.NUM_CANDIDATES)),
             min_lag=float(config.get("min_lag", at.MIN_LAG)))
