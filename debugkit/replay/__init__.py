@@ -12,6 +12,8 @@ This package imports neither torch nor streamlit; the child does the torch work.
 
 from __future__ import annotations
 
+import os
+
 from typing import Callable
 
 from ..errors import InvalidInputError, ReplayError
@@ -68,8 +70,9 @@ def _validate(device, timeout_s, memory_mb):
 def _one(run, record, idents, parts, *, device, allow_code, timeout_s, cap, progress, role,
          state_file=None):
     req = {
-        "state_file": state_file,
-        "failure_dir": record["path"], "device": device,
+        "state_file": os.path.abspath(state_file) if state_file else None,
+        # The child runs in its own temporary folder: a relative run path must not reach it.
+        "failure_dir": os.path.abspath(record["path"]), "device": device,
         "original_device": record.get("device"),
         "allow_code": allow_code, "code": [i.to_dict() for i in idents],
         "factory_kwargs": factory_kwargs(record, run.manifest),
