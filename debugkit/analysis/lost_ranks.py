@@ -23,7 +23,7 @@ from .findings import Finding
 #: (kind, regex) for the error texts of torch.distributed's backends, most specific first.
 _NCCL_TIMEOUT = re.compile(
     r"(?:\[Rank (?P<rank>\d+)\]\s*)?Watchdog caught collective operation timeout: "
-    r"WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)(?P<rest>[^)]*)\) ran for (?P<ran>\d+) milliseconds")
+    r"WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)(?P<rest>[^\n]*?)\) ran for (?P<ran>\d+) milliseconds")
 _NCCL_TIMEOUT_MS = re.compile(r"Timeout\(ms\)=(?P<ms>\d+)")
 _MISSING = re.compile(r"ranks \[(?P<ranks>[\d, ]+)\] are the lagging ranks that caused this timeout")
 _JOINED = re.compile(r"\[(?P<ranks>[\d, ]+)\] joined but didn't finish collective #(?P<seq>\d+)")
@@ -243,6 +243,9 @@ def detect_lost_ranks(info, times, *, failures: list[dict] | None = None,
         else:
             continue
         out.append(_lost_finding(kind, r, done.get(rk), failures, events, fatal.get(rk)))
+    out = _first_death_first(out)
+    for i, f in enumerate(out):
+        f.evidence["order"] = i
     world = max([_num(r.get("world_size")) or 0 for r in rows], default=0)
     present = {int(r["rank"]) for r in rows}
     for rk in range(world):
@@ -253,8 +256,33 @@ def detect_lost_ranks(info, times, *, failures: list[dict] | None = None,
                          "died or hung before creating its Recorder, or wrote elsewhere. Look at "
                          "that rank's own log."),
                 evidence={"reason": "no rank folder", "world_size": world, "confidence": "probable",
+                          "order": len(out),
                           "symptoms": _symptoms(rk, None, failures)}))
     return out
+
+
+def _first_death_first(found: list[Finding]) -> list[Finding]:
+    """Order crashed ranks by who went first: a fatal signal's stack, then the oldest last
+    heartbeat. The later ones are marked as probably taken down by the launcher."""
+    crashed = [f for f in found if f.kind == "rank_crashed"]
+    if len(crashed) < 2:
+        return found
+
+    def key(f):
+        hb = f.evidence.get("heartbeat_time")
+        return (f.evidence.get("stack") is None, float(hb) if hb is not None else math.inf, f.rank)
+
+    crashed.sort(key=key)
+    first = crashed[0]
+    for f in crashed[1:]:
+        f.evidence["after_rank"] = first.rank
+        if f.evidence.get("confidence") == "certain" and f.evidence.get("stack") is None:
+            f.evidence["confidence"] = "probable"
+        f.message += (f" It went away after rank {first.rank} did, so it was probably stopped because of "
+                      f"rank {first.rank} (torchrun stops the other ranks when one dies; uncertain): "
+                      f"start with rank {first.rank}.")
+    rest = [f for f in found if f.kind != "rank_crashed"]
+    return crashed + rest
 
 
 def _symptoms(rank: int, since: int | None, failures: list[dict]) -> list[dict]:

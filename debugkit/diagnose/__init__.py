@@ -45,13 +45,14 @@ ROOT_KINDS = ("rank_crashed", "rank_lost")
 
 
 def causes_first(findings: list[Finding]) -> list[Finding]:
-    """Move each ``rank_crashed`` / ``rank_lost`` finding before the first finding it
-    explains (a failure of another rank listed in its evidence's ``symptoms``)."""
-    out = list(findings)
-    for root in [f for f in findings if f.kind in ROOT_KINDS]:
-        ids = {s.get("failure") for s in (root.evidence.get("symptoms") or [])}
-        at = out.index(root)
-        first = next((i for i, f in enumerate(out[:at]) if f.evidence.get("failure") in ids), None)
-        if first is not None:
-            out.insert(first, out.pop(at))
-    return out
+    """Put the ``rank_crashed`` / ``rank_lost`` findings, in the order their detector gave
+    (the first rank to die first), before the first finding they explain (a failure of
+    another rank listed in their evidence's ``symptoms``) or their own first place."""
+    roots = [f for f in findings if f.kind in ROOT_KINDS]
+    if not roots:
+        return list(findings)
+    ids = {s.get("failure") for f in roots for s in (f.evidence.get("symptoms") or [])}
+    at = min(i for i, f in enumerate(findings) if f.kind in ROOT_KINDS or f.evidence.get("failure") in ids)
+    rest = [f for f in findings if f.kind not in ROOT_KINDS]
+    before = [f for f in findings[:at] if f.kind not in ROOT_KINDS]
+    return before + sorted(roots, key=lambda f: f.evidence.get("order", 0)) + rest[len(before):]

@@ -81,8 +81,10 @@ def tabular_run(tmp_path_factory):
 @pytest.fixture(scope="module")
 def dead_rank_run(tmp_path_factory):
     cwd = tmp_path_factory.mktemp("dead_rank")
+    # torchrun stops the surviving rank (SIGTERM) when it notices rank 1 is gone; checking
+    # every 5 s instead of every 0.1 s leaves rank 0 time to record its own error first.
     proc = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                 str(JOBS / "dead_rank.py"), "--out", "run"], cwd)
+                 "--monitor-interval", "5", str(JOBS / "dead_rank.py"), "--out", "run"], cwd)
     assert proc.returncode != 0
     assert "exitcode  : -6" in proc.stderr  # torchrun saw rank 1 die by SIGABRT
     return cwd
@@ -158,21 +160,29 @@ def test_dead_rank_is_named_before_the_error_it_caused(dead_rank_run):
     assert (coll["backend"], coll["kind"], coll["collective"]) == ("gloo", "peer_closed", "all_reduce")
 
 
-def test_dead_rank_shows_on_the_distributed_page(dead_rank_run):
+def _distributed_page(monkeypatch, folder):
+    """The Distributed page of ``folder/run`` (served as run id ``run``)."""
     from streamlit.testing.v1 import AppTest
 
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
-    at.query_params["run"] = str(dead_rank_run / "run")
+    monkeypatch.setenv("DEBUGKIT_ROOTS", str(folder))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
+    at.query_params["run"] = "run"
     at.switch_page("pages/distributed.py")
     at.run()
-    assert not at.exception
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.title[0].value == "Distributed"
+    return at
+
+
+def test_dead_rank_shows_on_the_distributed_page(dead_rank_run, monkeypatch):
+    at = _distributed_page(monkeypatch, dead_rank_run)
     errors = [e.value for e in at.error]
     assert any("rank_crashed" in e and "rank 1" in e for e in errors)
     assert not any("No dead rank, straggler" in s.value for s in at.success)
 
 
 # ---------------------------------------------------------------------- traces only
-def test_traces_only_run_reaches_diagnose_and_the_distributed_page(tmp_path):
+def test_traces_only_run_reaches_diagnose_and_the_distributed_page(tmp_path, monkeypatch):
     src = tmp_path / "hta"
     shutil.copytree(HTA, src)
     debugkit(tmp_path, "import", "torch-trace", "hta", "run")
@@ -182,13 +192,7 @@ def test_traces_only_run_reaches_diagnose_and_the_distributed_page(tmp_path):
     assert (ev["trace_ranks"], ev["world_size"], ev["confidence"]) == ([0, 1], 128, "partial")
     assert "uncertain" in fs[0]["message"]
 
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
-    at.query_params["run"] = str(tmp_path / "run")
-    at.switch_page("pages/distributed.py")
-    at.run()
-    assert not at.exception
+    at = _distributed_page(monkeypatch, tmp_path)
     infos = " ".join(i.value for i in at.info)
     assert "single rank" not in infos and "2 per-rank torch.profiler traces" in infos
     assert "ranks 0, 1" in " ".join(c.value for c in at.caption)
