@@ -18,7 +18,11 @@ from ..analysis.lost_ranks import detect_lost_ranks
 def _lost_ranks(run, times) -> list[Finding]:
     from ..io.distributed import read_fatal_stacks, read_rank_info
 
-    return detect_lost_ranks(read_rank_info(run), times, failures=run.failures(),
+    info = read_rank_info(run)
+    world = int(info["world_size"].fillna(0).max() or 0) if len(info) else 0
+    if not info["status"].isin(["crashed", "running"]).any() and world <= len(info):
+        return []  # every rank closed its run: nothing to read further (large jobs stay cheap)
+    return detect_lost_ranks(info, times, failures=run.failures(),
                              events=run.events(), fatal=read_fatal_stacks(run))
 
 
