@@ -23,6 +23,7 @@ from .env import collect_env
 from .guard import SpecBuilder, coerce_spec, format_violations
 from .memhistory import MemoryHistory, memory_capacity
 from .memhistory import parse_option as parse_memory_option
+from .fatal import FatalStackFile
 from .norms import GradNormComputer
 from .tracking import track_loader
 from .writer import PendingTensor, RankWriter
@@ -273,6 +274,7 @@ class Recorder:
             "segment": self._writer.segment, **memory_capacity(self.device),
         })
         self._writer.event("start", segment=self._writer.segment, pid=os.getpid())
+        self._fatal = FatalStackFile(rank_dir, self._writer.segment)
         self._comm = CommTimer()
         self._watchdog = None
         if hang_timeout_s is not None:
@@ -403,6 +405,7 @@ class Recorder:
                            skipped_batches=self._skipped)
         self._writer.close(state)
         self._rss.close()
+        self._fatal.close()
 
     def comm(self):
         """Context manager around a blocking collective; its time counts as ``comm_s``.

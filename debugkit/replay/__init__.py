@@ -12,6 +12,8 @@ This package imports neither torch nor streamlit; the child does the torch work.
 
 from __future__ import annotations
 
+import os
+
 from typing import Callable
 
 from ..errors import InvalidInputError, ReplayError
