@@ -42,7 +42,8 @@ def diagnose(cwd: Path, run: str) -> dict:
 
 
 def replay(cwd: Path, run: str) -> dict:
-    proc = debugkit(cwd, "replay", run, "--json", "--device", "cpu")
+    # The examples live in the repository, not in the scratch folder the user runs from.
+    proc = debugkit(cwd, "replay", run, "--json", "--device", "cpu", "--code-root", ROOT)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
