@@ -160,6 +160,7 @@ def lightning(variant: str, tmp: str, steps: int) -> list[float]:
 
     class Start(pl.Callback):
         def on_train_batch_start(self, *a):
+            _wait_pipcheck()
             t0[0] = time.perf_counter()
 
     class End(pl.Callback):
@@ -187,6 +188,7 @@ def transformers(variant: str, tmp: str, steps: int) -> list[float]:
 
     class Timer(TrainerCallback):
         def on_step_begin(self, *a, **k):
+            _wait_pipcheck()
             t0[0] = time.perf_counter()
 
         def on_step_end(self, *a, **k):
