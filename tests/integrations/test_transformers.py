@@ -42,7 +42,7 @@ def test_healthy_run_records_steps_norms_and_trainer_logs(work):
     m = run.manifest
     assert m["model_factory"] == "debugkit.integrations.transformers:model_from_config"
     assert m["factory_kwargs"]["architecture"] == "BertForSequenceClassification"
-    assert m["factory_kwargs"]["config"]["num_labels"] == 10
+    assert len(m["factory_kwargs"]["config"]["id2label"]) == 10  # num_labels, as the config stores it
     assert m["num_classes"] == 10
     assert debugkit(work, "replay", "healthy").returncode == 2
 
