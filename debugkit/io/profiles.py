@@ -48,7 +48,12 @@ GZIP_MAGIC = b"\x1f\x8b"
 SPEEDSCOPE_SCHEMA = "speedscope.app/file-format-schema"
 # Frames py-spy adds itself (with --subprocesses / --threads in raw output).
 _PROCESS_FRAME = re.compile(r'^process (?P<pid>\d+):"(?P<cmd>.*)"$', re.S)
-_SPEEDSCOPE_THREAD = re.compile(r'^(?:Process (?P<pid>\d+) )?Thread (?P<tid>\d+)(?: "(?P<name>.*)")?$', re.S)
+# py-spy names each speedscope profile ``[Process PID ]Thread TID "name"``; TID is the OS
+# thread id in decimal on Linux and Windows, and the pthread id in hex on macOS
+# (``Thread 0x1FA08F100 "MainThread"``: py-spy's ``StackTrace::format_threadid``).
+_SPEEDSCOPE_THREAD = re.compile(
+    r'^(?:Process (?P<pid>\d+) )?Thread (?P<tid>0[xX][0-9a-fA-F]+|\d+)(?: "(?P<name>.*)")?$', re.S)
+MAIN_THREAD_NAME = "MainThread"  # threading's name for the interpreter's main thread
 # debugkit's launcher (debugkit profile RUN -- cmd): its own threads are not the user's.
 LAUNCHER_MARK = "debugkit/recorder/_pyspy_child.py"
 # A DataLoader worker process runs this loop.
@@ -295,10 +300,18 @@ def _finish_threads(threads: list[dict], counts, frames, flat, offsets, drop_pid
     # outermost one (shortest process chain; a shell or launcher above it has none).
     with_pid = [r for r in rows if r.get("pid") is not None]
     root_pid = min(with_pid, key=lambda r: (len(r["chain"]), r["pid"]))["pid"] if with_pid else None
-    # Without process ids, the main thread is the lowest thread id (Linux gives the main
-    # thread the process's id and later threads higher ones).
-    tids = [r.get("tid") for r in rows if r.get("tid") is not None]
-    main_tid = root_pid if root_pid is not None else (min(tids) if tids else None)
+    # The main thread: the one Python names MainThread, when py-spy recorded names (on
+    # macOS thread ids are pthread ids, never the process id); else the thread whose id is
+    # the process id (Linux gives the main thread the process's id); else the lowest id.
+    root_rows = [r for r in rows if r.get("pid") is None or r.get("pid") == root_pid]
+    tids = [r.get("tid") for r in root_rows if r.get("tid") is not None]
+    named = [r.get("tid") for r in root_rows if r.get("name") == MAIN_THREAD_NAME and r.get("tid") is not None]
+    if len(named) == 1:
+        main_tid = named[0]
+    elif root_pid is not None and root_pid in tids:
+        main_tid = root_pid
+    else:
+        main_tid = min(tids) if tids else root_pid
     # DataLoader worker processes: a thread of theirs ran the worker loop.
     is_worker_frame = (frames["file"].str.endswith(WORKER_LOOP_FILE)
                        & (frames["name"] == WORKER_LOOP)).to_numpy()
@@ -337,6 +350,11 @@ def _finish_threads(threads: list[dict], counts, frames, flat, offsets, drop_pid
     df = df.sort_values(["role", "samples"], key=lambda c: c.map(order) if c.name == "role" else -c,
                         kind="stable").reset_index(drop=True)
     return df
+
+
+def _parse_tid(text: str) -> int:
+    """A thread id as py-spy writes it: decimal, or ``0x``-prefixed hex (macOS)."""
+    return int(text, 16) if text[:2] in ("0x", "0X") else int(text)
 
 
 _PROCESS_HEAD = re.compile(r'process (\d+):"')
@@ -380,7 +398,7 @@ def _split_pseudo(stack_text: str) -> tuple[list[tuple[int, str]], tuple[int, st
     m = _THREAD_HEAD.match(rest)
     if m:
         tid = m.group(1)
-        thread = (int(tid, 16) if tid.startswith("0x") else int(tid), m.group(2) or "")
+        thread = (_parse_tid(tid), m.group(2) or "")
         rest = rest[m.end():]
     return chain, thread, rest
 
@@ -551,7 +569,7 @@ def read_speedscope(path: str | os.PathLike, data: bytes | None = None,
         wsum = np.bincount(ids, weights=w * (scale if scale else 1.0), minlength=len(local))
         m = _SPEEDSCOPE_THREAD.match(str(prof.get("name") or ""))
         pid = int(m.group("pid")) if m and m.group("pid") else None
-        tid = int(m.group("tid")) if m else None
+        tid = _parse_tid(m.group("tid")) if m else None
         tname = (m.group("name") if m else str(prof.get("name") or f"profile {i}")) or ""
         parsed, chain = _parse_stacks(list(local), ss_map, pseudo, n_frames, path, where)
         chain = chain or []
