@@ -95,7 +95,8 @@ def _trace_views(run_path: str, sig: tuple, profile_id: str):
 
     tr = _load(run_path, sig, profile_id)
     return {"ops": at.compute_operator_table(tr), "ops_shapes": at.compute_operator_table(tr, by_shapes=True),
-            "kernels": at.compute_kernel_table(tr), "gpu": at.compute_gpu_idle(tr),
+            "kernels": at.compute_kernel_table(tr), "gpu": (gpu := at.compute_gpu_idle(tr)),
+            "gpu_note": at.describe_gpu_idle(gpu),
             "steps": at.compute_trace_steps(tr), "threads": at.trace_threads(tr),
             "window": at.trace_window(tr)}
 
@@ -373,7 +374,8 @@ def render_trace(entry: dict, trace):
     c[2].metric("Threads / streams", len(v["threads"]))
     c[3].metric("Steps", len(v["steps"]) or "—")
     c[4].metric("GPU idle", f"{gpu['idle_fraction'].mean():.0%}" if len(gpu) else "no GPU",
-                help="Share of the profiled window the GPU ran no kernel or copy (per device: see below).")
+                help="Holistic Trace Analysis' idle share: of the span from the first to the last GPU "
+                     "event, the time the GPU ran nothing (last ProfilerStep left out; per device: see below).")
     if entry.get("label"):
         st.caption(entry["label"])
     if len(v["steps"]):
@@ -409,6 +411,7 @@ def render_trace(entry: dict, trace):
     if len(gpu):
         st.dataframe(gpu, hide_index=True, width="stretch", column_config={
             "idle_fraction": st.column_config.ProgressColumn("idle", format="percent", min_value=0, max_value=1)})
+        st.caption(v["gpu_note"] + ".")
         st.dataframe(v["kernels"].head(200), hide_index=True, width="stretch", column_config={
             "gpu_fraction": st.column_config.ProgressColumn("GPU time %", format="percent", min_value=0, max_value=1),
             "total_ms": st.column_config.NumberColumn("total ms", format="%.3f")})

@@ -315,24 +315,74 @@ def trace_window(trace) -> tuple[float, float]:
     return float(src["ts_us"].min()), float((src["ts_us"] + src["dur_us"]).max())
 
 
-def compute_gpu_idle(trace):
-    """Share of the profiled window each GPU ran nothing (HTA's idle time).
+# HTA's temporal breakdown (hta/analyzers/breakdown_analysis.py, get_temporal_breakdown):
+# per rank, idle = (last device event's end - first one's start) - union of device events.
+GPU_IDLE_DEFINITION = "hta"
+GPU_IDLE_NOTE = ("HTA's definition: idle share of the span from the first to the last GPU event "
+                 "(kernels, copies, syncs on a stream){last}")
+GPU_IDLE_LAST_DROPPED = "; events launched in the last ProfilerStep are left out (HTA's default)"
+GPU_IDLE_LAST_KEPT = "; the last ProfilerStep is included"
+GPU_IDLE_FEW_STEPS = ("fewer than two ProfilerStep annotations: every GPU event counts (HTA skips its "
+                      "last-step filter too, and warns that the result may not be accurate)")
+_STEP_NAME = r"ProfilerStep\s*#\s*\d+"
+_SYNC_NAMES = ("Event Sync", "Context Sync")
+
+
+def _hta_device_events(x, include_last_step: bool):
+    """Mask over ``x`` (duration events) of the device events HTA's temporal breakdown
+    counts, and whether the last-step filter applied.
+
+    Device events are those on a stream (``args.stream`` >= 0). With two or more distinct
+    ``ProfilerStep#N`` names, HTA keeps only the device events whose correlation id is
+    that of a host event starting before the last step's start (``include_last_step``:
+    before its end) - ``Trace._filter_irrelevant_gpu_kernels``."""
+    stream = x["stream"].to_numpy()
+    corr = x["correlation"].to_numpy()
+    names = x["name"].astype(str)
+    dev = stream >= 0
+    steps = names.str.fullmatch(_STEP_NAME).to_numpy()
+    if len(set(names[steps])) < 2:
+        return dev, False
+    sync = names.isin(list(_SYNC_NAMES)).to_numpy()
+    on_gpu = ((stream >= 0) & (corr >= 0)) | sync
+    ts = x["ts_us"].to_numpy()
+    st_ts = ts[steps]
+    st_end = st_ts + x["dur_us"].to_numpy()[steps]
+    host = ~on_gpu & ((ts <= st_end.max()) if include_last_step else (ts < st_ts.max()))
+    keep_corr = np.unique(corr[host & (corr >= 0)])
+    return on_gpu & np.isin(corr, keep_corr), True
+
+
+def compute_gpu_idle(trace, include_last_step: bool = False):
+    """Share of the time each GPU ran nothing, as Holistic Trace Analysis computes it.
+
+    HTA's temporal breakdown: over the span from the start of the first to the end of
+    the last device event (kernels, memory copies/sets and stream syncs: events with a
+    stream), the time no device event ran. By default the last ``ProfilerStep`` is left
+    out as HTA does (device events launched by host events that start in it or later
+    are dropped; ``include_last_step=True`` keeps events launched before its end); with
+    fewer than two ``ProfilerStep`` annotations every device event counts (HTA's
+    behaviour too). Each trace file is one rank in HTA; here each device of the trace
+    gets a row (the same thing for one-GPU-per-rank traces).
 
     Returns
     -------
-    DataFrame with columns ``device``, ``window_ms``, ``busy_ms`` (kernels or memory
-    operations running), ``kernel_ms`` (kernels only), ``idle_ms`` and
-    ``idle_fraction``; one row per device. Empty without device events.
+    DataFrame with columns ``device``, ``window_ms`` (the first-to-last device event
+    span), ``busy_ms`` (device events running), ``kernel_ms`` (kernels only), ``idle_ms``,
+    ``idle_fraction`` (``idle_ms / window_ms``; HTA's ``idle_time_pctg`` / 100),
+    ``events`` (device events counted) and ``last_step_dropped`` (bool: the last-step
+    filter applied); one row per device. Empty without device events.
     """
     import pandas as pd
 
     x = _x(trace)
-    cols = ["device", "window_ms", "busy_ms", "kernel_ms", "idle_ms", "idle_fraction"]
-    dev = x[x["cat"].isin(list(GPU_KERNEL_CATS | GPU_MEMORY_CATS))]
+    cols = ["device", "window_ms", "busy_ms", "kernel_ms", "idle_ms", "idle_fraction", "events",
+            "last_step_dropped"]
+    keep, filtered = _hta_device_events(x, include_last_step)
+    dropped = filtered and not include_last_step
+    dev = x[keep]
     if not len(dev):
         return pd.DataFrame({c: [] for c in cols})
-    w0, w1 = trace_window(trace)
-    span = max(w1 - w0, 1e-9)
     d = _device_of(dev)
     rows = []
     ts = dev["ts_us"].to_numpy()
@@ -340,13 +390,28 @@ def compute_gpu_idle(trace):
     is_k = dev["cat"].isin(list(GPU_KERNEL_CATS)).to_numpy()
     for device in sorted(set(d.tolist())):
         m = d == device
-        s, e = np.clip(ts[m], w0, w1), np.clip(te[m], w0, w1)
+        s, e = ts[m], te[m]
+        span = max(float(e.max() - s.min()), 1e-9)
         busy = _union_length(s, e)
         kern = _union_length(s[is_k[m]], e[is_k[m]])
         rows.append({"device": int(device), "window_ms": span / 1e3, "busy_ms": busy / 1e3,
                      "kernel_ms": kern / 1e3, "idle_ms": (span - busy) / 1e3,
-                     "idle_fraction": (span - busy) / span})
-    return pd.DataFrame(rows, columns=cols)
+                     "idle_fraction": (span - busy) / span, "events": int(m.sum()),
+                     "last_step_dropped": bool(dropped)})
+    out = pd.DataFrame(rows, columns=cols)
+    out.attrs["step_filter"] = bool(filtered)
+    return out
+
+
+def describe_gpu_idle(gpu) -> str:
+    """Which variant of HTA's idle share ``gpu`` (from :func:`compute_gpu_idle`) is."""
+    if not len(gpu):
+        return ""
+    if bool(gpu["last_step_dropped"].all()):
+        return GPU_IDLE_NOTE.format(last=GPU_IDLE_LAST_DROPPED)
+    if gpu.attrs.get("step_filter"):
+        return GPU_IDLE_NOTE.format(last=GPU_IDLE_LAST_KEPT)
+    return GPU_IDLE_NOTE.format(last="") + "; " + GPU_IDLE_FEW_STEPS
 
 
 def lane_names(trace):
@@ -483,10 +548,10 @@ def trace_threads(trace) -> list[dict]:
     return sorted(out, key=lambda r: (r["kind"], -r["events"]))
 
 
-def summarize_trace(trace, top: int = 20) -> dict:
+def summarize_trace(trace, top: int = 20, include_last_step: bool = False) -> dict:
     """The ``debugkit profile-summary --json`` document of a chrome trace."""
     ops = compute_operator_table(trace)
-    gpu = compute_gpu_idle(trace)
+    gpu = compute_gpu_idle(trace, include_last_step=include_last_step)
     kernels = compute_kernel_table(trace)
     w0, w1 = trace_window(trace)
 
@@ -506,6 +571,9 @@ def summarize_trace(trace, top: int = 20) -> dict:
         "top_total": op_rows(by_total),
         "gpu": {"devices": gpu.to_dict("records"),
                 "idle_fraction": None if not len(gpu) else round(float(gpu["idle_fraction"].mean()), 6),
+                "idle_definition": GPU_IDLE_DEFINITION if len(gpu) else None,
+                "idle_note": describe_gpu_idle(gpu) or None,
+                "last_step_dropped": bool(len(gpu) and gpu["last_step_dropped"].all()),
                 "top_kernels": [{"name": r.name, "calls": int(r.calls), "total_us": round(r.total_ms * 1e3, 3),
                                  "fraction": round(float(r.gpu_fraction), 6)}
                                 for r in kernels.head(top).itertuples()]},

@@ -21,11 +21,15 @@ def register(sub) -> None:
     p.add_argument("--threads", choices=["all", "main", "thread", "dataloader", "process"], default="all",
                    help="sampled profiles: which threads the top lists count (default all; "
                         "main = the training thread, dataloader = worker processes)")
+    p.add_argument("--include-last-step", action="store_true",
+                   help="chrome traces: count the last ProfilerStep in the GPU idle share (HTA's "
+                        "include_last_profiler_step; by default it is left out, as HTA does)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
 
-def summarize(path, profile_id=None, top=20, by="frame", threads="all") -> dict:
+def summarize(path, profile_id=None, top=20, by="frame", threads="all", include_last_step=False,
+              idle=False) -> dict:
     from pathlib import Path
 
     from ..errors import InvalidInputError
@@ -70,12 +74,13 @@ def summarize(path, profile_id=None, top=20, by="frame", threads="all") -> dict:
     else:
         from ..analysis.trace import summarize_trace
 
-        out = summarize_trace(obj, top=top)
+        out = summarize_trace(obj, top=top, include_last_step=include_last_step)
     return {**out, **where}
 
 
 def run(args) -> int:
-    s = summarize(args.path, args.profile, args.top, args.by, args.threads)
+    s = summarize(args.path, args.profile, args.top, args.by, args.threads,
+                  include_last_step=args.include_last_step)
     if args.json:
         print_json(s)
         return 0
@@ -84,7 +89,9 @@ def run(args) -> int:
               f"{len(s['threads'])} threads/streams")
         gpu = s["gpu"]
         if gpu["idle_fraction"] is not None:
-            print(f"GPU idle: {gpu['idle_fraction']:.1%} of the window")
+            per = ", ".join(f"GPU {d['device']} {d['idle_fraction']:.2%}" for d in gpu["devices"])
+            print(f"GPU idle: {gpu['idle_fraction']:.2%} ({per})")
+            print(f"  {gpu['idle_note']}")
         print("\ntop operators by self CPU time:")
         print_table([{**r, "fraction": f"{r['fraction']:.1%}"} for r in s["top_self"]],
                     ["name", "calls", "self_cpu_us", "cpu_total_us", "self_cuda_us", "fraction"])
