@@ -98,6 +98,7 @@ def _trace_views(run_path: str, sig: tuple, profile_id: str):
             "kernels": at.compute_kernel_table(tr), "gpu": (gpu := at.compute_gpu_idle(tr)),
             "gpu_note": at.describe_gpu_idle(gpu),
             "steps": at.compute_trace_steps(tr), "threads": at.trace_threads(tr),
+            "annotated": at.compute_annotated_steps(tr), "phases": at.summarize_step_phases(tr),
             "window": at.trace_window(tr)}
 
 
@@ -378,7 +379,15 @@ def render_trace(entry: dict, trace):
                      "event, the time the GPU ran nothing (last ProfilerStep left out; per device: see below).")
     if entry.get("label"):
         st.caption(entry["label"])
-    if len(v["steps"]):
+    if len(v["annotated"]):
+        st.subheader("Steps (your annotations)")
+        st.plotly_chart(cp.build_annotated_steps_figure(v["annotated"]), key="trace_steps",
+                        config={"displayModeBar": False})
+        ph = v["phases"]
+        st.caption("Per `ProfilerStep`, split by your `record_function` annotations: " + ", ".join(
+            f"{k} {p['fraction']:.0%}" for k, p in ph["phases"].items() if p["fraction"] >= 0.005)
+            + (f". Note: {ph['note']}." if ph.get("note") else "."))
+    elif len(v["steps"]):
         st.subheader("Steps")
         st.plotly_chart(cp.build_trace_steps_figure(v["steps"]), key="trace_steps",
                         config={"displayModeBar": False})

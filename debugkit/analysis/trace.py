@@ -536,6 +536,131 @@ def compute_trace_steps(trace):
     return pd.DataFrame(rows, columns=cols).sort_values("step", kind="stable").reset_index(drop=True)
 
 
+ANNOTATION_MIN_COVER = 0.5   # annotations must cover half a step to be its phases
+ANNOTATION_SURE_COVER = 0.8  # under this, the output says much of the step is unannotated
+MSG_ANNOTATION_GAPS = ("your annotations cover {cover:.0%} of the steps; the rest is 'other' "
+                       "(time between them)")
+MSG_ONE_STEP = "one step only: a single step may not be typical"
+
+
+def _phase_name(name: str) -> str:
+    """A ``record_function`` label as a phase: torch's own DataLoader/optimizer labels map
+    to ``data``/``optimizer``; TorchRec's ``## forward ##`` to ``forward``."""
+    if name.startswith(DATA_PREFIX):
+        return "data"
+    if name.startswith(OPTIMIZER_PREFIXES):
+        return "optimizer"
+    return name.strip().strip("#").strip() or name
+
+
+def compute_annotated_steps(trace):
+    """Each ``ProfilerStep#N`` split by the user's own ``record_function`` annotations.
+
+    A step's phases are the annotations directly inside it on its thread
+    (``user_annotation`` events, and ``cpu_op`` events named TorchRec-style
+    ``## name ##``), named without the ``##`` (``## sparse_data_dist ##`` ->
+    ``sparse_data_dist``; torch's ``enumerate(DataLoader)#...`` -> ``data``,
+    ``Optimizer.step#...`` -> ``optimizer``); time in none of them is ``other``. Used
+    only when, over all steps, the user's annotations (not torch's) cover at least
+    :data:`ANNOTATION_MIN_COVER` of the steps' time and name two phases or more;
+    otherwise the result is empty and :func:`compute_trace_steps`' built-in split applies.
+
+    Returns
+    -------
+    DataFrame with columns ``step`` (int), ``phase``, ``ms``, ``fraction`` (of the step),
+    in time order within each step (``other`` last). ``attrs["cover"]`` is the share of
+    the steps' time the annotations cover.
+    """
+    import pandas as pd
+
+    cols = ["step", "phase", "ms", "fraction"]
+    empty = pd.DataFrame({c: [] for c in cols})
+    empty.attrs["cover"] = 0.0
+    x = _x(trace)
+    names = x["name"].astype(str)
+    step_rows = x.index[names.str.startswith(STEP_PREFIX).to_numpy()]
+    if not len(step_rows):
+        return empty
+    idx, parent, _ = compute_nesting(trace)
+    ev = trace.events
+    par = _parent_of_rows(trace, idx, parent)
+    cat = ev["cat"].astype(str).to_numpy()
+    nm = ev["name"].astype(str).to_numpy()
+    ts = ev["ts_us"].to_numpy()
+    dur = ev["dur_us"].to_numpy()
+    is_ann = (cat == "user_annotation") | ((cat == CPU_OP) & np.char.startswith(nm.astype(str), "##"))
+    steps = set(step_rows.tolist())
+    child = np.flatnonzero(is_ann & np.isin(par, list(steps)))
+    child = child[~np.char.startswith(nm[child].astype(str), STEP_PREFIX)]
+    rows, user_names, total, covered = [], set(), 0.0, 0.0
+    for srow in sorted(steps, key=lambda r: ts[r]):
+        s0, s1 = ts[srow], ts[srow] + dur[srow]
+        mine = child[par[child] == srow]
+        mine = mine[np.argsort(ts[mine], kind="stable")]
+        phases: dict[str, list] = {}
+        for r in mine.tolist():
+            ph = _phase_name(nm[r])
+            phases.setdefault(ph, [[], []])
+            phases[ph][0].append(max(ts[r], s0))
+            phases[ph][1].append(min(ts[r] + dur[r], s1))
+            if ph not in ("data", "optimizer") or not nm[r].startswith((DATA_PREFIX,) + OPTIMIZER_PREFIXES):
+                user_names.add(ph)
+        done_s, done_e = np.zeros(0), np.zeros(0)
+        try:
+            step_no = int(nm[srow].split("#", 1)[1])
+        except (IndexError, ValueError):
+            step_no = len({r["step"] for r in rows})
+        span = max(s1 - s0, 1e-9)
+        for ph, (a, b) in phases.items():
+            a_s, a_e = _union_intervals(np.array(a), np.array(b))
+            got = _subtract(a_s, a_e, done_s, done_e)
+            done_s, done_e = _union_intervals(np.concatenate([done_s, a_s]), np.concatenate([done_e, a_e]))
+            rows.append({"step": step_no, "phase": ph, "ms": got / 1e3, "fraction": got / span})
+        inside = float((done_e - done_s).sum())
+        rows.append({"step": step_no, "phase": "other", "ms": max(span - inside, 0.0) / 1e3,
+                     "fraction": max(span - inside, 0.0) / span})
+        total += span
+        covered += inside
+    cover = covered / total if total else 0.0
+    if len(user_names) < 2 or cover < ANNOTATION_MIN_COVER:
+        empty.attrs["cover"] = cover
+        return empty
+    out = pd.DataFrame(rows, columns=cols)
+    out["step"] = out["step"].astype(np.int64)
+    out.attrs["cover"] = cover
+    return out
+
+
+def summarize_step_phases(trace) -> dict:
+    """Where the steps' time goes, for ``profile-summary``: the user's annotations when the
+    trace has them (``source: "annotations"``), else the built-in split of
+    :func:`compute_trace_steps` (``source: "built-in"``); ``phases`` maps each phase to its
+    total ``ms`` and ``fraction`` of all steps, ``note`` says what to keep in mind."""
+    ann = compute_annotated_steps(trace)
+    if len(ann):
+        g = ann.groupby("phase", sort=False)["ms"].sum()
+        tot = float(g.sum()) or 1.0
+        cover = float(ann.attrs["cover"])
+        n_steps = int(ann["step"].nunique())
+        notes = [MSG_ANNOTATION_GAPS.format(cover=cover)] if cover < ANNOTATION_SURE_COVER else []
+        if n_steps < 2:
+            notes.append(MSG_ONE_STEP)
+        note = "; ".join(notes) or None
+        return {"source": "annotations", "steps": n_steps,
+                "phases": {k: {"ms": round(float(v), 3), "fraction": round(float(v) / tot, 6)} for k, v in g.items()},
+                "annotation_cover": round(cover, 6), "note": note}
+    st = compute_trace_steps(trace)
+    if not len(st):
+        return {"source": None, "steps": 0, "phases": {}, "annotation_cover": None,
+                "note": "no ProfilerStep# annotations"}
+    tot = float(st["dur_ms"].sum()) or 1.0
+    phases = {k: {"ms": round(float(st[f"{k}_ms"].sum()), 3), "fraction": round(float(st[f"{k}_ms"].sum()) / tot, 6)}
+              for k in ("data", "forward", "backward", "optimizer", "other")}
+    return {"source": "built-in", "steps": int(len(st)), "phases": phases, "annotation_cover": None,
+            "note": "phases guessed from torch's own event names (forward: every other operator "
+                    "on the step's thread); annotate yours with record_function to split them"}
+
+
 def trace_threads(trace) -> list[dict]:
     """Lanes as JSON-able rows: ``pid, tid, name, kind (cpu|gpu), events``."""
     x = _x(trace)
@@ -567,6 +692,7 @@ def summarize_trace(trace, top: int = 20, include_last_step: bool = False) -> di
         "events": int(trace.n_events),
         "threads": trace_threads(trace),
         "window_ms": round((w1 - w0) / 1e3, 3),
+        "step_phases": summarize_step_phases(trace),
         "top_self": op_rows(ops),
         "top_total": op_rows(by_total),
         "gpu": {"devices": gpu.to_dict("records"),

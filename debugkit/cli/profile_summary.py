@@ -92,6 +92,13 @@ def run(args) -> int:
             per = ", ".join(f"GPU {d['device']} {d['idle_fraction']:.2%}" for d in gpu["devices"])
             print(f"GPU idle: {gpu['idle_fraction']:.2%} ({per})")
             print(f"  {gpu['idle_note']}")
+        sp = s.get("step_phases") or {}
+        if sp.get("phases"):
+            how = "your annotations" if sp["source"] == "annotations" else "built-in phases"
+            parts = ", ".join(f"{k} {p['fraction']:.0%}" for k, p in sp["phases"].items() if p["fraction"] >= 0.005)
+            print(f"steps ({sp['steps']}, {how}): {parts}")
+            if sp.get("note"):
+                print(f"  note: {sp['note']}")
         print("\ntop operators by self CPU time:")
         print_table([{**r, "fraction": f"{r['fraction']:.1%}"} for r in s["top_self"]],
                     ["name", "calls", "self_cpu_us", "cpu_total_us", "self_cuda_us", "fraction"])

@@ -68,3 +68,86 @@ def test_profile_summary_prints_htas_figures(tmp_path):
     assert s["gpu"]["devices"][0]["events"] > 0
     assert "GPU idle: 54.72%" in summary()
     assert "GPU idle: 52.89%" in summary("--include-last-step")
+
+
+# ---------------------------------------------------------------------------- annotated steps
+NON_GPU = HTA / "rank_non_gpu" / "rank_non_gpu.json.gz"
+
+
+def test_torchrec_annotations_are_the_phases():
+    ann = at.compute_annotated_steps(read_chrome_trace(NON_GPU))
+    assert ann["step"].unique().tolist() == [1009]
+    ms = dict(zip(ann["phase"], ann["ms"]))
+    # The durations of the step's own `## name ##` annotations (they do not overlap).
+    assert ms["forward"] == pytest.approx(19.324)
+    assert ms["sparse_data_dist"] == pytest.approx(10.246)
+    assert ms["backward"] == pytest.approx(34.160)
+    assert ms["optimizer"] == pytest.approx(2.906)
+    assert ms["wait_sparse_data_dist"] == pytest.approx(5.550)
+    assert ann["phase"].iloc[-1] == "other"
+    assert ann["ms"].sum() == pytest.approx(75.473)  # the step's duration
+    s = at.summarize_step_phases(read_chrome_trace(NON_GPU))
+    assert s["source"] == "annotations" and s["note"] == at.MSG_ONE_STEP  # unsure: one step
+
+
+def test_two_rank_torchrec_trace_uses_annotations_per_step():
+    ann = at.compute_annotated_steps(read_chrome_trace(TF0))
+    first = ann[ann["step"] == 551].set_index("phase")["ms"]
+    assert first["forward"] == pytest.approx(132.826)
+    assert first["backward"] == pytest.approx(234.964)
+    assert first["optimizer"] == pytest.approx(204.454)
+    assert sorted(ann["step"].unique().tolist()) == [551, 552]
+    assert ann.attrs["cover"] > at.ANNOTATION_SURE_COVER
+
+
+def test_annotated_steps_figure_draws_every_phase():
+    from debugkit.charts.profile import build_annotated_steps_figure
+
+    ann = at.compute_annotated_steps(read_chrome_trace(NON_GPU))
+    fig = build_annotated_steps_figure(ann)
+    names = [t.name for t in fig.data]
+    assert names[-1] == "other" and "sparse_data_dist" in names and len(names) == ann["phase"].nunique()
+    assert sum(sum(t.y) for t in fig.data) == pytest.approx(75.473)
+
+
+def test_own_record_function_phases_recorded_here(tmp_path):
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with profile(activities=[ProfilerActivity.CPU],
+                 schedule=schedule(wait=1, warmup=1, active=3, repeat=1)) as prof:
+        for _ in range(6):
+            with record_function("## data ##"):
+                x, y = torch.randn(64, 32), torch.randint(0, 4, (64,))
+            with record_function("## forward ##"):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+            with record_function("## backward ##"):
+                loss.backward()
+            with record_function("## optimizer ##"):
+                opt.step()
+                opt.zero_grad()
+            prof.step()
+    f = tmp_path / "t.json"
+    prof.export_chrome_trace(str(f))
+    tr = read_chrome_trace(f)
+    ann = at.compute_annotated_steps(tr)
+    assert set(ann["phase"]) == {"data", "forward", "backward", "optimizer", "other"}
+    assert ann["step"].nunique() == 3
+    per_step = ann.groupby("step")["fraction"].sum()
+    assert per_step.to_numpy() == pytest.approx(1.0)
+    assert at.summarize_step_phases(tr)["source"] == "annotations"
+
+
+def test_without_user_annotations_the_built_in_split_stays():
+    from debugkit.io.profile_store import get_profile, read_entry
+    from debugkit.io.run import open_run
+
+    from ..conftest import SAMPLE_RUNS
+
+    tr = read_entry(get_profile(open_run(SAMPLE_RUNS / "digits-profiled"), "torch-trace"))
+    assert len(at.compute_annotated_steps(tr)) == 0
+    s = at.summarize_step_phases(tr)
+    assert s["source"] == "built-in" and set(s["phases"]) == {"data", "forward", "backward", "optimizer", "other"}

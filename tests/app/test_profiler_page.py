@@ -146,3 +146,22 @@ def test_stack_dump_view(tmp_path, monkeypatch):
     assert metrics(at)["Threads"] == "1" and metrics(at)["Running"] == "0"
     assert any("Every thread is idle: the process looks hung. Most threads are waiting on a queue" in w.value
                for w in at.warning)
+
+
+def test_torchrec_trace_shows_htas_idle_share_and_the_users_phases(tmp_path, monkeypatch):
+    """HTA's public 2-rank TorchRec trace (rank 1): GPU idle is HTA's 54.72 %, the steps are
+    split by the job's own `## forward ##`-style annotations."""
+    from debugkit.io.profile_store import add_profile
+
+    run = tmp_path / "roots" / "torchrec"
+    src = ROOT / "tests" / "data" / "public" / "hta" / "trace_filter" / "sampled_rank-1.json.gz"
+    add_profile(run, src, format="chrome-trace", name="rank1")
+    monkeypatch.setenv("DEBUGKIT_ROOTS", str(tmp_path / "roots"))
+    at = app(run="torchrec")
+    assert not at.exception and not at.error
+    assert metrics(at)["GPU idle"] == "55%"
+    assert [s.value for s in at.subheader][:1] == ["Steps (your annotations)"]
+    steps = figure(at, 0)["data"]
+    names = [t["name"] for t in steps]
+    assert {"forward", "backward", "optimizer"} <= set(names) and names[-1] == "other"
+    assert any("HTA's definition" in c.value and "last ProfilerStep are left out" in c.value for c in at.caption)
