@@ -58,14 +58,15 @@ def load(run_path: str, profile_id: str):
 
 
 @st.cache_data(**_common.CACHE, show_spinner=False)
-def _sampled_views(run_path: str, sig: tuple, profile_id: str, threads: tuple | None, by: str, fold: float):
+def _sampled_views(run_path: str, sig: tuple, profile_id: str, threads: tuple | None, by: str, fold: float,
+                   idle: bool = False):
     from debugkit.analysis import profile as ap
 
     prof = _load(run_path, sig, profile_id)
     th = list(threads) if threads is not None else None
     tree = ap.compute_flame_tree(prof, th, by=by, min_fraction=fold)
-    table = ap.compute_function_table(prof, th, by="frame" if by == "frame" else "function")
-    return tree, table
+    table = ap.compute_function_table(prof, th, by="frame" if by == "frame" else "function", include_idle=idle)
+    return tree, table, ap.compute_idle_summary(prof, th)
 
 
 @st.cache_data(**_common.CACHE, show_spinner=False)
@@ -73,7 +74,8 @@ def _breakdown(run_path: str, sig: tuple, profile_id: str, threads: tuple | None
     from debugkit.analysis import profile as ap
 
     prof = _load(run_path, sig, profile_id)
-    return ap.compute_step_breakdown(prof, list(threads) if threads is not None else None)
+    bd, info = ap.compute_step_breakdown(prof, list(threads) if threads is not None else None)
+    return bd, info, ap.compute_worker_hotspots(prof)
 
 
 @st.cache_data(**_common.CACHE, show_spinner="Comparing the profiles…")
@@ -202,21 +204,24 @@ def render_sampled(entry: dict, prof):
     if threads is not None and not len(threads):
         st.info(f"No {thread_desc} in this profile.")
         return
-    tree, table = _sampled_views(path, sig, entry["id"], threads, by, fold)
+    idle = st.session_state.get("sp_idle", False)
+    tree, table, idle_info = _sampled_views(path, sig, entry["id"], threads, by, fold, idle)
 
     # Step breakdown (main thread by default).
     bd_threads = threads if threads is not None or "main" not in set(prof.threads["role"]) else \
         tuple(prof.thread_ids("main"))
-    bd, info = _breakdown(path, sig, entry["id"], bd_threads)
+    bd, info, workers = _breakdown(path, sig, entry["id"], bd_threads)
+    data_share = float(bd.loc[bd["phase"] == "data", "fraction"].iloc[0]) if info.get("loop_samples") else 0.0
+    hot = workers if data_share >= 0.3 or info.get("workers_only") else None
     st.subheader("Where the training step goes")
     if info.get("loop_samples"):
         st.plotly_chart(cp.build_step_breakdown_figure(bd), key="step_breakdown",
                         config={"displayModeBar": False})
-        st.markdown(ap.describe_breakdown(bd, info))
+        st.markdown(ap.describe_breakdown(bd, info, hot))
         st.caption(f"Training loop: `{info['loop']}` · {info['loop_samples']:,} samples of {thread_desc}; "
                    f"{info['outside_samples']:,} samples outside it (imports, set-up) are left out.")
     else:
-        st.info(ap.describe_breakdown(bd, info), icon=":material/info:")
+        st.info(ap.describe_breakdown(bd, info, hot), icon=":material/info:")
 
     st.subheader("Flamegraph")
     mask = ap.match_frames(tree, query)
@@ -235,7 +240,8 @@ def render_sampled(entry: dict, prof):
     if mask.any():
         zoom_opts = [-1] + [int(n) for n in tree.loc[mask, "node_id"].tolist()[:200]]
     else:
-        zoom_opts = [-1] + ([loop_node] if loop_node is not None else []) + [
+        # The training loop first (the default view), not the imports and set-up around it.
+        zoom_opts = ([loop_node] if loop_node is not None else []) + [-1] + [
             int(n) for n in tree[(tree["depth"] > 0) & (tree["folded"] == 0)]
             .sort_values("samples", ascending=False)["node_id"].head(40) if int(n) != loop_node]
 
@@ -262,6 +268,13 @@ def render_sampled(entry: dict, prof):
                  "Python grey). Hover a frame for its file, line and samples.")
 
     st.subheader("Top functions")
+    st.toggle("Show idle frames", key="sp_idle",
+              help="Samples whose innermost frame waits (Condition.wait, select, socket.accept, queue "
+                   "get ...) are left out of the self-time table by default.")
+    if not idle and idle_info["samples"]:
+        st.caption(f"{idle_info['samples']:,} idle samples ({idle_info['fraction']:.0%} of {thread_desc}) "
+                   "left out of the self time, waiting in " + ", ".join(f"`{r['name']}`" for r in idle_info["top"][:3])
+                   + ".")
     _function_tables(table, by, query)
 
     with st.expander(f"Threads ({len(prof.threads)})"):

@@ -264,7 +264,7 @@ class _Builder:
             "weight_s": np.array([self.cells[k][1] for k in keys], dtype=np.float64),
         })
         threads = _finish_threads(self.threads, counts, frames, flat, offsets,
-                                  getattr(self, "drop_pids", ()))
+                                  getattr(self, "drop_pids", ()), getattr(self, "keep_pids", ()))
         keep = threads["thread_id"].to_numpy()
         counts = counts[counts["thread_id"].isin(keep)].reset_index(drop=True)
         prof = SampledProfile(fmt, frames, flat, offsets, counts, threads, meta)
@@ -273,11 +273,12 @@ class _Builder:
         return prof
 
 
-def _finish_threads(threads: list[dict], counts, frames, flat, offsets, drop_pids=()):
+def _finish_threads(threads: list[dict], counts, frames, flat, offsets, drop_pids=(), keep_pids=()):
     """Drop the launcher's threads, then name roles (main / thread / dataloader / process).
 
     The launcher is known by its command line, or by its pid (``drop_pids``: recorded by
-    ``debugkit profile``, for samples taken before py-spy knew the command line)."""
+    ``debugkit profile``, for samples taken before py-spy knew the command line); the
+    program's own pid (``keep_pids``) is kept whatever its command line reads."""
     import pandas as pd
 
     rows = []
@@ -289,7 +290,14 @@ def _finish_threads(threads: list[dict], counts, frames, flat, offsets, drop_pid
         for pid, cmd in t.get("chain_cmds") or []:
             if LAUNCHER_MARK in cmd:
                 launcher.add(pid)
+    # The profiled program itself (``keep_pids``: its pid, recorded by ``debugkit profile``)
+    # is never the launcher, even when py-spy read its command line between the
+    # launcher's fork and its exec (it then shows the launcher's command line).
+    keep = {p for p in keep_pids if p is not None}
+    launcher -= keep
     for t in threads:
+        if t.get("pid") in keep and LAUNCHER_MARK in (t.get("process") or ""):
+            t = {**t, "process": ""}
         if t.get("pid") in launcher and t.get("pid") is not None:
             continue
         chain = [p for p in t.get("chain") or [] if p not in launcher]
@@ -423,7 +431,7 @@ def _parse_frame_text(text: str) -> tuple[str, str, int | None]:
 
 # ---------------------------------------------------------------------------- raw / collapsed
 def read_collapsed(path: str | os.PathLike, data: bytes | None = None, *,
-                   drop_pids=()) -> SampledProfile:
+                   drop_pids=(), keep_pids=()) -> SampledProfile:
     """Read raw/collapsed stacks (``py-spy record --format raw``, Brendan Gregg's folded
     format): one ``frame;frame;...;leaf COUNT`` line per unique stack, root first.
 
@@ -437,6 +445,7 @@ def read_collapsed(path: str | os.PathLike, data: bytes | None = None, *,
         raise ProfileError(MSG_EMPTY_FILE.format(path=path))
     b = _Builder()
     b.drop_pids = tuple(drop_pids)
+    b.keep_pids = tuple(keep_pids)
     frame_cache: dict[str, int] = {}
     text = data.decode("utf-8", errors="replace")
     for lineno, line in enumerate(text.splitlines(), 1):
@@ -469,7 +478,7 @@ def read_collapsed(path: str | os.PathLike, data: bytes | None = None, *,
 
 # ---------------------------------------------------------------------------- speedscope
 def read_speedscope(path: str | os.PathLike, data: bytes | None = None,
-                    block: int = 200_000, *, drop_pids=()) -> SampledProfile:
+                    block: int = 200_000, *, drop_pids=(), keep_pids=()) -> SampledProfile:
     """Read a speedscope JSON file of ``sampled`` profiles (py-spy's ``--format speedscope``:
     one profile per thread).
 
@@ -511,6 +520,7 @@ def read_speedscope(path: str | os.PathLike, data: bytes | None = None,
         raise ProfileError(MSG_NO_SAMPLES.format(path=path))
     b = _Builder()
     b.drop_pids = tuple(drop_pids)
+    b.keep_pids = tuple(keep_pids)
     # speedscope frame index -> our frame id; process pseudo-frames -> -1 - index.
     ss_map = np.empty(len(frames_doc), dtype=np.int64)
     pseudo: dict[int, tuple[int, str]] = {}
