@@ -165,3 +165,31 @@ def test_torchrec_trace_shows_htas_idle_share_and_the_users_phases(tmp_path, mon
     names = [t["name"] for t in steps]
     assert {"forward", "backward", "optimizer"} <= set(names) and names[-1] == "other"
     assert any("HTA's definition" in c.value and "last ProfilerStep are left out" in c.value for c in at.caption)
+
+
+def test_data_bound_profile_names_the_workers_hot_function(tmp_path, monkeypatch):
+    """The data-bound job of tests/data/public/pyspy/linux-databound: the flamegraph opens
+    at the training loop, idle frames are out of the self-time table until asked for, the
+    workers' top function is named, and the workers view claims no training loop."""
+    from debugkit.analysis.profile import MSG_WORKERS_VIEW
+
+    shutil.copytree(ROOT / "tests" / "data" / "public" / "pyspy" / "linux-databound" / "run",
+                    tmp_path / "roots" / "databound")
+    monkeypatch.setenv("DEBUGKIT_ROOTS", str(tmp_path / "roots"))
+    at = app(run="databound")
+    assert not at.exception and not at.error
+    assert any("96% is spent waiting for data" in m.value and "`decode_row` (train.py:37)" in m.value
+               for m in at.markdown)
+    flame = figure(at, 1)["data"][0]
+    loop = flame["ids"][flame["labels"].index("main")]
+    assert flame["level"] == loop  # opens at the training loop, not the imports
+    waits = {"Condition.wait", "socket.accept", "_PollLikeSelector.select", "Connection._recv"}
+    running = set(at.dataframe[0].value.query("self_samples > 0")["name"])
+    assert not running & waits
+    assert any("idle samples" in c.value and "left out of the self time" in c.value for c in at.caption)
+    at.toggle(key="sp_idle").set_value(True).run()
+    assert set(at.dataframe[0].value.query("self_samples > 0")["name"]) & waits
+    at.segmented_control(key="sp_threads").set_value("dataloader").run()
+    assert not at.exception
+    assert any(i.value.startswith(MSG_WORKERS_VIEW) and "`decode_row`" in i.value for i in at.info)
+    assert not any("BaseProcess.run" in m.value for m in [*at.markdown, *at.caption, *at.info])
