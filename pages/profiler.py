@@ -78,6 +78,15 @@ def _breakdown(run_path: str, sig: tuple, profile_id: str, threads: tuple | None
     return bd, info, ap.compute_worker_hotspots(prof)
 
 
+@st.cache_data(**_common.CACHE, show_spinner=False)
+def _loop_tree(run_path: str, sig: tuple, profile_id: str, threads: tuple | None, by: str, fold: float):
+    from debugkit.analysis import profile as ap
+
+    prof = _load(run_path, sig, profile_id)
+    return ap.compute_loop_flame_tree(prof, list(threads) if threads is not None else None, by=by,
+                                      min_fraction=fold)[0]
+
+
 @st.cache_data(**_common.CACHE, show_spinner="Comparing the profiles…")
 def _diff(base_path: str, base_sig: tuple, base_id: str, base_threads, new_path: str, new_sig: tuple,
           new_id: str, new_threads, fold: float):
@@ -224,6 +233,17 @@ def render_sampled(entry: dict, prof):
         st.info(ap.describe_breakdown(bd, info, hot), icon=":material/info:")
 
     st.subheader("Flamegraph")
+    # By default the training loop alone (imports and set-up around it left out).
+    loop_tree = _loop_tree(path, sig, entry["id"], bd_threads, by, fold) \
+        if info.get("loop") and threads == bd_threads else None
+    scope = "all"
+    if loop_tree is not None:
+        scope = st.segmented_control("Flamegraph of", ["loop", "all"], default="loop", required=True,
+                                     format_func={"loop": "the training loop", "all": "the whole profile"}.get,
+                                     key="sp_scope", help="The training loop: only the samples the step "
+                                     "breakdown counts, each stack starting at the loop's function.")
+        if scope == "loop":
+            tree = loop_tree
     mask = ap.match_frames(tree, query)
     if query.strip():
         hit = ap.search_summary(prof, query, list(threads) if threads is not None else None)
@@ -236,22 +256,21 @@ def render_sampled(entry: dict, prof):
             st.markdown(f":material/search_off: Nothing matches `{shown}` in {thread_desc}.")
     names = dict(zip(tree["node_id"].astype(int), tree["name"]))
     shares = dict(zip(tree["node_id"].astype(int), tree["fraction"]))
-    loop_node = _loop_node(tree, info) if info.get("loop") and threads == bd_threads else None
+    loop_node = _loop_node(tree, info) if info.get("loop") and threads == bd_threads and scope == "all" else None
     if mask.any():
         zoom_opts = [-1] + [int(n) for n in tree.loc[mask, "node_id"].tolist()[:200]]
     else:
-        # The training loop first (the default view), not the imports and set-up around it.
-        zoom_opts = ([loop_node] if loop_node is not None else []) + [-1] + [
+        zoom_opts = [-1] + ([loop_node] if loop_node is not None else []) + [
             int(n) for n in tree[(tree["depth"] > 0) & (tree["folded"] == 0)]
             .sort_values("samples", ascending=False)["node_id"].head(40) if int(n) != loop_node]
 
     def zoom_label(n):
         if n < 0:
-            return "the whole profile"
+            return "the training loop (all of it)" if scope == "loop" else "the whole profile"
         return ("the training loop: " if n == loop_node else "") + f"{names[n]} ({shares[n]:.1%})"
 
     z1, z2 = st.columns([3, 1])
-    zoom = z1.selectbox("Zoom into", zoom_opts, key=f"sp_zoom_{entry['id']}_{by}", format_func=zoom_label,
+    zoom = z1.selectbox("Zoom into", zoom_opts, key=f"sp_zoom_{entry['id']}_{by}_{scope}", format_func=zoom_label,
                         help="Or click a frame in the figure to zoom into it; click the bar above "
                              "the figure to zoom back out.")
     flame = z2.toggle("Root at the bottom", value=False, key="sp_flame",
@@ -260,7 +279,8 @@ def render_sampled(entry: dict, prof):
                                      root_id=None if zoom < 0 else zoom, flame=flame)
     st.plotly_chart(fig, key="flamegraph", config={"displayModeBar": False})
     folded = int((tree["folded"] > 0).sum())
-    st.caption(f"{len(tree):,} frames of {thread_desc} ({int(tree['depth'].max())} levels; "
+    st.caption(f"{len(tree):,} frames of {thread_desc}" + (" in the training loop" if scope == "loop" else "")
+               + f" ({int(tree['depth'].max())} levels; "
                f"{cp.MAX_LEVELS} shown at once: click a frame to zoom in)"
                + (f"; {int(tree['folded'].sum()):,} frames under {FOLD_CHOICES[fold]} of the samples "
                   f"folded into {folded:,} grey blocks" if folded else "")

@@ -435,6 +435,13 @@ def _phase_of_keys(names, files) -> np.ndarray:
 
 
 def compute_step_breakdown(profile, thread_ids=None):
+    return _step_breakdown(profile, thread_ids)[:2]
+
+
+compute_step_breakdown.__doc__ = None  # set below from _step_breakdown's
+
+
+def _step_breakdown(profile, thread_ids=None):
     """Where the training loop's time goes: data loading, forward, backward, optimizer.
 
     Each sample of the threads is given the first phase (``optimizer``, ``backward``,
@@ -474,7 +481,7 @@ def compute_step_breakdown(profile, thread_ids=None):
                           "fraction": np.zeros(len(phases)), "seconds": np.zeros(len(phases))})
     n_stacks = len(sel.offsets) - 1
     if not len(sel.keys_flat):
-        return empty, info
+        return empty, info, np.zeros(len(sel.offsets) - 1, dtype=bool), None
     key_rank = _phase_of_keys(sel.key_name, sel.key_file)
     stack_of = _stack_of_pos(sel.offsets)
     stack_rank = np.full(n_stacks, len(STEP_RULES), dtype=np.int64)
@@ -489,7 +496,7 @@ def compute_step_breakdown(profile, thread_ids=None):
     in_phase = stack_phase < len(STEP_PHASES)
     phase_total = float(sel.samples[in_phase].sum())
     if phase_total == 0:
-        return empty, info
+        return empty, info, np.zeros(len(sel.offsets) - 1, dtype=bool), None
     # The loop: keys present in >= 95 % of phase samples, deepest first.
     n_keys = len(sel.key_name)
     pair = _unique(stack_of * n_keys + sel.keys_flat)
@@ -542,7 +549,64 @@ def compute_step_breakdown(profile, thread_ids=None):
     info.update({"loop": None if loop is None else f"{sel.key_name[loop]} ({sel.key_file[loop]}{lines_txt})",
                  "loop_samples": int(loop_total),
                  "outside_samples": int(sel.total_samples - loop_total)})
-    return df, info
+    loop_fn = None if loop is None else (sel.key_name[loop], sel.key_file[loop])
+    return df, info, inside, loop_fn
+
+
+compute_step_breakdown.__doc__ = _step_breakdown.__doc__
+
+
+def compute_loop_flame_tree(profile, thread_ids=None, by: str = "function", min_fraction: float = DEFAULT_FOLD):
+    """The flame tree of the training loop only (see :func:`compute_step_breakdown`):
+    the samples the breakdown counts as inside the loop, each stack cut to start at the
+    loop function's frame, so imports and set-up around the loop are not drawn.
+
+    Returns
+    -------
+    (DataFrame or None, dict)
+        The tree as :func:`compute_flame_tree` returns it (its root is the loop, labelled
+        ``info["loop"]``), or None when no loop was found; and the breakdown's ``info``.
+        Phase samples outside the loop function (an evaluation loop elsewhere) are not in
+        this tree.
+    """
+    _, info, inside, loop_fn = _step_breakdown(profile, thread_ids)
+    if loop_fn is None:
+        return None, info
+    t = profile.threads
+    chosen = t if thread_ids is None else t[t["thread_id"].isin(list(thread_ids))]
+    ids = [int(i) for i in chosen.loc[chosen["role"] != "dataloader", "thread_id"]]
+    sel = select(profile, ids, by)
+    fr = profile.frames
+    is_loop_frame = ((fr["name"] == loop_fn[0]) & (fr["file"] == loop_fn[1])).to_numpy()
+    frames_flat = profile.stack_frames
+    offsets = sel.offsets
+    n_stacks = len(offsets) - 1
+    hit = is_loop_frame[frames_flat] if len(frames_flat) else np.zeros(0, dtype=bool)
+    stack_of = _stack_of_pos(offsets)
+    first = np.full(n_stacks, -1, dtype=np.int64)
+    pos = np.flatnonzero(hit)
+    if len(pos):
+        # the outermost loop frame of each stack: positions are in stack order, root first
+        st = stack_of[pos]
+        keep_first = np.ones(len(pos), dtype=bool)
+        keep_first[1:] = st[1:] != st[:-1]
+        first[st[keep_first]] = pos[keep_first]
+    use = inside & (first >= 0)
+    # Cut each used stack to [first, end); the others become empty stacks with no samples.
+    starts = np.where(use, first, offsets[1:])
+    lengths = offsets[1:] - starts
+    new_off = np.zeros(n_stacks + 1, dtype=np.int64)
+    np.cumsum(lengths, out=new_off[1:])
+    idx = np.concatenate([np.arange(a, b) for a, b in zip(starts.tolist(), offsets[1:].tolist())]) \
+        if n_stacks else np.zeros(0, np.int64)
+    keys_flat = sel.keys_flat[idx.astype(np.int64)] if len(idx) else np.zeros(0, np.int64)
+    samples = np.where(use, sel.samples, 0)
+    weight = np.where(use, sel.weight_s, 0.0)
+    cut = Selection(keys_flat, new_off, samples, weight, sel.key_name, sel.key_file, sel.key_line,
+                    int(samples.sum()), float(weight.sum()))
+    values = np.stack([cut.samples.astype(np.float64), cut.weight_s], axis=1)
+    parent, key, depth, total, selfv = _build_trie(cut.keys_flat, cut.offsets, values, len(cut.key_name))
+    return _tree_frame(parent, key, depth, total, selfv, cut, min_fraction, f"training loop: {info['loop']}"), info
 
 
 MSG_WORKERS_VIEW = ("These are DataLoader worker processes: they run no training loop, so there is "

@@ -115,4 +115,19 @@ def test_debugkit_profile_of_a_fresh_data_bound_job(tmp_path):
     roles = {t["role"] for t in s["threads"]}
     assert {"main", "dataloader"} <= roles
     assert s["workers"]["top"][0]["name"] == "decode_row"
-    assert s["step_breakdown"]["loop"].startswith("main (") and "train.py" in s["step_breakdown"]["loop"]
+    # The loop is in train.py (main, or <module> when worker shutdown at exit weighs in a short run).
+    assert "/train.py" in s["step_breakdown"]["loop"]
+
+
+def test_loop_flame_tree_starts_at_the_loop(prof):
+    tree, info = ap.compute_loop_flame_tree(prof, prof.thread_ids("main"))
+    assert tree.loc[0, "name"] == f"training loop: {info['loop']}"
+    assert tree.loc[1, "name"] == "main" and tree.loc[1, "depth"] == 1
+    assert (tree["depth"] == 1).sum() == 1  # every stack starts at the loop's frame
+    assert int(tree.loc[0, "samples"]) == 960  # the loop's samples (4 phase samples elsewhere)
+    assert not tree["name"].isin(["EncodedWine.__init__", "load_wine"]).any()  # set-up left out
+    children = tree[tree["parent_id"] == 1].set_index("name")["samples"]
+    assert children["_BaseDataLoaderIter.__next__"] == 901
+    # The workers run no loop: no tree.
+    none, winfo = ap.compute_loop_flame_tree(prof, prof.thread_ids("dataloader"))
+    assert none is None and winfo["workers_only"]

@@ -43,8 +43,12 @@ def test_sampled_profile_view():
     assert kinds[:2] == ["bar", "icicle"]
     assert any("Backward takes the most time: 48% of the training loop." in m.value for m in at.markdown)
     flame = figure(at, 1)["data"][0]
-    assert flame["values"][0] == 12307  # every main-thread sample
+    # Opens at the training loop: the samples the breakdown counts, imports left out.
+    assert flame["labels"][0].startswith("training loop: ") and flame["values"][0] == 3795
     assert HIGHLIGHT not in flame["marker"]["colors"]
+    at.segmented_control(key="sp_scope").set_value("all").run()
+    flame = figure(at, 1)["data"][0]
+    assert flame["values"][0] == 12307  # every main-thread sample
     assert len(at.dataframe) >= 2
 
 
@@ -57,7 +61,7 @@ def test_search_highlights_the_matching_frames():
     hit = [lab for lab, c in zip(flame["labels"], flame["marker"]["colors"]) if c == HIGHLIGHT]
     assert hit and all("backward" in lab.lower() for lab in hit)
     # the zoom picker now offers the matches
-    zoom = at.selectbox(key="sp_zoom_train_function")
+    zoom = at.selectbox(key="sp_zoom_train_function_loop")
     assert all("backward" in o.lower() for o in zoom.options[1:])
     first = zoom.options[1].rsplit(" (", 1)[0]
     zoom.select_index(1).run()
@@ -181,8 +185,9 @@ def test_data_bound_profile_names_the_workers_hot_function(tmp_path, monkeypatch
     assert any("96% is spent waiting for data" in m.value and "`decode_row` (train.py:37)" in m.value
                for m in at.markdown)
     flame = figure(at, 1)["data"][0]
-    loop = flame["ids"][flame["labels"].index("main")]
-    assert flame["level"] == loop  # opens at the training loop, not the imports
+    # Opens at the training loop, not the imports: 960 of the main thread's 2,885 samples.
+    assert flame["labels"][0] == "training loop: main (/tmp/i16b_db/train.py, lines 80-84)"
+    assert flame["values"][0] == 960 and "EncodedWine.__init__" not in flame["labels"]  # set-up left out
     waits = {"Condition.wait", "socket.accept", "_PollLikeSelector.select", "Connection._recv"}
     running = set(at.dataframe[0].value.query("self_samples > 0")["name"])
     assert not running & waits
