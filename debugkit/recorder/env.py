@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -46,6 +47,12 @@ def collect_env() -> dict:
         "cudnn_version": None,
         "gpus": [],
         "packages": package_versions(),
+        # What `debugkit compare` needs (see docs/compare.md): every distribution, the
+        # machine, the OS, NCCL.
+        "distributions": all_distributions(),
+        "hardware": hardware(),
+        "os": os_info(),
+        "nccl_version": nccl_version(),
     }
     if env["cuda_available"]:
         try:
@@ -57,7 +64,79 @@ def collect_env() -> dict:
             ]
         except RuntimeError as exc:
             env["gpu_error"] = str(exc)
+    if env["gpus"]:
+        env["hardware"]["gpu_model"] = env["gpus"][0]["name"]
     return env
+
+
+def all_distributions() -> dict[str, str]:
+    """``{name: version}`` of every installed distribution (importlib.metadata).
+
+    Names are normalised as PEP 503 does (lower case, runs of ``-_.`` as ``-``) so that
+    two environments compare by name; when one name is installed twice (two
+    ``sys.path`` entries), the first one found (the one Python imports) wins.
+    """
+    out: dict[str, str] = {}
+    for dist in metadata.distributions():
+        try:
+            name = dist.metadata["Name"]
+        except (KeyError, OSError, ValueError):
+            continue
+        if not name:
+            continue
+        key = re.sub(r"[-_.]+", "-", str(name)).lower()
+        out.setdefault(key, str(dist.version))
+    return dict(sorted(out.items()))
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name (``/proc/cpuinfo``, else :func:`platform.processor`)."""
+    info = _read_text("/proc/cpuinfo") or ""
+    m = re.search(r"^(?:model name|Hardware|cpu model)\s*:\s*(.+)$", info, re.MULTILINE)
+    if m:
+        return m.group(1).strip()
+    return platform.processor() or None
+
+
+def nvidia_driver_version() -> str | None:
+    """The NVIDIA kernel driver's version (``/proc/driver/nvidia/version``; no nvidia-smi)."""
+    text = _read_text("/proc/driver/nvidia/version")
+    m = re.search(r"Kernel Module(?: for [\w-]+)?\s+(\d+(?:\.\d+)+)", text or "")
+    return m.group(1) if m else None
+
+
+def nccl_version() -> str | None:
+    """NCCL's version as torch was built with it (None on CPU-only builds)."""
+    import torch
+
+    try:
+        v = torch.cuda.nccl.version()
+    except (AttributeError, RuntimeError):
+        return None
+    return ".".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
+
+
+def hardware() -> dict:
+    """``{"cpu_model", "cpu_count", "machine", "gpu_model", "gpu_driver"}`` of this host."""
+    return {"cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
+            "machine": platform.machine(), "gpu_model": None,
+            "gpu_driver": nvidia_driver_version()}
+
+
+def os_info() -> dict:
+    """``{"system", "release", "distro"}`` (distro: ``PRETTY_NAME`` of /etc/os-release)."""
+    text = _read_text("/etc/os-release") or ""
+    m = re.search(r'^PRETTY_NAME="?([^"\n]*)"?$', text, re.MULTILINE)
+    return {"system": platform.system(), "release": platform.release(),
+            "distro": m.group(1) if m else None}
 
 
 def pip_check(timeout_s: float = 60.0) -> dict:
