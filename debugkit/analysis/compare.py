@@ -390,6 +390,26 @@ def compute_band(steps: np.ndarray, values: np.ndarray, *, log: bool,
     return pd.DataFrame({"step": steps, "value": values, "lo": lo, "hi": hi}), sigma
 
 
+def series_band(base_frame, series: str, key: str, rank: int | None = None,
+                config: dict | None = None):
+    """The base's band for one series, to draw behind the curves: DataFrame ``step,
+    value, lo, hi`` (see :func:`compute_band`), or None.
+
+    ``series`` is ``loss`` (``base_frame`` a :meth:`Run.scalars` frame, ``key`` its key)
+    or ``grad_norm`` (a :meth:`Run.grad_norms` frame, ``key`` a layer).
+    """
+    if not len(base_frame):
+        return None
+    if rank is None:
+        rank = int(base_frame["rank"].min())
+    if series == "loss":
+        steps, values = _series_of(base_frame[base_frame["key"] == key], "value", rank)
+    else:
+        steps, values = _series_of(base_frame[base_frame["layer"] == key], "grad_norm", rank)
+    band, _ = compute_band(steps, values, log=series != "loss", config=config)
+    return band
+
+
 def _first_divergence(steps_a, va, steps_b, vb, *, log: bool, cfg: dict):
     """(result dict) for one series: first step outside the base's band, sustained."""
     common, ia, ib = np.intersect1d(steps_a, steps_b, return_indices=True)
