@@ -66,7 +66,9 @@ def run(args) -> int:
         ("config", before["config"]["rows"]),
         ("environment", _differing(before["environment"]["fields"]) + before["environment"]["packages"]),
         ("code", _differing(before["code"]["rows"])),
-        ("data", _differing(before["data"]["datasets"]["rows"])),
+        ("data", [{**r, "status": r["status"] + (f" ({r['items_differing']} of {r['items_sampled']} "
+                                                  "sampled items)" if "items_differing" in r else "")}
+                  for r in _differing(before["data"]["datasets"]["rows"])]),
         ("batch spec", [{"name": f"{r['tensor']}.{r['field']}", **r}
                         for r in before["data"]["batch_spec"]["rows"]]),
         ("world size and ranks", _differing(before["topology"]["rows"])),

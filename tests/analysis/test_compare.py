@@ -234,3 +234,18 @@ def test_defaults_are_documented_in_docs_compare():
     text = (ROOT / "docs" / "compare.md").read_text()
     for key in DEFAULTS:
         assert f"`{key}`" in text
+
+
+def test_what_follows_a_divergence_is_the_failure_capture_first(sample_runs):
+    from debugkit.analysis.compare import following_event
+    from debugkit.diagnose import diagnose
+    from debugkit.io.run import open_run
+
+    bad = open_run(sample_runs / "digits-bad-label")
+    found = diagnose(bad)
+    f = following_event(70, bad.failures(), found)
+    assert (f["source"], f["id"], f["kind"], f["step"]) == \
+        ("failure", "r0-s0000075-exception", "exception", 75)
+    assert "Target 12 is out of bounds" in f["message"]
+    assert following_event(76, bad.failures(), found) is None
+    assert following_event(None, bad.failures(), found) is None
