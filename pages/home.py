@@ -49,6 +49,17 @@ for i, r in enumerate(rows):
             _common._select(r["path"], r["id"])
             st.switch_page("pages/overview.py", query_params={"run": r["id"]})
 
+if len(rows) >= 2 and _common.has_page("pages/compare.py"):
+    st.subheader("Compare two runs")
+    st.caption("What differs between a run and the one that worked, and where they part.")
+    ids = [r["id"] for r in rows]
+    c1, c2, c3 = st.columns([2, 2, 1], vertical_alignment="bottom")
+    a = c1.selectbox("Run to check", ids, key="home_compare_run")
+    b = c2.selectbox("Base (the run that worked)", [i for i in ids if i != a], key="home_compare_base")
+    if c3.button("Compare", key="home_compare", width="stretch", icon=":material/compare_arrows:"):
+        _common._select(next(r["path"] for r in rows if r["id"] == a), a)
+        st.switch_page("pages/compare.py", query_params={"run": a, "base": b})
+
 st.subheader("Where to look")
 PAGES = [
     ("pages/overview.py", "Overview", "status, loss curve and failures of one run"),
@@ -59,6 +70,7 @@ PAGES = [
     ("pages/distributed.py", "Distributed", "stragglers, hangs and collectives across ranks"),
     ("pages/checkpoints.py", "Checkpoints", "weights across checkpoints: NaN/Inf, frozen layers, compare, resume"),
     ("pages/replay.py", "Replay", "re-run the captured failing batch and point at its cause"),
+    ("pages/compare.py", "Compare", "what differs from the run that worked, and where they diverge"),
     ("pages/audit.py", "Bias audit", "SHAP and fairness per group, shareable read-only"),
 ]
 cols = st.columns(2)
