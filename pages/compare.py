@@ -44,11 +44,11 @@ def _pick_base(entries, run_id):
         try:
             run_store.validate_run_id(wanted)
         except DebugkitError as exc:
-            st.error(str(exc))
+            _common.show_error(exc)
             wanted = None
         else:
             if wanted not in others:
-                st.error(f"base run {wanted!r}: no such run besides this one; pick one below")
+                st.error(f"base run {_common.md(repr(wanted))}: no such run besides this one; pick one below")
                 wanted = None
     choice = st.selectbox("Base run (the one that worked)", ["—"] + others,
                           index=others.index(wanted) + 1 if wanted in others else 0,
@@ -110,7 +110,7 @@ def _before(before: dict) -> None:
     st.caption(f"pip check: run **{pc['run']['status']}**, base **{pc['base']['status']}**")
     for side in ("run", "base"):
         for line in pc[side]["conflicts"]:
-            st.caption(f"{side}: {line}")
+            st.caption(f"{side}: {_common.md(line)}")
     code = before["code"]
     _status_line("Code (model factory)", code["status"])
     _rows_table([r for r in code["rows"] if r["status"] != "equal"], "code")
@@ -140,11 +140,11 @@ def _divergence(res, names, run_name, base_name, paths) -> None:
     div = res["divergence"]
     st.subheader("2. Where they diverge")
     if div["status"] == "diverged":
-        st.warning(div["finding"]["message"], icon=":material/call_split:")
+        st.warning(_common.md(div["finding"]["message"]), icon=":material/call_split:")
         follow = div.get("following")
         if follow:
-            st.caption(f"What follows: {follow['source']} **{follow['kind']}** at step "
-                       f"{follow['step']}: {follow.get('message') or ''}")
+            st.caption(f"What follows: {_common.md(follow['source'])} **{_common.md(follow['kind'])}** at step "
+                       f"{follow['step']}: {_common.md(follow.get('message') or '')}")
     elif div["status"] == "no divergence":
         st.success("No divergence: the run stays inside the base run's band on the loss and "
                    "every layer's gradient norm.", icon=":material/check:")
@@ -222,7 +222,7 @@ def render() -> None:
         _common.show_error(exc)
         return
     run_name = run_id or res["run"]
-    st.caption(f"run **{run_name}** ({res['statuses']['run']}) · base **{base_id}** "
+    st.caption(f"run **{_common.md(run_name)}** ({res['statuses']['run']}) · base **{_common.md(base_id)}** "
                f"({res['statuses']['base']})")
     _summary(res)
     _before(res["before_step_0"])
