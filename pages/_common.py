@@ -146,13 +146,10 @@ def summary(path: str) -> dict:
 @st.cache_data(**CACHE, show_spinner=False)
 def _findings_counts(path: str, sig: tuple) -> dict:
     from debugkit.diagnose import diagnose
+    from debugkit.diagnose.index import findings_counts as counts
     from debugkit.io.run import open_run
 
-    found = diagnose(open_run(path))
-    worst = next((f for sev in ("error", "warning") for f in found if f.severity == sev), None)
-    return {"errors": sum(f.severity == "error" for f in found),
-            "warnings": sum(f.severity == "warning" for f in found),
-            "top": f"{worst.kind}: {worst.message}" if worst else ""}
+    return counts(diagnose(open_run(path)))
 
 
 def findings_counts(path: str) -> dict:
