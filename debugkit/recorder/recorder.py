@@ -515,9 +515,9 @@ class Recorder:
                 raise InvalidInputError(
                     f"rec.log({key}=...): expected a Python number or a 0-d tensor, "
                     f"got a tensor of shape {tuple(value.shape)}")
+            if value.device.type == "cpu":  # .item() needs neither detach nor reshape
+                return float(value.item())
             v = value.detach()
-            if v.device.type == "cpu":
-                return float(v.reshape(()).item())
             host = torch.empty((1,), dtype=torch.float64, pin_memory=True)
             host.copy_(v.reshape(1).double(), non_blocking=True)
             ev = torch.cuda.Event()
