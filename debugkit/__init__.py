@@ -26,7 +26,7 @@ from .retry import retry
 __version__ = "0.1.0"
 
 __all__ = [
-    "Recorder", "BatchSpec", "resume_latest", "retry", "open_run", "Run", "DebugkitError", "RunDirError", "SchemaVersionError",
+    "Recorder", "BatchSpec", "resume_latest", "watch", "retry", "open_run", "Run", "DebugkitError", "RunDirError", "SchemaVersionError",
     "InvalidInputError", "UploadError", "ReplayError", "NonFiniteError",
     "MissingDependencyError", "__version__",
 ]
@@ -41,6 +41,10 @@ def __getattr__(name):
         from .recorder.guard import BatchSpec
 
         return BatchSpec
+    if name == "watch":
+        from .recorder.watch import watch
+
+        return watch
     if name == "resume_latest":
         from .checkpoints import resume_latest
 

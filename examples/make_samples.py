@@ -52,6 +52,14 @@ SAMPLES: dict[str, tuple[list[str], int] | list[tuple[list[str], int]]] = {
     "digits-compare-lr": (["examples.digits_compare", "--lr", "0.5"], 0),
     "digits-compare-unlabelled": (["examples.digits_compare", "--unlabelled", "0.25"], 0),
     "credit-audit": (["examples.credit"], 0),
+    # The integrations (docs/integrations.md): a healthy Lightning run, a tiny BERT under
+    # the HF Trainer crashing on a corrupted label, the plain Recorder under Accelerate
+    # (bf16, 2 micro-batches per step) stopping on the 0/0 NaN feature, and an unedited
+    # loop attached with debugkit.watch crashing on a corrupted label.
+    "lightning-digits": (["examples.lightning_train"], 0),
+    "hf-bert-bad-label": (["examples.hf_bert_digits", "--corrupt-label", "12"], 1),
+    "accelerate-nan": (["examples.accelerate_loop", "--data", "cancer"], 1),
+    "watch-bad-label": (["examples.watch_loop", "--corrupt-label", "12"], 1),
     # py-spy profiles of the digits training (2 DataLoader workers, then none, for the
     # diff) and a torch.profiler trace of a few steps of the same model.
     "digits-profiled": [

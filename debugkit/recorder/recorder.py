@@ -70,6 +70,24 @@ class _RSS:
             self._fd = None
 
 
+def _inner_optimizer(optimizer):
+    """The torch optimizer under wrappers that do not run its step hooks on their own.
+
+    Accelerate's ``AcceleratedOptimizer`` (and Lightning's ``LightningOptimizer``) hold the
+    real optimizer in ``.optimizer`` / ``._optimizer`` and call its ``step`` (after the
+    grad scaler unscaled the gradients, and only at gradient-accumulation boundaries);
+    hooks registered on the wrapper itself would never fire.
+    """
+    import torch
+
+    for _ in range(4):
+        inner = getattr(optimizer, "optimizer", None) or getattr(optimizer, "_optimizer", None)
+        if not isinstance(inner, torch.optim.Optimizer) or inner is optimizer:
+            break
+        optimizer = inner
+    return optimizer
+
+
 def _unwrap(model):
     """The module under DDP/FSDP/DataParallel or torch.compile wrappers."""
     for _ in range(4):
@@ -178,12 +196,18 @@ class Recorder:
 
         Skipped steps write no ``steps`` row; their count is ``skipped_batches`` of the
         ``close`` event (and :attr:`batches_skipped`).
+    grads_hook : bool
+        Take gradient norms in ``optimizer``'s step pre-hook (the default). Frameworks
+        that call ``optimizer.step(closure)`` with a closure that runs the backward pass
+        (Lightning) fire that hook *before* backward: they pass False and call
+        :meth:`record_grads` after backward (see :mod:`debugkit.integrations`).
     """
 
     def __init__(self, run_dir, model, optimizer=None, *, name=None, config=None,
                  model_factory=None, factory_kwargs=None, step_fn=None, num_classes=None,
                  log_every=1, flush_every_s=2.0, halt_on_nonfinite=False, hang_timeout_s=None,
-                 record_memory_history=False, guard=None, guard_action="raise"):
+                 record_memory_history=False, guard=None, guard_action="raise",
+                 grads_hook=True):
         import torch
 
         if int(log_every) < 1:
@@ -289,6 +313,7 @@ class Recorder:
                                       self.rank, self._writer.event)
         self._step_no = 0
         self._cur: _Step | None = None
+        self._begun: _Step | None = None  # the step begin_step() opened (also when skipped)
         self._last_exit: float | None = None
         self._last_step: int | None = None
         self._step_scalars: list[tuple[str, Any]] = []
@@ -311,8 +336,10 @@ class Recorder:
         self._writer_dir = rank_dir
         self._hooks = []
         if optimizer is not None:
-            self._hooks.append(optimizer.register_step_pre_hook(self._pre_optimizer_step))
-            self._hooks.append(optimizer.register_step_post_hook(self._post_optimizer_step))
+            hooked = _inner_optimizer(optimizer)
+            if grads_hook:
+                self._hooks.append(hooked.register_step_pre_hook(self._pre_optimizer_step))
+            self._hooks.append(hooked.register_step_post_hook(self._post_optimizer_step))
         ref = weakref.ref(self)
         self._atexit = lambda: (r := ref()) is not None and r._close_at_exit()
         atexit.register(self._atexit)
@@ -343,6 +370,44 @@ class Recorder:
         if step is None:
             step = self._step_no
         return _Step(self, batch, indices, int(step))
+
+    def begin_step(self, batch=None, *, step: int | None = None, indices=None) -> _Step:
+        """Start a step without a ``with`` block (for framework callbacks).
+
+        The same as entering ``rec.step(batch, ...)``: pair it with :meth:`end_step`.
+        Returns the step; its ``batch`` may be replaced until the step ends (the batch a
+        capture stores is the step's ``batch`` at that time).
+        """
+        st = self.step(batch, step=step, indices=indices)
+        self._begun = st
+        st.__enter__()
+        return st
+
+    def end_step(self, error: BaseException | None = None) -> None:
+        """End the step :meth:`begin_step` started; with ``error``, capture it as a failure.
+
+        The same as leaving the ``with rec.step(...)`` block (normally, or with ``error``).
+        A :class:`debugkit.NonFiniteError` of ``halt_on_nonfinite`` propagates. Does
+        nothing when no step is open.
+        """
+        st, self._begun = self._cur or self._begun, None
+        if st is None or (st is not self._cur and not st.skipped):
+            return
+        st.__exit__(type(error) if error is not None else None, error, None)
+
+    @property
+    def current_step(self) -> _Step | None:
+        """The open step (between ``begin_step``/``end_step`` or inside ``rec.step``), or None."""
+        return self._cur
+
+    def record_grads(self) -> None:
+        """Take the gradient norms of the open step now (once per step; later calls do nothing).
+
+        For frameworks whose optimizer hook fires before backward (``grads_hook=False``):
+        call it after backward and after any gradient unscaling, before clipping.
+        """
+        if self._cur is not None and not self._grads_taken:
+            self._take_grads("after backward (record_grads)")
 
     def log(self, **scalars) -> None:
         """Record scalars (Python numbers or 0-d tensors) for the current step.

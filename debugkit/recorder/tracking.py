@@ -16,6 +16,7 @@ class _TrackingBatchSampler:
         self.sink = sink
 
     def __iter__(self):
+        self.sink.clear()  # index lists drawn for an epoch that was cut short
         for idx in self.inner:
             self.sink.append([int(i) for i in idx])
             yield idx
@@ -82,3 +83,41 @@ def track_loader(loader, on_batch):
     if hasattr(loader, "in_order"):
         kwargs["in_order"] = loader.in_order
     return TrackedLoader(DataLoader(loader.dataset, **kwargs), sink, on_batch)
+
+
+def _tracking_iter(self):
+    sink = type(self)._debugkit_sink
+    sink.clear()  # index lists drawn for an epoch that was cut short
+    for idx in super(type(self), self).__iter__():
+        sink.append([int(i) for i in idx])
+        yield idx
+
+
+def track_in_place(loader) -> collections.deque | None:
+    """Make an existing DataLoader report its index lists into the returned deque.
+
+    For loaders a framework iterates itself (Lightning's): the n-th batch the loader
+    yields belongs to the n-th index list popped from the deque. The loader's batch
+    sampler becomes an instance of a subclass of its own class whose ``__iter__`` records
+    what it yields, so a framework that rebuilds the sampler from its class (Lightning
+    adding a ``DistributedSampler`` under DDP: ``type(batch_sampler)(sampler,
+    batch_size=..., drop_last=...)``) keeps tracking, into the same deque. An iterator
+    created before this call is not affected. Returns None (with a warning) for loaders
+    whose indices cannot be known, as :func:`track_loader`.
+    """
+    from torch.utils.data import DataLoader
+
+    if not isinstance(loader, DataLoader) or loader.batch_sampler is None \
+            or not getattr(loader, "in_order", True):
+        warnings.warn("debugkit: this loader's dataset indices cannot be tracked; "
+                      "captures will not name dataset indices", DebugkitWarning, stacklevel=3)
+        return None
+    bs = loader.batch_sampler
+    if hasattr(type(bs), "_debugkit_sink"):
+        return type(bs)._debugkit_sink
+    sink: collections.deque = collections.deque()
+    cls = type(bs)
+    bs.__class__ = type(f"Tracking{cls.__name__}", (cls,),
+                        {"__iter__": _tracking_iter, "_debugkit_sink": sink,
+                         "__module__": cls.__module__})
+    return sink

@@ -332,7 +332,7 @@ def identify(role: str, entry: dict | None, spec: str | None = None,
     where = classify_location(local)
     if where == "stdlib":
         return CodeIdentity(status=STDLIB, message=MSG_STDLIB.format(**fmt), **common)
-    if where == "installed":
+    if where == "installed" and not policy.is_trusted_helper(local, spec):
         return CodeIdentity(status=INSTALLED, message=MSG_INSTALLED.format(**fmt), **common)
     refusal = policy.check_factory_allowed(local, code_roots, role=role, spec=spec,
                                            hint=hint or policy.HINT_CLI)

@@ -145,17 +145,42 @@ def server_code_roots(run_path) -> list[Path]:
     return _resolved([EXAMPLES_DIR]) if sample else []
 
 
+#: The only functions inside debugkit that a capture may name: the replay helpers that
+#: the framework integrations record (docs/integrations.md). Each builds nothing but a
+#: model (``model_from_config`` accepts only a ``PreTrainedModel`` class that
+#: ``transformers`` exports, from a plain-data config) or calls the rebuilt model
+#: (``model.training_step(batch, 0)``, ``model(**batch)``); they still pass the hash check.
+TRUSTED_HELPERS = {
+    "debugkit.integrations.lightning:replay_training_step": "integrations/lightning.py",
+    "debugkit.integrations.transformers:model_from_config": "integrations/transformers.py",
+    "debugkit.integrations.transformers:replay_training_step": "integrations/transformers.py",
+}
+
+
+def is_trusted_helper(local_file, spec: str) -> bool:
+    """Whether ``spec`` is one of :data:`TRUSTED_HELPERS` and ``local_file`` is its file in
+    the debugkit package running this code."""
+    rel = TRUSTED_HELPERS.get(spec)
+    try:
+        return rel is not None and Path(local_file).resolve() == (PKG_DIR / rel).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return False
+
+
 def check_factory_allowed(local_file, roots, *, role: str = "model_factory", spec: str = "",
                           hint: str = HINT_CLI) -> str | None:
     """Why the source file ``local_file`` may not run (a message), or None when it may.
 
     It may run when, resolved (symlinks followed), it lies inside one of ``roots`` and
-    inside none of :func:`forbidden_dirs`.
+    inside none of :func:`forbidden_dirs`, or when it is one of debugkit's
+    :data:`TRUSTED_HELPERS`.
     """
     try:
         p = Path(local_file).resolve()
     except (OSError, RuntimeError, ValueError):
         return MSG_NOT_ALLOWED.format(role=role, spec=spec, local=local_file, roots="none", hint=hint)
+    if is_trusted_helper(p, spec):
+        return None
     bad = _forbidden(p)
     if bad is not None:
         return MSG_FORBIDDEN.format(role=role, spec=spec, local=p, what=bad[1], where=bad[0])
