@@ -15,6 +15,7 @@ st.set_page_config(page_title="debugkit", page_icon=":material/bug_report:", lay
 PAGES = [
     ("pages/home.py", "Home", ":material/home:", "home"),
     ("pages/overview.py", "Overview", ":material/dashboard:", "overview"),
+    ("pages/scalars.py", "Scalars", ":material/show_chart:", "scalars"),
     ("pages/gradients.py", "Gradients", ":material/ssid_chart:", "gradients"),
     ("pages/memory.py", "Memory", ":material/memory:", "memory"),
     ("pages/profiler.py", "Profiler", ":material/speed:", "profiler"),

@@ -8,6 +8,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from .errors import MSG_FILE_TOO_BIG, MSG_NOT_REGULAR, FileLimitError
+
+#: The largest JSON file debugkit reads whole (bytes). A run's JSON files (manifest,
+#: heartbeats, failure records, audits) are kilobytes; an audit with SHAP summaries a few
+#: MiB. Larger is refused before it is read, not parsed into memory.
+MAX_JSON_BYTES = 64 << 20
+
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, fsync: bool = False) -> None:
     """Write ``data`` to ``path`` so that readers see the old file or the new one, never half.
@@ -79,3 +86,57 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
                 break
             h.update(b)
     return h.hexdigest()
+
+
+def _file_kind(mode: int) -> str:
+    import stat
+
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def check_regular_file(path) -> int:
+    """The size of the local file ``path``; :class:`FileLimitError` for a FIFO, a device,
+    a socket or a directory (opening a FIFO would block forever)."""
+    import stat
+
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise FileLimitError(MSG_NOT_REGULAR.format(path=path, kind=_file_kind(st.st_mode)))
+    return st.st_size
+
+
+def read_bytes_capped(path, max_bytes: int, what: str = "this file") -> bytes:
+    """A file's bytes, refusing a non-regular file or one over ``max_bytes`` before
+    reading it (and reading at most ``max_bytes + 1``, should it grow meanwhile).
+
+    ``path`` may be a local path or a ``UPath`` (fsspec URL).
+    """
+    local = isinstance(path, (str, os.PathLike)) and type(path).__module__.split(".")[0] != "upath"
+    if local:
+        size = check_regular_file(path)
+    else:
+        size = int(path.stat().st_size or 0)
+    if size > max_bytes:
+        raise FileLimitError(MSG_FILE_TOO_BIG.format(path=path, size=size, limit=max_bytes, what=what))
+    with open(path, "rb") if local else path.open("rb") as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise FileLimitError(MSG_FILE_TOO_BIG.format(path=path, size=f"more than {max_bytes}",
+                                                     limit=max_bytes, what=what))
+    return data
+
+
+def read_json(path, *, max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """Parse a JSON file, at most ``max_bytes`` of it (:data:`MAX_JSON_BYTES`).
+
+    Raises :class:`~debugkit.errors.FileLimitError` (a ``ValueError`` too) for a file over
+    the limit or not a regular file, ``ValueError`` for invalid JSON, ``OSError`` when it
+    cannot be read: the same exceptions callers of ``json.loads(path.read_text())``
+    already handle.
+    """
+    return json.loads(read_bytes_capped(path, max_bytes, "a JSON file"))

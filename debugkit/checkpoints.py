@@ -27,7 +27,7 @@ import time
 import warnings
 from pathlib import Path
 
-from ._fsutil import atomic_write_json
+from ._fsutil import atomic_write_json, read_json
 from ._fsutil import fsync_dir as _fsync_dir
 from .errors import DebugkitError, DebugkitWarning, InvalidInputError, RunDirError
 
@@ -67,7 +67,7 @@ def read_index(run_dir) -> list[dict]:
     if not p.exists():
         return []
     try:
-        doc = json.loads(p.read_text())
+        doc = read_json(p)
         entries = doc["checkpoints"]
         if not isinstance(entries, list):
             raise TypeError("'checkpoints' is not a list")

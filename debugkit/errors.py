@@ -36,6 +36,10 @@ MSG_NEWER_MAJOR = (
 )
 MSG_BAD_VERSION = "{path}: schema_version {found!r} is not of the form 'MAJOR.MINOR'"
 MSG_BATCH_VIOLATION = "batch rejected by its BatchSpec: {first}{more}"
+MSG_FILE_TOO_BIG = ("{path}: {size} bytes is over the limit of {limit} bytes for {what}; "
+                    "refusing to read it (a run's JSON files are kilobytes)")
+MSG_NOT_REGULAR = "{path}: not a regular file ({kind}); refusing to open it"
+MSG_BAD_TYPED_PATH = "path {value!r}: {why}"
 MSG_TABLE_UNREADABLE = "{path}: {table} data is unreadable ({detail})"
 
 
@@ -99,3 +103,11 @@ class DebugkitWarning(UserWarning):
 
 class TruncatedRecordWarning(DebugkitWarning):
     """A half-written record at the end of a data file was skipped."""
+
+
+class FileLimitError(InvalidInputError, ValueError):
+    """A file too large to read, or not a regular file (a FIFO, a device).
+
+    Also a ``ValueError``, so a reader that already turns unparsable files into its own
+    message (``except ValueError``) does the same for this one.
+    """

@@ -71,7 +71,7 @@ def table_schema(table: str):
             [
                 ("step", pa.int64()),
                 ("layer_id", pa.int32()),
-                ("grad_norm", pa.float32()),
+                ("grad_norm", pa.float64()),
             ]
         ),
         "memory": pa.schema(

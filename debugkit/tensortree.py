@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ._fsutil import read_json
 from .errors import InvalidInputError
 
 STRUCTURE_VERSION = 1
@@ -144,7 +145,7 @@ def load_tree(tensor_path: Path, structure_path: Path) -> Any:
     from safetensors.torch import load_file
 
     try:
-        structure = json.loads(Path(structure_path).read_text())
+        structure = read_json(Path(structure_path))
     except (OSError, ValueError) as exc:
         raise InvalidInputError(f"{structure_path}: unreadable batch structure ({exc})") from exc
     try:

@@ -9,6 +9,7 @@ number of runs opened.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import traceback
 from pathlib import Path
@@ -71,14 +72,50 @@ def page_guard() -> None:
         st.rerun()
 
 
+# ---------------------------------------------------------------------------- text
+# What Markdown (CommonMark + GFM, as Streamlit renders it) would read as formatting:
+# emphasis and code marks, backslashes, ``~`` and ``$`` (strikethrough, maths) anywhere;
+# an underscore only where it can open or close emphasis (not inside ``batch_size``);
+# ``](`` / ``][`` (links, images) and ``[^`` (footnotes), not a lone ``[0, 10)``; ``<``
+# before a tag or autolink; a colon that opens an ``:icon:`` shortcode or a
+# ``:red[...]`` directive; and at the start of a line what opens a block (headings,
+# quotes, lists, tables, rules, setext underlines).
+_MD_INLINE = re.compile(r"[\\`*~$]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\](?=[(\[])|\[(?=\^)"
+                        r"|<(?=[A-Za-z/!?])|:(?=[A-Za-z0-9_+/-]+[:\[])")
+_MD_LINE_START = re.compile(r"^(\s*(?:\d+)?)([#>+=|.)-])", re.MULTILINE)
+
+
+def md(value) -> str:
+    """``value`` as literal text inside Markdown (``st.markdown``, ``st.caption``,
+    ``st.error`` ... all render Markdown).
+
+    User and code text (layer names such as ``__getitem__``, ``__main__.CreditMLP``,
+    paths, error messages, run names) is escaped: each character Markdown or Streamlit
+    would read as formatting gets a backslash (CommonMark allows one before any ASCII
+    punctuation), so ``__getitem__`` stays ``__getitem__`` and ``:red[x]`` stays text.
+    """
+    text = _MD_INLINE.sub(lambda m: "\\" + m.group(0), str(value))
+    return _MD_LINE_START.sub(lambda m: m.group(1) + "\\" + m.group(2), text)
+
+
+def code(value) -> str:
+    """``value`` as an inline code span (shown verbatim; backticks inside are kept)."""
+    text = str(value).replace("\n", " ")
+    fence = "`"
+    while fence in text:
+        fence += "`"
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 # ---------------------------------------------------------------------------- errors
 def show_error(exc: BaseException, where: str = "") -> None:
     """A DebugkitError as its message; anything else as a short note plus traceback."""
     if isinstance(exc, DebugkitError):
-        st.error(str(exc), icon=":material/error:")
+        st.error(md(exc), icon=":material/error:")
     else:
-        st.error(f"Something went wrong{' in ' + where if where else ''}: "
-                 f"{type(exc).__name__}: {exc}", icon=":material/bug_report:")
+        st.error(f"Something went wrong{' in ' + md(where) if where else ''}: "
+                 f"{type(exc).__name__}: {md(exc)}", icon=":material/bug_report:")
         with st.expander("Traceback", expanded=False):
             st.code("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
 
@@ -144,11 +181,36 @@ def summary(path: str) -> dict:
 
 
 @st.cache_data(**CACHE, show_spinner=False)
-def _findings_counts(path: str, sig: tuple) -> dict:
+def _findings(path: str, sig: tuple) -> list:
     from debugkit.diagnose import diagnose
     from debugkit.io.run import open_run
 
-    found = diagnose(open_run(path))
+    return diagnose(open_run(path))
+
+
+def findings(path: str) -> list:
+    """What `debugkit diagnose` finds in a run (list of ``Finding``, ordered by step;
+    cached on the run's files). Raises ``DebugkitError`` for a run that cannot be read."""
+    return _findings(path, signature(path))
+
+
+SEVERITY_ICON = {"error": ":material/error:", "warning": ":material/warning:", "info": ":material/info:"}
+
+
+def show_findings(found: list) -> None:
+    """Findings as cards: severity, kind, step, rank, layer, and the message (escaped)."""
+    for f in found:
+        with st.container(border=True):
+            where = " · ".join(x for x in (f"step {f.step}" if f.step is not None else "",
+                                           f"rank {f.rank}" if f.rank is not None else "") if x)
+            st.markdown(f"{SEVERITY_ICON.get(f.severity, '')} **{md(f.kind)}**"
+                        + (f" · {where}" if where else "") + (f" · {code(f.layer)}" if f.layer else ""))
+            st.caption(md(f.message))
+
+
+@st.cache_data(**CACHE, show_spinner=False)
+def _findings_counts(path: str, sig: tuple) -> dict:
+    found = findings(path)
     worst = next((f for sev in ("error", "warning") for f in found if f.severity == sev), None)
     return {"errors": sum(f.severity == "error" for f in found),
             "warnings": sum(f.severity == "warning" for f in found),
@@ -208,7 +270,7 @@ def current_run_path() -> str | None:
     path = st.session_state.get(SESSION_RUN)
     if path and not _exists(path):
         st.session_state[SESSION_RUN] = None
-        st.warning(f"The run at {path} is gone (deleted or moved). Pick another run.")
+        st.warning(f"The run at {md(path)} is gone (deleted or moved). Pick another run.")
         return None
     if path:
         rid = _id_for(path)
@@ -281,7 +343,7 @@ def sidebar() -> None:
     with st.sidebar:
         st.markdown("### Run")
         if msg := st.session_state.pop("debugkit_link_error", None):
-            st.error(msg)
+            st.error(md(msg))
         entries = run_entries()
         ids = [rid for rid, _ in entries]
         paths = dict(entries)
@@ -302,7 +364,7 @@ def sidebar() -> None:
                     _open_typed(text)
                     st.rerun()
             if msg := st.session_state.get("debugkit_path_error"):
-                st.error(msg)
+                st.error(md(msg))
         with st.expander("Upload a run", expanded=False):
             from debugkit.io.upload import UploadLimits
 
@@ -321,9 +383,9 @@ def sidebar() -> None:
                 st.session_state["upload_gen"] = st.session_state.get("upload_gen", 0) + 1
                 st.rerun()
             if msg := st.session_state.get("debugkit_upload_error"):
-                st.error(msg)
+                st.error(md(msg))
             if msg := st.session_state.pop("debugkit_upload_ok", None):
-                st.success(msg)
+                st.success(md(msg))
 
 
 # ---------------------------------------------------------------------------- navigation
@@ -405,7 +467,7 @@ def share_context() -> dict | None:
 def share_refused() -> None:
     """The page a visitor with an invalid, altered, expired or mismatched link gets."""
     ctx = st.session_state.get(SESSION_SHARE) or {}
-    st.error(ctx.get("message") or SHARE_REFUSED.format(reason="it is not valid"),
+    st.error(md(ctx.get("message") or SHARE_REFUSED.format(reason="it is not valid")),
              icon=":material/link_off:")
 
 
@@ -459,6 +521,6 @@ def signed_in_badge() -> None:
     """Who is signed in, and a way out (sidebar), when login is on."""
     with st.sidebar:
         who = st.user.get("email") or st.user.get("name") or "signed in"
-        st.caption(f"Signed in as **{who}**")
+        st.caption(f"Signed in as **{md(who)}**")
         if st.button("Sign out", key="logout", icon=":material/logout:"):
             st.logout()

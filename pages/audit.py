@@ -79,11 +79,11 @@ def _verdict_box(doc):
         head += (f"{n_fail} disparit{'y' if n_fail == 1 else 'ies'} outside the band with "
                  f"{'its' if n_fail == 1 else 'their'} whole confidence interval; "
                  if n_fail else "") + f"{len(reasons)} reason(s) in all."
-    body = "\n".join(f"- {r}" for r in reasons[:6])
+    body = "\n".join(f"- {_common.md(r)}" for r in reasons[:6])
     box(head + ("\n\n" + body if body else ""), icon=icon)
     if len(reasons) > 6:
         with st.expander(f"All {len(reasons)} reasons"):
-            st.markdown("\n".join(f"- {r}" for r in reasons))
+            st.markdown("\n".join(f"- {_common.md(r)}" for r in reasons))
 
 
 def _group_section(doc, figs):
@@ -94,12 +94,12 @@ def _group_section(doc, figs):
     for tab, name in zip(tabs, names):
         a = doc["sensitive"][name]
         with tab:
-            notes = [f"reference group **{a['reference_group']}**"]
+            notes = [f"reference group **{_common.md(a['reference_group'])}**"]
             if a.get("binning"):
                 b = a["binning"]
-                notes.append(f"binned ({b['rule']}): {', '.join(b['labels'])}")
+                notes.append(f"binned ({_common.md(b['rule'])}): {_common.md(', '.join(b['labels']))}")
             if a.get("derived_from"):
-                notes.append(f"derived from `{a['derived_from']}`")
+                notes.append(f"derived from {_common.code(a['derived_from'])}")
             ci = f"{round(a.get('ci_level', 0.95) * 100)} %"
             notes.append(f"intervals: {ci} percentile bootstrap, {a.get('n_boot')} resamples")
             st.caption(" · ".join(notes))
@@ -124,8 +124,8 @@ def _group_section(doc, figs):
             st.plotly_chart(figs[f"group_metrics:{name}"], key=f"bars_{name}")
             findings = a.get("findings") or []
             if findings:
-                with st.expander(f"{len(findings)} finding(s) for {name}"):
-                    st.markdown("\n".join(f"- **{f['severity'].replace('_', ' ')}**: {f['text']}"
+                with st.expander(f"{len(findings)} finding(s) for {_common.md(name)}"):
+                    st.markdown("\n".join(f"- **{f['severity'].replace('_', ' ')}**: {_common.md(f['text'])}"
                                           for f in findings))
 
 
@@ -133,15 +133,15 @@ def _shap_section(doc, figs):
     sh = doc["shap"]
     st.subheader("Attributions (SHAP)")
     details = sh.get("details") or {}
-    extra = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in details.items())
-    st.markdown(f"**{sh['explainer']}** on the model's **{sh['output']}** output"
+    extra = _common.md(", ".join(f"{k.replace('_', ' ')} {v}" for k, v in details.items()))
+    st.markdown(f"**{_common.md(sh['explainer'])}** on the model's **{_common.md(sh['output'])}** output"
                 f"{' (' + extra + ')' if extra else ''}; base value {sh['base_value']:.4f}; "
                 f"additivity: the largest |Σ SHAP + base − output| over the rows is "
                 f"**{sh['additivity_max_error']:.2g}**.")
     flags = doc.get("flags") or []
     if flags:
         for f in flags:
-            st.warning(f["message"], icon=":material/flag:")
+            st.warning(_common.md(f["message"]), icon=":material/flag:")
     else:
         st.caption("No sensitive feature or likely proxy ranks in the top "
                    f"{doc['provenance']['thresholds']['top_k']} by mean |SHAP| or holds "
@@ -162,14 +162,14 @@ def _shap_section(doc, figs):
                 if f"dependence:{name}" in figs:
                     st.plotly_chart(figs[f"dependence:{name}"], key=f"dep_{name}")
                 else:
-                    st.info(f"{name} is not a feature of the model, so it has no SHAP value of its "
+                    st.info(f"{_common.md(name)} is not a feature of the model, so it has no SHAP value of its "
                             "own; see the per-group comparison and the proxy table.")
             with right:
                 st.plotly_chart(figs[f"by_group:{name}"], key=f"bygroup_{name}")
             assoc = [r for r in doc.get("associations", []) if r["attribute"] == name and not r["is_source"]][:6]
             if assoc:
-                st.caption("Strongest associations with " + name + ": " + ", ".join(
-                    f"{r['feature']} ({r['measure']} {r['association']:.2f})" for r in assoc))
+                st.caption("Strongest associations with " + _common.md(name) + ": " + ", ".join(
+                    f"{_common.md(r['feature'])} ({_common.md(r['measure'])} {r['association']:.2f})" for r in assoc))
 
 
 def _provenance(doc, sha256):
@@ -178,7 +178,7 @@ def _provenance(doc, sha256):
         st.markdown(f"SHA-256 of the audit JSON: `{sha256}`")
         import pandas as pd
 
-        st.table(pd.DataFrame([{"what": k, "value": v} for k, v in rep.provenance_rows(doc)])
+        st.table(pd.DataFrame([{"what": k, "value": _common.md(v)} for k, v in rep.provenance_rows(doc)])
                  .set_index("what"))
 
 
@@ -249,8 +249,9 @@ def _compute_box(sig):
         allowed = [t for t in targets if t["allowed"]]
         for t in targets:
             if not t["allowed"]:
-                st.warning(f"Target {t['name']!r} uses loader {t['loader']!r}, which this server does "
-                           "not allow (DEBUGKIT_AUDIT_LOADERS).")
+                st.warning(f"Target {_common.md(repr(t['name']))} uses loader {_common.md(repr(t['loader']))}, which this server's "
+                           "operator does not allow (DEBUGKIT_AUDIT_LOADERS lists the loaders it may "
+                           "call; a run file never chooses code).")
         if not allowed:
             return
         with st.form("compute_audit"):
@@ -291,19 +292,14 @@ def _compute_box(sig):
 
 
 def _run_audit(tname, settings, bins):
-    from debugkit.audit import Auditor
-    from debugkit.audit.targets import load_target
+    from debugkit.audit.worker import compute_audit
 
+    # The loader and the audit run in a separate process with a time and memory limit
+    # (DEBUGKIT_AUDIT_TIMEOUT_S, DEBUGKIT_AUDIT_MEMORY_MB), never in the server's.
     bar = st.progress(0.0, text="Loading the model and the data…")
     try:
-        args = load_target(path, tname)
-        args.pop("candidates", None)
-        names = list(args["sensitive"]) if not isinstance(args["sensitive"], str) else [args["sensitive"]]
-        bins = {k: v for k, v in bins.items() if k in names}
-        group_bins = {**(args.pop("group_bins", None) or {}), **bins} or None
-        auditor = Auditor(settings, progress=lambda f, msg: bar.progress(f, text=msg))
-        audit = auditor.audit_model(args.pop("model"), args.pop("X"), args.pop("y"), run_dir=path,
-                                    group_bins=group_bins, **args)
+        audit = compute_audit(path, tname, {**settings, "band": list(settings["band"])}, bins,
+                              progress=lambda f, msg: bar.progress(min(max(f, 0.0), 1.0), text=msg))
     except DebugkitError as exc:
         bar.empty()
         _common.show_error(exc)
@@ -313,8 +309,8 @@ def _run_audit(tname, settings, bins):
         _common.show_error(exc, "the audit")
         return
     _audits.clear()
-    st.session_state["audit_done"] = f"Stored audit {audit.id} ({VERDICT[audit.verdict][0]})."
-    st.query_params["audit"] = audit.id
+    st.session_state["audit_done"] = f"Stored audit {audit['id']} ({VERDICT[audit['verdict']][0]})."
+    st.query_params["audit"] = audit["id"]
     st.rerun()
 
 
@@ -331,7 +327,7 @@ def main():
     else:
         st.title("Bias audit")
         if msg := st.session_state.pop("audit_done", None):
-            st.success(msg, icon=":material/task_alt:")
+            st.success(_common.md(msg), icon=":material/task_alt:")
         if not entries:
             st.info("No audit stored in this run yet. Compute one below, or from Python with "
                     "`debugkit.audit.audit_model(model, X, y, sensitive=[...], run_dir=..., name=...)`.",
@@ -341,7 +337,7 @@ def main():
         ids = [e["id"] for e in entries]
         wanted = st.query_params.get("audit")
         if wanted and wanted not in ids:
-            st.warning(f"Audit {str(wanted)[:40]!r} is not stored in this run; showing the newest.")
+            st.warning(f"Audit {_common.md(repr(str(wanted)[:40]))} is not stored in this run; showing the newest.")
             wanted = None
         labels = {e["id"]: f"{e['name']} · {VERDICT.get(e['verdict'], (e['verdict'],))[0]} · "
                             f"{(e['created_at'] or '')[:16].replace('T', ' ')} · {e['id']}" for e in entries}
@@ -358,14 +354,14 @@ def main():
     doc = data["doc"]
     prov = doc.get("provenance", {})
     if read_only:
-        st.title(f"Bias audit: {doc['name']}")
+        st.title(f"Bias audit: {_common.md(doc['name'])}")
         exp = dt.datetime.fromtimestamp(share["expires_at"], dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        st.caption(f"Shared read-only view of audit `{audit_id}` of run **{prov.get('run', {}).get('name')}**; "
+        st.caption(f"Shared read-only view of audit {_common.code(audit_id)} of run **{_common.md(prov.get('run', {}).get('name'))}**; "
                    f"this link expires {exp}.")
     else:
-        st.caption(f"Run **{prov.get('run', {}).get('name')}** · model `{doc['model'].get('estimator')}` · "
-                   f"{doc['dataset']['rows']:,} rows · computed {prov.get('created_at')} by "
-                   f"{prov.get('created_by')}")
+        st.caption(f"Run **{_common.md(prov.get('run', {}).get('name'))}** · model {_common.code(doc['model'].get('estimator'))} · "
+                   f"{doc['dataset']['rows']:,} rows · computed {_common.md(prov.get('created_at'))} by "
+                   f"{_common.md(prov.get('created_by'))}")
     _common.about("One stored, immutable audit of a model from this run on a held-out dataset. The **verdict** lists each group whose rate differs from the reference group beyond the configured band (with a bootstrap 95 % confidence interval); the fairness tables give selection rate, error rates and their differences per sensitive attribute (fairlearn's MetricFrame); the SHAP charts show which features drive the model's predictions, overall and per group." + ("" if read_only else ' Share it read-only with *Share with compliance*: the link opens this audit alone and expires.'))
     _verdict_box(doc)
     top = st.columns([1, 1, 1] if not read_only else [1, 1])

@@ -120,7 +120,7 @@ def _pick_folder() -> None:
                     st.session_state[FOLDER_KEY] = str(folder)
                 st.rerun()
         if msg := st.session_state.get("ckpt_folder_error"):
-            st.error(msg, icon=":material/folder_off:")
+            st.error(_common.md(msg), icon=":material/folder_off:")
 
 
 # ----------------------------------------------------------------------------- sections
@@ -141,7 +141,7 @@ def _listing_table(listing) -> None:
                  height=min(400, 35 * (len(shown) + 1) + 3))
     bad = listing[~listing["ok"]]
     for _, r in bad.iterrows():
-        st.warning(f"{_label(r)} is skipped: {r['problem']}", icon=":material/broken_image:")
+        st.warning(f"{_common.md(_label(r))} is skipped: {_common.md(r['problem'])}", icon=":material/broken_image:")
 
 
 def _findings_panel(findings) -> None:
@@ -152,12 +152,12 @@ def _findings_panel(findings) -> None:
         return
     for f in findings:
         with st.container(border=True):
-            st.markdown(f"{SEVERITY_ICON[f.severity]} **{f.kind}** · step {f.step}"
-                        + (f" · `{f.layer}`" if f.layer else ""))
-            st.caption(f.message)
+            st.markdown(f"{SEVERITY_ICON[f.severity]} **{_common.md(f.kind)}** · step {f.step}"
+                        + (f" · {_common.code(f.layer)}" if f.layer else ""))
+            st.caption(_common.md(f.message))
             layers = (f.evidence or {}).get("layers") or []
             if len(layers) > 1:
-                st.caption("Parameters: " + ", ".join(f"`{x}`" for x in layers[:12])
+                st.caption("Parameters: " + ", ".join(_common.code(x) for x in layers[:12])
                            + (" …" if len(layers) > 12 else ""))
 
 
@@ -178,7 +178,7 @@ def _heatmap(m, first_bad) -> None:
         st.plotly_chart(build_weight_norm_figure(m), key="ckpt_norms", width="stretch")
     if len(first_bad):
         r = first_bad.iloc[0]
-        st.error(f"NaN/Inf first appears in **{r['checkpoint']}**, in `{r['layer']}` "
+        st.error(f"NaN/Inf first appears in **{_common.md(r['checkpoint'])}**, in {_common.code(r['layer'])} "
                  f"({int(r['nan_count'])} NaN, {int(r['inf_count'])} Inf)"
                  + (f"; {len(first_bad)} layers in all." if len(first_bad) > 1 else "."),
                  icon=":material/warning:")
@@ -196,7 +196,7 @@ def _compare_section(listing, sig, folder_sig) -> None:
     try:
         qa, qb = _param_step("a", steps), _param_step("b", steps)
     except DebugkitError as exc:
-        st.warning(str(exc), icon=":material/link_off:")
+        st.warning(_common.md(exc), icon=":material/link_off:")
         qa = qb = None
     by_step = {int(s): i for i, s in enumerate(ok["step"]) if s == s}
     ia = by_step.get(qa, ia) if qa is not None else ia
@@ -240,8 +240,8 @@ def _compare_section(listing, sig, folder_sig) -> None:
         else:
             st.caption("Every tensor changed.")
         if mv["only_a"] or mv["only_b"]:
-            st.warning(f"Only in A: {', '.join(mv['only_a']) or '—'}; only in B: "
-                       f"{', '.join(mv['only_b']) or '—'}", icon=":material/difference:")
+            st.warning(f"Only in A: {_common.md(', '.join(mv['only_a']) or '—')}; only in B: "
+                       f"{_common.md(', '.join(mv['only_b']) or '—')}", icon=":material/difference:")
     with st.expander("All tensors"):
         st.dataframe(diff, hide_index=True, width="stretch")
 
@@ -281,7 +281,7 @@ def render() -> None:
     rid = _common._id_for(path)
     st.title("Checkpoints")
     _common.about("Checkpoints written by `rec.checkpoint()` (model weights in safetensors, optimizer state, a SHA-256 per file) and plain `state_dict` files found in the run folder. Each is verified against its recorded hashes; a truncated or corrupted one is flagged and skipped, as `debugkit.resume_latest` skips it. The heatmap shows how far each layer's weights moved between consecutive checkpoints; grey cells are layers that did not move at all (often parameters missing from the optimizer), magenta cells hold NaN/Inf. Compare any two checkpoints below, or replay a captured failing batch from one.")
-    st.caption(f"{info['name']} · {info['status']} · {len(listing)} checkpoint(s)"
+    st.caption(f"{_common.md(info['name'])} · {info['status']} · {len(listing)} checkpoint(s)"
                + (f" · also reading `{folder}`" if folder else ""))
     _pick_folder()
     if not len(listing):

@@ -19,6 +19,7 @@ def _analysis(path: str, sig: tuple):
     from debugkit.analysis import distributed as ad
     from debugkit.diagnose.distributed import collect
     from debugkit.io.distributed import read_hangs, read_rank_info
+    from debugkit.io.rank_traces import find_rank_traces
     from debugkit.io.run import open_run
 
     run = open_run(path)
@@ -30,6 +31,7 @@ def _analysis(path: str, sig: tuple):
         "divergence": ad.compute_grad_divergence(run.grad_norms()),
         "hangs": read_hangs(run), "events": run.events(), "failures": run.failures(),
         "findings": [f.to_dict() for f in collect(run, {})],
+        "trace_files": len(find_rank_traces(run)),
     }
 
 
@@ -62,15 +64,17 @@ def _hang_text(path: str, sig: tuple, rank: int, name: str) -> str:
 
 
 def _findings_block(findings):
-    kinds = {"straggler": ":material/slow_motion_video:", "hang": ":material/hourglass_top:",
+    kinds = {"rank_crashed": ":material/heart_broken:", "rank_lost": ":material/person_off:",
+             "straggler": ":material/slow_motion_video:", "hang": ":material/hourglass_top:",
              "rank_divergence": ":material/call_split:"}
-    shown = [f for f in findings if f["kind"] in kinds]
+    shown = sorted((f for f in findings if f["kind"] in kinds),
+                   key=lambda f: f["kind"] not in ("rank_crashed", "rank_lost"))
     if not shown:
-        st.success("No straggler, hang or rank divergence found.", icon=":material/check:")
+        st.success("No dead rank, straggler, hang or rank divergence found.", icon=":material/check:")
     for f in shown:
         box = st.error if f["severity"] == "error" else st.warning
         box(f"**{f['kind']}** · rank {f['rank'] if f['rank'] is not None else '—'} · "
-            f"{f['message']}", icon=kinds[f["kind"]])
+            f"{_common.md(f['message'])}", icon=kinds[f["kind"]])
 
 
 def _step_time_tab(a, stragglers):
@@ -148,7 +152,7 @@ def _hang_tab(a, sig):
             st.markdown(f"**{title}**")
             where = (f"in step {d.get('step')}" if d.get("in_step")
                      else f"between steps, last completed {d.get('last_step')}")
-            st.caption(f"{where} · dumped because of {d.get('reason')}")
+            st.caption(f"{where} · dumped because of {_common.md(d.get('reason'))}")
             st.code("\n".join(f"{'  ' if f.get('library') else '▶ '}{f['function']} "
                               f"({f['file'].rsplit('/', 1)[-1]}:{f['line']})"
                               + (f"\n      {f['code']}" if f.get('code') and not f.get('library') else "")
@@ -171,7 +175,7 @@ def _hang_tab(a, sig):
                     except DebugkitError as exc:
                         _common.show_error(exc)
             if d.get("pyspy_error"):
-                st.caption(f"py-spy: {d['pyspy_error']}")
+                st.caption(f"py-spy: {_common.md(d['pyspy_error'])}")
 
 
 def _divergence_tab(a):
@@ -208,7 +212,7 @@ def _trace_tab(sig):
     if t["metric"].empty:
         st.info("The traces hold no significant collective inside a profiler step.")
     else:
-        st.markdown(f"**Late start of the last `{t['meta']['collective']}` per iteration** "
+        st.markdown(f"**Late start of the last {_common.code(t['meta']['collective'])} per iteration** "
                     "(HTA's straggler metric; red: later than the median rank)")
         st.plotly_chart(build_trace_lag_figure(t["metric"]), key="dist_trace_lag")
         st.dataframe(t["candidates"], hide_index=True, width="stretch")
@@ -230,11 +234,16 @@ def render():
     _common.about('Every rank of a `torchrun` job side by side: step time per rank (a straggler is a rank whose own work is slower, which the others then wait for in their collectives), data wait against compute, hang dumps taken by the watchdog (where each rank was stuck), gradient norms that disagree across ranks, and collectives from torch.profiler traces.')
     hosts = sorted({h for h in info["host"] if h}) if not info.empty else []
     st.caption(f"backend {d.get('backend') or '—'} · world size {d.get('world_size') or m.get('world_size') or 1}"
-               f" · {len(a['ranks'])} rank folder(s) · {len(hosts)} host(s): {', '.join(hosts) or '—'}")
-    if len(a["ranks"]) < 2 and not a["hangs"]:
+               f" · {len(a['ranks'])} rank folder(s) · {len(hosts)} host(s): {_common.md(', '.join(hosts) or '—')}")
+    traces_only = len(a["ranks"]) < 2 and a["trace_files"] > 1
+    if len(a["ranks"]) < 2 and not a["hangs"] and not traces_only:
         st.info("This run has a single rank. Record a `torchrun` job (every rank creates its "
                 "`Recorder` on the same run directory) to compare ranks here.")
         return
+    if traces_only:
+        st.info(f"This run holds {a['trace_files']} per-rank torch.profiler traces and no recorded "
+                "ranks (`ranks/` folders): the straggler and overlap analysis of the traces is on the "
+                "**Profiler traces** tab; step times, hangs and gradient divergence need a recorded run.")
     _findings_block(a["findings"])
     shown = info.assign(heartbeat_time=pd.to_datetime(info["heartbeat_time"], unit="s", utc=True))
     st.dataframe(shown, hide_index=True, width="stretch",

@@ -109,9 +109,9 @@ def _findings_panel(findings, rank):
         for i, f in enumerate(findings):
             with st.container(border=True):
                 where = f"step {f.step}" + (f" · rank {f.rank}" if f.rank is not None else "")
-                st.markdown(f"{SEVERITY_ICON[f.severity]} **{f.kind}** · {where}"
-                            + (f" · `{f.layer}`" if f.layer else ""))
-                st.caption(f.message)
+                st.markdown(f"{SEVERITY_ICON[f.severity]} **{_common.md(f.kind)}** · {where}"
+                            + (f" · {_common.code(f.layer)}" if f.layer else ""))
+                st.caption(_common.md(f.message))
                 if f.step is not None:
                     st.button(f"Show step {f.step}", key=f"finding_{i}", on_click=_set_step,
                               args=(f.step,), icon=":material/zoom_in:",
@@ -138,16 +138,16 @@ def _step_details(m, step, scalars, failures, rid):
         cols[3].metric("vs. recent median", "—" if not math.isfinite(tr) else f"{tr:.2f}x")
     others = {k: v for k, v in vals.items() if k not in losses and k not in lrs}
     if len(losses) > 1 or len(lrs) > 1 or others:
-        st.caption(" · ".join(f"{k} = {v:.4g}" for k, v in {**losses, **lrs, **others}.items()))
+        st.caption(" · ".join(f"{_common.md(k)} = {v:.4g}" for k, v in {**losses, **lrs, **others}.items()))
     fail = ga.nearest_failure(failures, shown, m.rank)
     if fail:
         same = fail["step"] == shown
-        st.markdown(f":material/bug_report: Failure capture **{fail['id']}** at step {fail['step']}"
+        st.markdown(f":material/bug_report: Failure capture **{_common.md(fail['id'])}** at step {fail['step']}"
                     + (" (this step)" if same else f" ({abs(fail['step'] - shown)} steps away)")
-                    + f": {fail.get('error_type') or fail.get('kind')}")
+                    + f": {_common.md(fail.get('error_type') or fail.get('kind'))}")
         if not _common.link_to("pages/replay.py", "Replay this capture", icon=":material/replay:",
                                run=rid, failure=fail["id"], step=fail["step"]):
-            st.caption(f"Capture folder: `{fail.get('path')}` (batch, model, optimizer and RNG state "
+            st.caption(f"Capture folder: {_common.code(fail.get('path'))} (batch, model, optimizer and RNG state "
                        "of that step, for replay).")
     else:
         st.caption("No failure capture in this run.")
@@ -194,7 +194,7 @@ def render():
     rid = _common._id_for(path)
     st.title("Gradients")
     _common.about("The L2 norm of each parameter's gradient at every logged step (the Recorder takes it after backward, before the optimizer step). The heatmap shows every layer over time on a log scale (magenta: NaN/Inf, grey: exactly 0); the findings on the right name the first layer and step that went wrong (non-finite, exploding, vanishing, dead layers, loss spikes), and *Show step* jumps to it.")
-    st.caption(f"{info['name']} · {info['status']}"
+    st.caption(f"{_common.md(info['name'])} · {info['status']}"
                + (" · live: refreshes every few seconds" if info["status"] == "running" else ""))
     if not mats:
         st.info("This run has no gradient norms yet. The Recorder logs them every `log_every` steps "
@@ -287,7 +287,7 @@ def render():
         st.divider()
         _step_details(m, step, scalars, failures, rid)
     for w in info.get("warnings") or []:
-        st.caption(f":material/info: {w}")
+        st.caption(f":material/info: {_common.md(w)}")
 
 
 try:

@@ -20,7 +20,7 @@ st.markdown(
 entries = _common.run_entries()
 if not entries:
     st.info("No runs found. Record one with `debugkit.Recorder` (see the README's quick start) "
-            f"into the run store ({_common.store_dir()}), or upload a run in the sidebar.")
+            f"into the run store ({_common.md(_common.store_dir())}), or upload a run in the sidebar.")
     st.stop()
 
 from debugkit.io import store as run_store  # noqa: E402
@@ -34,16 +34,14 @@ with st.spinner("Reading the runs…"):
 
 st.subheader("Runs")
 st.caption("Each run with its status and what `debugkit diagnose` finds in it.")
-st.dataframe(
-    [{k: r[k] for k in ("id", "status", "steps", "failures", "errors", "warnings", "top")} for r in rows],
-    hide_index=True, width="stretch",
-    column_config={
-        "failures": st.column_config.NumberColumn("failures", help="failure captures (batch, state, error)"),
-        "errors": st.column_config.NumberColumn("errors", help="findings of severity error"),
-        "warnings": st.column_config.NumberColumn("warnings", help="findings of severity warning"),
-        "top": st.column_config.TextColumn("most severe finding", width="large"),
-    },
-)
+# A static table: every run and its whole finding visible, no scroll box to read it in.
+import pandas as pd  # noqa: E402
+
+table = pd.DataFrame([{k: r[k] for k in ("id", "status", "steps", "failures", "errors", "warnings", "top")}
+                      for r in rows]).astype({"errors": "Int64", "warnings": "Int64"})
+table["id"] = table["id"].map(_common.md)
+table["top"] = table["top"].map(_common.md)
+st.table(table.rename(columns={"top": "most severe finding"}).set_index("id"))
 cols = st.columns(min(4, len(rows)) or 1)
 for i, r in enumerate(rows):
     with cols[i % len(cols)]:
@@ -54,6 +52,7 @@ for i, r in enumerate(rows):
 st.subheader("Where to look")
 PAGES = [
     ("pages/overview.py", "Overview", "status, loss curve and failures of one run"),
+    ("pages/scalars.py", "Scalars", "every logged scalar and the learning rate, smoothed, several at once"),
     ("pages/gradients.py", "Gradients", "which layer's gradient went NaN, exploded or vanished, and when"),
     ("pages/memory.py", "Memory", "memory timelines, leaks, and who holds memory (snapshots)"),
     ("pages/profiler.py", "Profiler", "where the step's time goes: py-spy and torch.profiler"),

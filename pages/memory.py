@@ -105,7 +105,7 @@ def _controls(mem):
 def _finding_box(f):
     ev = f["evidence"]
     box = st.error if f["severity"] == "error" else st.warning
-    box(f"**{KIND_TITLES.get(f['kind'], f['kind'])}** · {f['message']}",
+    box(f"**{_common.md(KIND_TITLES.get(f['kind'], f['kind']))}** · {_common.md(f['message'])}",
         icon=":material/memory:")
     if f["kind"] == "memory_leak":
         from debugkit.analysis.memory import fmt_bytes
@@ -124,14 +124,14 @@ def _oom_section(ooms, snapshots, run_id):
     for f in ooms:
         with st.container(border=True):
             st.markdown(f"**Step {f.get('step')} · rank {f.get('rank')} · "
-                        f"{f.get('error_type') or 'out of memory'}**")
+                        f"{_common.md(f.get('error_type') or 'out of memory')}**")
             st.code((f.get("message") or "").strip()[:1500], language=None, wrap_lines=True)
             c = st.columns(2)
             with c[0]:
                 if not _common.link_to("pages/replay.py", f"Replay the failing step {f.get('step')}",
                                        icon=":material/replay:", run=run_id, failure=f["id"],
                                        step=f.get("step")):
-                    st.caption(f"Capture `{f['id']}`: replay it with `debugkit replay`.")
+                    st.caption(f"Capture {_common.code(f['id'])}: replay it with `debugkit replay`.")
             linked = [s for s in snapshots if s.get("failure") == f["id"]]
             with c[1]:
                 for s in linked:
@@ -153,7 +153,7 @@ def _follow_oom_click(event, ooms, run_id) -> None:
             st.switch_page("pages/replay.py", query_params={"run": run_id, "failure": fid,
                                                              "step": str(f.get("step"))})
         st.info(f"Out of memory at step {f.get('step')} on rank {f.get('rank')}: capture "
-                f"`{fid}`. Replay it with `debugkit replay` (the Replay page is not served here).",
+                f"{_common.code(fid)}. Replay it with `debugkit replay` (the Replay page is not served here).",
                 icon=":material/replay:")
 
 
@@ -178,7 +178,7 @@ def _snapshot_section(snapshots):
     ids = [s["id"] for s in snapshots]
     wanted = st.query_params.get("snapshot")
     if wanted and wanted not in ids:  # a link from a stranger, or to another run's snapshot
-        st.warning(f"snapshot {str(wanted)[:80]!r}: no such snapshot in this run.")
+        st.warning(f"snapshot {_common.md(repr(str(wanted)[:80]))}: no such snapshot in this run.")
         wanted = None
     if not wanted and st.session_state.get("mem_snapshot") in ids:
         wanted = st.session_state["mem_snapshot"]  # query params are cleared on page change
@@ -234,7 +234,7 @@ def _snapshot_section(snapshots):
     m[4].metric("Trace events", f"{v['n_events']:,}")
     m[5].metric("OOM events", f"{len(v['oom'])}")
     if rec.get("failure"):
-        st.caption(f"Written for the failure capture `{rec['failure']}`"
+        st.caption(f"Written for the failure capture {_common.code(rec['failure'])}"
                    + (f" at step {rec['step']}" if isinstance(rec.get("step"), int) else "") + ".")
     if v["format"] == "legacy":
         st.caption("PyTorch 2.0 format (history on blocks).")
@@ -376,11 +376,14 @@ def render():
     except DebugkitError as exc:
         _common.show_error(exc)
         return
-    st.title(f"Memory · {info['name']}")
+    st.title(f"Memory · {_common.md(info['name'])}")
     _common.about("Memory per step as the Recorder measured it (on CUDA the allocator's allocated, reserved and peak bytes; on every device the process RSS), a leak finding when memory keeps growing after warm-up (a robust fit over each window's minimum), and, when the run holds PyTorch memory snapshots, which line of code allocated what is alive.")
     run_id = _common._id_for(path)
     ooms = oom_failures(failures)
-    if not len(mem):
+    if not len(mem) and len(snapshots) and not info["ranks"]:
+        st.info("This run holds memory snapshots only (imported, or written without a Recorder): "
+                "no per-step memory rows. The snapshots are below.", icon=":material/memory:")
+    elif not len(mem):
         st.info("No memory rows yet: the Recorder writes one per step.", icon=":material/hourglass:")
     else:
         series, x, layout, show_cap, gpu_thr, host_thr = _controls(mem)

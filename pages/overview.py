@@ -29,6 +29,8 @@ def _fmt_time(t):
 def _duration(a, b):
     if not a or not b or b < a:
         return "—"
+    if b - a < 60:
+        return f"{b - a:.1f} s"  # a short run: seconds, not "0m 3s"
     s = int(b - a)
     return f"{s // 3600}h {s % 3600 // 60}m {s % 60}s" if s >= 3600 else f"{s // 60}m {s % 60}s"
 
@@ -45,7 +47,7 @@ def render():
     m = info["manifest"]
     status = info["status"]
     color, icon = STATUS_BADGE.get(status, ("gray", None))
-    st.title(info["name"])
+    st.title(_common.md(info["name"]))
     _common.about('One run at a glance: its status (running, finished, failed, or crashed when the training process went away without closing the run), the loss curve with a marker at each failure, and the failures the Recorder captured. Open a failure on the **Replay** page to reproduce it; **Gradients**, **Memory** and **Distributed** go deeper.')
     st.badge(status, color=color, icon=icon)
     if status == "running":
@@ -77,7 +79,8 @@ def render():
     if not failures:
         st.success("No failure captured.", icon=":material/check:")
     for f in failures:
-        head = f"step {f.get('step')} · rank {f.get('rank')} · {f.get('error_type') or f.get('kind')}"
+        head = (f"attempt {f['attempt']} · " if f.get("attempt") else "") + \
+            f"step {f.get('step')} · rank {f.get('rank')} · {_common.md(f.get('error_type') or f.get('kind'))}"
         with st.container(border=True):
             st.markdown(f"**{head}**")
             st.code(f.get("message") or "", language=None, wrap_lines=True)
@@ -92,34 +95,53 @@ def render():
                 with st.expander("Traceback"):
                     st.code(f["traceback"], language="python")
 
+    st.subheader("Findings")
+    try:
+        found = _common.findings(path)
+    except DebugkitError as exc:
+        _common.show_error(exc)
+        found = None
+    if found is not None and not found:
+        st.success("`debugkit diagnose` finds nothing wrong in this run.", icon=":material/check:")
+    elif found:
+        counts = {s: sum(f.severity == s for f in found) for s in ("error", "warning", "info")}
+        st.caption(" · ".join(f"{n} {s}" for s, n in counts.items() if n)
+                   + " · what `debugkit diagnose` finds, ordered by step")
+        with st.container(height=480 if len(found) > 4 else "content", border=False):
+            _common.show_findings(found)
+
     left, right = st.columns(2)
     with left:
         st.subheader("Config")
         st.json(m.get("config") or {}, expanded=True)
-        st.caption(f"Model factory: `{m.get('model_factory') or '—'}` · "
-                   f"optimizer: `{m.get('optimizer_class') or '—'}` · "
-                   f"schema {m.get('schema_version')}")
+        st.caption(f"Model factory: {_common.code(m.get('model_factory') or '—')} · "
+                   f"optimizer: {_common.code(m.get('optimizer_class') or '—')} · "
+                   f"schema {_common.md(m.get('schema_version'))}")
     with right:
         st.subheader("Environment")
         env = info["env"]
-        gpus = ", ".join(g.get("name", "?") for g in env.get("gpus") or []) or "none"
+        md = _common.md
+        gpus = ", ".join(md(g.get("name", "?")) for g in env.get("gpus") or []) or "none"
         st.markdown(
-            f"- Python **{env.get('python', '?')}** on {env.get('platform', '?')}\n"
-            f"- torch **{env.get('torch', '?')}**, CUDA {env.get('cuda_version') or '—'}, GPU: {gpus}\n"
-            f"- host `{env.get('host', '?')}`")
+            f"- Python **{md(env.get('python', '?'))}** on {md(env.get('platform', '?'))}\n"
+            f"- torch **{md(env.get('torch', '?'))}**, CUDA {md(env.get('cuda_version') or '—')}, GPU: {gpus}\n"
+            f"- host {_common.code(env.get('host', '?'))}")
         pc = env.get("pip_check")
-        if pc is None:
-            st.caption("pip check: not recorded yet")
+        if pc is None and status == "running":
+            st.caption("pip check: not recorded yet (it runs in the background when a run starts)")
+        elif pc is None:
+            st.caption("pip check: not recorded for this run (recorded by an older debugkit, "
+                       "or pip could not be run)")
         elif pc.get("ok"):
             st.caption("pip check: no broken requirements")
         elif pc.get("ok") is False:
-            st.warning("pip check reports conflicts:\n\n" + "\n".join(f"- {c}" for c in pc["conflicts"]))
+            st.warning("pip check reports conflicts:\n\n" + "\n".join(f"- {_common.md(c)}" for c in pc["conflicts"]))
         pk = env.get("packages") or {}
         if pk:
             st.dataframe([{"package": k, "version": v} for k, v in sorted(pk.items())],
                          hide_index=True, height=200)
     for w in info.get("warnings") or []:
-        st.caption(f":material/info: {w}")
+        st.caption(f":material/info: {_common.md(w)}")
 
 
 try:

@@ -191,7 +191,7 @@ def render_sampled(entry: dict, prof):
     if entry.get("command"):
         cmd = entry["command"] if isinstance(entry["command"], str) else " ".join(entry["command"])
         status = entry.get("exit_status")
-        st.caption(f"`{cmd}`" + (f" · exit status {status}" if status is not None else ""))
+        st.caption(_common.code(cmd) + (f" · exit status {status}" if status is not None else ""))
     if opts and opts.get("idle") is False:
         st.warning("Recorded without `--idle`: time the training thread spends waiting (for data, "
                    "for a lock) is not sampled, so data loading looks cheaper than it is.",
@@ -227,7 +227,7 @@ def render_sampled(entry: dict, prof):
         st.plotly_chart(cp.build_step_breakdown_figure(bd), key="step_breakdown",
                         config={"displayModeBar": False})
         st.markdown(ap.describe_breakdown(bd, info, hot))
-        st.caption(f"Training loop: `{info['loop']}` · {info['loop_samples']:,} samples of {thread_desc}; "
+        st.caption(f"Training loop: {_common.code(info['loop'])} · {info['loop_samples']:,} samples of {thread_desc}; "
                    f"{info['outside_samples']:,} samples outside it (imports, set-up) are left out.")
     else:
         st.info(ap.describe_breakdown(bd, info, hot), icon=":material/info:")
@@ -247,13 +247,13 @@ def render_sampled(entry: dict, prof):
     mask = ap.match_frames(tree, query)
     if query.strip():
         hit = ap.search_summary(prof, query, list(threads) if threads is not None else None)
-        shown = query.strip().replace("`", "'")  # a URL's text stays inside its code span
+        shown = _common.code(query.strip())  # a URL's text stays inside its code span
         if hit["samples"]:
-            st.markdown(f":material/search: **{hit['matches']}** function(s) match `{shown}`: "
+            st.markdown(f":material/search: **{hit['matches']}** function(s) match {shown}: "
                         f"on the stack in **{hit['samples']:,}** samples (**{hit['fraction']:.1%}** of "
                         f"{thread_desc}), highlighted in pink.")
         else:
-            st.markdown(f":material/search_off: Nothing matches `{shown}` in {thread_desc}.")
+            st.markdown(f":material/search_off: Nothing matches {shown} in {thread_desc}.")
     names = dict(zip(tree["node_id"].astype(int), tree["name"]))
     shares = dict(zip(tree["node_id"].astype(int), tree["fraction"]))
     loop_node = _loop_node(tree, info) if info.get("loop") and threads == bd_threads and scope == "all" else None
@@ -293,7 +293,7 @@ def render_sampled(entry: dict, prof):
                    "get ...) are left out of the self-time table by default.")
     if not idle and idle_info["samples"]:
         st.caption(f"{idle_info['samples']:,} idle samples ({idle_info['fraction']:.0%} of {thread_desc}) "
-                   "left out of the self time, waiting in " + ", ".join(f"`{r['name']}`" for r in idle_info["top"][:3])
+                   "left out of the self time, waiting in " + ", ".join(_common.code(r["name"]) for r in idle_info["top"][:3])
                    + ".")
     _function_tables(table, by, query)
 
@@ -411,14 +411,14 @@ def render_trace(entry: dict, trace):
                 help="Holistic Trace Analysis' idle share: of the span from the first to the last GPU "
                      "event, the time the GPU ran nothing (last ProfilerStep left out; per device: see below).")
     if entry.get("label"):
-        st.caption(entry["label"])
+        st.caption(_common.md(entry["label"]))
     if len(v["annotated"]):
         st.subheader("Steps (your annotations)")
         st.plotly_chart(cp.build_annotated_steps_figure(v["annotated"]), key="trace_steps",
                         config={"displayModeBar": False})
         ph = v["phases"]
         st.caption("Per `ProfilerStep`, split by your `record_function` annotations: " + ", ".join(
-            f"{k} {p['fraction']:.0%}" for k, p in ph["phases"].items() if p["fraction"] >= 0.005)
+            f"{_common.md(k)} {p['fraction']:.0%}" for k, p in ph["phases"].items() if p["fraction"] >= 0.005)
             + (f". Note: {ph['note']}." if ph.get("note") else "."))
     elif len(v["steps"]):
         st.subheader("Steps")
@@ -483,13 +483,13 @@ def render_dump(entry: dict, dump):
     waiting = t[~t["active"] & (t["waiting_in"] != "")]
     if len(t) and not t["active"].any():
         top = waiting["waiting_in"].value_counts()
-        what = WAIT_HINTS.get(top.index[0], top.index[0]) if len(top) else "idle"
+        what = WAIT_HINTS.get(top.index[0], _common.md(top.index[0])) if len(top) else "idle"
         st.warning(f"Every thread is idle: the process looks hung. Most threads are {what}.",
                    icon=":material/hourglass_empty:")
     st.dataframe(t.drop(columns=["thread"]), hide_index=True, width="stretch")
     for r in t.itertuples():
         state = "running" if r.active else (f"idle · {r.waiting_in}" if r.waiting_in else "idle")
-        with st.expander(f"{r.name or 'thread'} · tid {r.tid} · pid {r.pid} · {state} · {r.leaf}"):
+        with st.expander(_common.md(f"{r.name or 'thread'} · tid {r.tid} · pid {r.pid} · {state} · {r.leaf}")):
             fr = dump.frames[dump.frames["thread"] == r.thread]
             lines = [f"{f.name}  ({f.file}:{f.line})" if str(f.line) != "<NA>" else f"{f.name}  ({f.file})"
                      for f in fr.itertuples()]
@@ -511,7 +511,7 @@ def render():
         return
     st.title("Profiler")
     _common.about('Sampled stacks (py-spy) and torch.profiler traces stored in this run: where the training step spends its time (data loading, forward, backward, optimizer), a flamegraph per thread, the slowest functions, and the operators and kernels of a torch.profiler trace. Record one with `debugkit profile RUN -- python train.py`.')
-    st.caption(f"{info['name']} · py-spy flamegraphs, torch.profiler traces and stack dumps")
+    st.caption(f"{_common.md(info['name'])} · py-spy flamegraphs, torch.profiler traces and stack dumps")
     if not entries:
         st.info("This run holds no profiles yet.", icon=":material/speed:")
         st.markdown(
@@ -545,7 +545,7 @@ def render():
     except DebugkitError as exc:
         _common.show_error(exc)
     for w in info.get("warnings") or []:
-        st.caption(f":material/info: {w}")
+        st.caption(f":material/info: {_common.md(w)}")
 
 
 try:

@@ -20,13 +20,23 @@ STATUS_BADGE = {"verified": ("green", ":material/verified:"), "changed": ("orang
 path = _common.require_run("its failure replays")
 
 
+def _code_roots(path: str) -> list:
+    """The folders whose code this server lets a replay of ``path`` run (the operator's
+    DEBUGKIT_CODE_ROOTS; by default the bundled examples/, for the bundled samples only)."""
+    from debugkit.replay.policy import server_code_roots
+
+    return server_code_roots(path)
+
+
 @st.cache_data(**_common.CACHE, show_spinner=False)
-def _identities(path: str, sig: tuple, fid: str) -> list[dict]:
+def _identities(path: str, sig: tuple, fid: str, roots: tuple) -> list[dict]:
     from debugkit.io.run import open_run
     from debugkit.replay import plan_identities
+    from debugkit.replay.policy import HINT_SERVER
 
     run = open_run(path)
-    return [i.to_dict() for i in plan_identities(run, run.failure(fid))]
+    return [i.to_dict() for i in plan_identities(run, run.failure(fid), code_roots=list(roots),
+                                                 hint=HINT_SERVER)]
 
 
 @st.cache_data(**_common.CACHE, show_spinner=False)
@@ -54,7 +64,7 @@ def _repro(path: str, sig: tuple, fid: str, report_key: str, _report) -> bytes:
 
     run = open_run(path)
     rec = run.failure(fid)
-    return build_repro(run, rec, plan_identities(run, rec), _report)
+    return build_repro(run, rec, plan_identities(run, rec, code_roots=_code_roots(path)), _report)
 
 
 @st.cache_data(**_common.CACHE, show_spinner=False)
@@ -97,7 +107,7 @@ def _checkpoint_param() -> int | None:
             raise DebugkitError(f"checkpoint at step {step} fails verification ({have[step]}); "
                                 "replaying with the captured weights")
     except DebugkitError as exc:
-        st.warning(str(exc), icon=":material/link_off:")
+        st.warning(_common.md(exc), icon=":material/link_off:")
         return None
     return step
 
@@ -110,7 +120,7 @@ def _show_guard(f: dict) -> None:
         return
     st.subheader("Guard")
     if g["problem"]:
-        st.caption(f"No guard to suggest: {g['problem']}")
+        st.caption(f"No guard to suggest: {_common.md(g['problem'])}")
         return
     learned = (f"the spec the Recorder learned from the {g['healthy_batches']} healthy batches before it"
                if g["source"] == "healthy_batches" else
@@ -120,8 +130,8 @@ def _show_guard(f: dict) -> None:
     with st.container(border=True, key="guard_box"):
         if g["catches"]:
             st.success(f"A batch guard would have stopped this batch before it reached the model: "
-                       f"{learned} rejects it ({', '.join(g['rules'])}).", icon=":material/shield:")
-            st.markdown("  \n".join(f"- {v}" for v in g["violations"][:10])
+                       f"{learned} rejects it ({_common.md(', '.join(g['rules']))}).", icon=":material/shield:")
+            st.markdown("  \n".join(f"- {_common.md(v)}" for v in g["violations"][:10])
                         + (f"  \n- … {len(g['violations']) - 10} more" if len(g["violations"]) > 10 else ""))
             st.code('spec = debugkit.BatchSpec.load("batch_spec.json")\n'
                     'rec = Recorder(run_dir, model, optimizer=opt, guard=spec, guard_action="skip")\n'
@@ -159,7 +169,7 @@ def _pick_failure(failures: list[dict]) -> dict:
                                     f"showing {ids[0]}")
             index = ids.index(wanted)
         except DebugkitError as exc:
-            st.warning(str(exc), icon=":material/link_off:")
+            st.warning(_common.md(exc), icon=":material/link_off:")
     by_id = {f["id"]: f for f in failures}
     fid = st.selectbox("Failure", ids, index=index, key=f"replay_failure_{path}",
                        format_func=lambda i: f"step {by_id[i].get('step')} · rank {by_id[i].get('rank')} · "
@@ -170,15 +180,15 @@ def _pick_failure(failures: list[dict]) -> dict:
 
 
 def _show_failure(f: dict) -> None:
-    st.markdown(f"**{f.get('error_type') or 'Non-finite values'}** at step {f.get('step')}, "
-                f"rank {f.get('rank')}, on `{f.get('device') or '?'}`")
+    st.markdown(f"**{_common.md(f.get('error_type') or 'Non-finite values')}** at step {f.get('step')}, "
+                f"rank {f.get('rank')}, on {_common.code(f.get('device') or '?')}")
     st.code(f.get("message") or "", language=None, wrap_lines=True)
     idx = f.get("dataset_indices")
     if idx:
         st.caption(f"Batch of {len(idx)} samples; dataset indices {idx[:10]}" + (" …" if len(idx) > 10 else ""))
     if f.get("capture_errors"):
         st.caption("Parts that could not be captured: "
-                   + "; ".join(f"{k}: {v}" for k, v in f["capture_errors"].items()))
+                   + "; ".join(f"{_common.md(k)}: {_common.md(v)}" for k, v in f["capture_errors"].items()))
     if f.get("traceback"):
         with st.expander("Traceback"):
             st.code(f["traceback"], language="python")
@@ -187,18 +197,18 @@ def _show_failure(f: dict) -> None:
 def _show_code(idents: list[dict]) -> None:
     for i in idents:
         color, icon = STATUS_BADGE.get(i["status"], ("red", ":material/block:"))
-        st.markdown(f"`{i['spec']}` ({i['role'].replace('_', ' ')})")
+        st.markdown(f"{_common.code(i['spec'])} ({i['role'].replace('_', ' ')})")
         st.badge(i["status"].replace("_", " "), color=color, icon=icon)
-        lines = [f"File here: `{i['local_file'] or 'not found'}`"]
+        lines = [f"File here: {_common.code(i['local_file'] or 'not found')}"]
         if i["local_sha256"] and i["local_sha256"] == i["recorded_sha256"]:
-            lines.append(f"SHA-256 `{i['local_sha256']}`, as recorded")
+            lines.append(f"SHA-256 {_common.code(i['local_sha256'])}, as recorded")
         else:
-            lines += [f"SHA-256 here: `{i['local_sha256'] or '—'}`",
-                      f"SHA-256 recorded: `{i['recorded_sha256'] or '—'}`"]
-        lines.append(f"Recorded at: `{i['recorded_file'] or '—'}`")
+            lines += [f"SHA-256 here: {_common.code(i['local_sha256'] or '—')}",
+                      f"SHA-256 recorded: {_common.code(i['recorded_sha256'] or '—')}"]
+        lines.append(f"Recorded at: {_common.code(i['recorded_file'] or '—')}")
         st.caption("  \n".join(lines))
         if i["status"] != "verified":
-            st.caption(i["message"])
+            st.caption(_common.md(i["message"]))
 
 
 def _show_culprit(report: dict, f: dict) -> None:
@@ -209,11 +219,11 @@ def _show_culprit(report: dict, f: dict) -> None:
             st.info("No culprit found: no check failed and the replay raised nothing it could "
                     "attribute.", icon=":material/search_off:")
             return
-        st.error(c.get("detail") or "see the checks below", icon=":material/target:")
+        st.error(_common.md(c.get("detail") or "see the checks below"), icon=":material/target:")
         fields = [(label, c.get(key)) for label, key in (("Module", "module"), ("Op", "op"),
                                                           ("Input", "input"))]
         st.markdown("  \n".join(
-            f"**{label}:** " + ("—" if v is None else "`(the model's top level)`" if v == "" else f"`{v}`")
+            f"**{label}:** " + ("—" if v is None else "`(the model's top level)`" if v == "" else _common.code(v))
             for label, v in fields))
         cols = st.columns(4)
         cols[0].metric("Sample", "—" if c.get("sample_index") is None else str(c["sample_index"]))
@@ -229,7 +239,7 @@ def _show_sample_values(f: dict, c: dict, positions: list) -> None:
     except DebugkitError as exc:
         _common.show_error(exc)
         return
-    st.markdown(f"**Sample {c['sample_index']} of `{c['input']}`**")
+    st.markdown(f"**Sample {c['sample_index']} of {_common.code(c['input'])}**")
     if len(df) == 1:
         v = df["value"].iloc[0]
         st.metric(f"value of {c['input']}[{c['sample_index']}]",
@@ -240,7 +250,7 @@ def _show_sample_values(f: dict, c: dict, positions: list) -> None:
         if len(bad):
             what = "non-finite" if (~df["finite"]).any() else "offending"
             st.markdown(f":red[{len(bad)} {what} value(s)] at position(s) "
-                        + ", ".join(f"`{p}`" for p in bad["position"].head(20)))
+                        + ", ".join(_common.code(p) for p in bad["position"].head(20)))
         if len(df) <= 16:
             st.table(_highlight(_row(df), marked | set(df.loc[~df["finite"], "position"])))
         else:
@@ -256,7 +266,7 @@ def _show_sample_values(f: dict, c: dict, positions: list) -> None:
                     o = _sample(path, sig, f["id"], p, int(c["sample_index"]))
                 except DebugkitError:
                     continue
-                st.caption(p)
+                st.caption(_common.md(p))
                 st.dataframe(o.set_index("position")[["value"]].T, height=80)
 
 
@@ -291,16 +301,16 @@ def _show_report(report: dict, f: dict) -> None:
     else:
         st.success("The replayed step raised nothing and produced finite values.")
     if report.get("ran"):
-        st.caption(f"Ran: {report['ran']['detail']}")
+        st.caption(f"Ran: {_common.md(report['ran']['detail'])}")
     _show_culprit(report, f)
     advice = advice_for(report)
     if advice:
         st.markdown("#### What to do")
         for a in advice:
-            st.warning(a, icon=":material/build:")
+            st.warning(_common.md(a), icon=":material/build:")
     st.markdown("#### Checks")
     for ch in report["checks"]:
-        st.markdown(f"{OK_ICON[ch['ok']]} **{ch['name']}**: {ch['detail']}")
+        st.markdown(f"{OK_ICON[ch['ok']]} **{_common.md(ch['name'])}**: {_common.md(ch['detail'])}")
     if report.get("cross_check"):
         x = report["cross_check"]
         with st.expander("CPU cross-check", expanded=True):
@@ -308,9 +318,9 @@ def _show_report(report: dict, f: dict) -> None:
             st.code(f"{xr['type']}: {xr['message']}" if xr else "no error on the CPU", language=None,
                     wrap_lines=True)
             for ch in x["checks"]:
-                st.markdown(f"{OK_ICON[ch['ok']]} **{ch['name']}**: {ch['detail']}")
+                st.markdown(f"{OK_ICON[ch['ok']]} **{_common.md(ch['name'])}**: {_common.md(ch['detail'])}")
     for n in report.get("notes") or []:
-        st.caption(f":material/info: {n}")
+        st.caption(f":material/info: {_common.md(n)}")
     with st.expander("Report (JSON)"):
         st.json(report, expanded=False)
 
@@ -322,8 +332,11 @@ def _run_replay(f: dict, device: str, allow: bool, timeout: float, checkpoint: i
     where = "" if checkpoint is None else f" with the weights of step {checkpoint}"
     with st.status(f"Replaying {f['id']} on {device}{where}…", expanded=True) as status:
         try:
+            from debugkit.replay.policy import HINT_SERVER
+
             report = replay(path, f["id"], device=device, allow_code=allow, timeout_s=timeout,
-                            progress=status.write, checkpoint=checkpoint)
+                            progress=status.write, checkpoint=checkpoint,
+                            code_roots=_code_roots(path), code_hint=HINT_SERVER)
         except DebugkitError as exc:
             status.update(label="The replay could not run", state="error", expanded=True)
             _common.show_error(exc)
@@ -336,6 +349,18 @@ def _run_replay(f: dict, device: str, allow: bool, timeout: float, checkpoint: i
             (" (same error)" if report["same_error"] else "") + f" on {report['device']}"
         status.update(label=label, state="complete", expanded=False)
     st.session_state.setdefault(RESULTS, {})[key] = report
+
+
+def _may_trust() -> bool:
+    """Whether this visitor may allow code the recorded hash does not cover (an
+    anonymous visitor of an open server may not, unless DEBUGKIT_CODE_TRUST=anyone)."""
+    from debugkit.replay.policy import may_trust_code
+
+    try:
+        return may_trust_code(_common.auth_providers() is not None, _common.logged_in())
+    except DebugkitError as exc:
+        _common.show_error(exc)
+        return False
 
 
 def render() -> None:
@@ -356,7 +381,8 @@ def render() -> None:
         return
     f = _pick_failure(failures)
     try:
-        idents = _identities(path, _common.signature(path), f["id"])
+        idents = _identities(path, _common.signature(path), f["id"],
+                             tuple(str(r) for r in _code_roots(path)))
     except DebugkitError as exc:
         _common.show_error(exc)
         idents = []
@@ -390,13 +416,21 @@ def render() -> None:
                               key="replay_timeout")
     trusted = True
     if never:
-        st.error(never[0]["message"], icon=":material/block:")
+        st.error(_common.md(never[0]["message"]), icon=":material/block:")
+    elif needs_trust and not _may_trust():
+        trusted = False
+        st.error("Only a signed-in user may trust a run's code on this server"
+                 + (" (sign in first)" if _common.auth_providers() is not None else
+                    " (it has no `[auth]`, so every visitor is anonymous)")
+                 + ": this run was uploaded or opened from outside the bundled samples, or its code "
+                   "differs from the recorded one. The operator can let every visitor trust code "
+                   "with DEBUGKIT_CODE_TRUST=anyone (docs/security.md).", icon=":material/lock:")
     elif needs_trust:
         why = ("this run was uploaded or opened from outside the bundled samples" if not sample
                else "the code differs from the recorded one")
         i0 = idents[0]
         trusted = st.checkbox(
-            f"I trust this code ({why}): run `{i0['spec']}` from `{i0['local_file']}` "
+            f"I trust this code ({why}): run {_common.code(i0['spec'])} from {_common.code(i0['local_file'])} "
             f"(SHA-256 `{(i0['local_sha256'] or '')[:16]}…`)"
             + (" and " + ", ".join(f"`{i['spec']}`" for i in idents[1:]) if len(idents) > 1 else ""),
             key=f"replay_trust_{path}_{f['id']}")

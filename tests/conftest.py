@@ -22,6 +22,8 @@ def _isolated_store(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("DEBUGKIT_CACHE", str(base / "cache"))
     monkeypatch.delenv("DEBUGKIT_ROOTS", raising=False)
     monkeypatch.delenv("DEBUGKIT_ALLOWED_ROOTS", raising=False)
+    for var in ("DEBUGKIT_CODE_ROOTS", "DEBUGKIT_CODE_TRUST"):
+        monkeypatch.delenv(var, raising=False)
     yield
 
 

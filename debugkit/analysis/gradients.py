@@ -514,9 +514,11 @@ def detect_loss_spikes(scalars, config: dict | None = None) -> list[Finding]:
             m0 = float(med[start])
             out.append(Finding(
                 kind="loss_spike", step=int(st[start]), rank=rank, layer=None, severity="warning",
-                message=(f"Loss {key!r} spiked to {_fmt(x[peak])} at step {st[peak]} on rank {rank}, "
-                         f"{_fmt(x[peak] / m0)}x its recent median of {_fmt(m0)}"
-                         + (f" ({end - start + 1} steps in a row)" if end > start else "")
+                # the finding's step (where the spike starts) is the step the message names first
+                message=(f"Loss {key!r} spiked at step {st[start]} on rank {rank}"
+                         + (f" ({end - start + 1} steps in a row, peaking at {_fmt(x[peak])} at step "
+                            f"{st[peak]})" if end > start else f" to {_fmt(x[peak])}")
+                         + f", {_fmt(x[peak] / m0)}x its recent median of {_fmt(m0)}"
                          + "; check that step's gradient norms and batch (an outlier or mislabelled "
                            "batch, or a learning rate too high for it)."),
                 evidence={"key": key, "value": float(x[peak]), "peak_step": int(st[peak]),
@@ -677,6 +679,26 @@ def detect_exploding_grad(m: GradMatrix, config: dict | None = None) -> list[Fin
                     message=f"Gradient norm of {name!r} {what}; {advice}.", evidence=evidence)]
 
 
+def with_lr_context(findings: list[Finding], scalars) -> list[Finding]:
+    """Exploding-gradient findings that also say what the learning rate did before them
+    ("lr grew 100x since step 0, from 0.1 to 10"), from the ``lr`` scalars the Recorder logs;
+    the numbers go to ``evidence["lr"]``. Findings are returned unchanged without them."""
+    import dataclasses
+
+    from .scalars import describe_lr_before
+
+    out = []
+    for f in findings:
+        lr = describe_lr_before(scalars, f.step, f.rank) if f.step is not None else None
+        if lr is None:
+            out.append(f)
+            continue
+        head, sep, advice = f.message.partition("; ")
+        msg = f"{head} ({lr['text']}){sep}{advice}" if sep else f"{f.message} ({lr['text']})"
+        out.append(dataclasses.replace(f, message=msg, evidence={**f.evidence, "lr": lr}))
+    return out
+
+
 def detect_vanishing_grad(m: GradMatrix, config: dict | None = None) -> list[Finding]:
     """``vanishing_grad``: layers whose norm stays below ``vanish_abs`` or below
     ``vanish_rel`` x the largest layer's norm of each step over ``vanish_window`` logged
@@ -787,7 +809,7 @@ def detect_gradient_findings(grads, scalars, config: dict | None = None, *,
     out += detect_loss_spikes(scalars, cfg)
     for m in (pivot_grad_norms(grads) if matrices is None else matrices).values():
         out += detect_nonfinite_grad(m, scalars, cfg)
-        out += detect_exploding_grad(m, cfg)
+        out += with_lr_context(detect_exploding_grad(m, cfg), scalars)
         out += detect_vanishing_grad(m, cfg)
         out += detect_dead_layers(m, cfg)
     return sort_findings(out)

@@ -21,7 +21,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .._fsutil import sha256_file
+from .._fsutil import MAX_JSON_BYTES, read_bytes_capped, read_json, sha256_file
 from ..errors import AuditError, InvalidInputError, RunDirError
 
 AUDITS_DIR = "audits"
@@ -216,7 +216,7 @@ def load_audit(run_dir, audit_id: str) -> Audit:
         known = [e["id"] for e in list_audits(run_dir)]
         raise AuditError(MSG_NO_AUDIT.format(run=run_dir, id=audit_id, known=", ".join(known) or "none"))
     try:
-        raw = p.read_bytes()
+        raw = read_bytes_capped(p, MAX_JSON_BYTES, "a JSON file")
         doc = json.loads(raw)
     except (OSError, ValueError) as exc:
         raise AuditError(MSG_UNREADABLE.format(id=audit_id, file=AUDIT_JSON, detail=exc)) from exc
@@ -259,7 +259,7 @@ def list_audits(run_dir) -> list[dict]:
         row = {"id": d.name, "name": d.name, "created_at": None, "verdict": None, "model": None,
                "substance_sha256": None, "error": None}
         try:
-            doc = json.loads((d / AUDIT_JSON).read_text(encoding="utf-8"))
+            doc = read_json(d / AUDIT_JSON)
             prov = doc.get("provenance") or {}
             row.update(name=doc.get("name") or d.name, created_at=prov.get("created_at"),
                        verdict=doc.get("verdict"), model=(doc.get("model") or {}).get("estimator"),

@@ -8,10 +8,15 @@ A training script that wants its models auditable from the page writes
 
 ``loader(run_dir, **kwargs)`` returns the arguments of ``audit_model``: a dict with
 ``model, X, y, sensitive, name`` and optionally ``positive_label, predict, explainer,
-background, group_bins`` and ``candidates`` (attributes the page offers). Calling a
-loader imports and runs code named in a run file, so only modules under the prefixes in
-``$DEBUGKIT_AUDIT_LOADERS`` (comma-separated; default ``examples``) are allowed, and a
-target is never loaded for a visitor with a share link.
+background, group_bins`` and ``candidates`` (attributes the page offers).
+
+A run file comes from whoever made (or uploaded) the run, so it never chooses code: a
+loader is called only when its exact ``module:function`` is in the operator's list,
+``$DEBUGKIT_AUDIT_LOADERS`` (comma-separated; default: the bundled sample's
+``examples.credit:audit_target``; empty: none). The run only picks one of those and
+passes plain keyword arguments. A target is never loaded for a visitor with a share
+link, and the page computes audits in a separate process under a time and memory limit
+(:mod:`debugkit.audit.worker`).
 """
 
 from __future__ import annotations
@@ -23,29 +28,32 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .._fsutil import atomic_write_json
+from .._fsutil import atomic_write_json, read_json
 from ..errors import AuditError, InvalidInputError
 
 TARGETS_FILE = "audit_targets.json"
 _SPEC = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MSG_SPEC = "audit target {name!r}: loader {spec!r} is not of the form 'module:function'"
-MSG_NOT_ALLOWED = ("audit target {name!r}: loader module {module!r} is not allowed on this "
-                   "server (allowed prefixes: {allowed}; set DEBUGKIT_AUDIT_LOADERS)")
+MSG_NOT_ALLOWED = ("audit target {name!r}: loader {spec!r} is not one this server's operator "
+                   "allows (allowed: {allowed}; the operator lists loaders in DEBUGKIT_AUDIT_LOADERS)")
+#: The loaders allowed when ``$DEBUGKIT_AUDIT_LOADERS`` is unset: the bundled sample's.
+DEFAULT_LOADERS = ("examples.credit:audit_target",)
 MSG_BAD_FILE = "{path}: {detail}"
 MSG_NO_TARGET = "{run}: no audit target {name!r} (known: {known})"
 REQUIRED = ("model", "X", "y", "sensitive", "name")
 
 
-def allowed_prefixes() -> list[str]:
+def allowed_loaders() -> list[str]:
+    """The operator's loaders: exact ``module:function`` specs (``$DEBUGKIT_AUDIT_LOADERS``)."""
     env = os.environ.get("DEBUGKIT_AUDIT_LOADERS")
     if env is None:
-        return ["examples"]
-    return [p.strip() for p in env.split(",") if p.strip()]
+        return list(DEFAULT_LOADERS)
+    return [p.strip() for p in env.split(",") if _SPEC.match(p.strip())]
 
 
-def _allowed(module: str) -> bool:
-    return any(module == p or module.startswith(p + ".") for p in allowed_prefixes())
+def _allowed(spec: str) -> bool:
+    return spec in allowed_loaders()
 
 
 def write_targets(run_dir, targets: list[dict]) -> Path:
@@ -67,14 +75,12 @@ def read_targets(run_dir) -> list[dict]:
     if not path.is_file():
         return []
     try:
-        if path.stat().st_size > 1 << 20:
-            raise AuditError(MSG_BAD_FILE.format(path=path, detail="larger than 1 MiB"))
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = read_json(path, max_bytes=1 << 20)
     except (OSError, ValueError) as exc:
         raise AuditError(MSG_BAD_FILE.format(path=path, detail=f"unreadable ({exc})")) from exc
     targets = _validate(doc, path)
     for t in targets:
-        t["allowed"] = _allowed(t["loader"].split(":", 1)[0])
+        t["allowed"] = _allowed(t["loader"])
     return targets
 
 
@@ -107,7 +113,7 @@ def load_target(run_dir, name: str) -> dict[str, Any]:
     Raises
     ------
     InvalidInputError
-        The loader's module is not allowed on this server.
+        The loader is not in the operator's list (``$DEBUGKIT_AUDIT_LOADERS``).
     AuditError
         No such target, or the loader failed or returned something unusable.
     """
@@ -116,9 +122,9 @@ def load_target(run_dir, name: str) -> dict[str, Any]:
         raise AuditError(MSG_NO_TARGET.format(run=run_dir, name=name, known=", ".join(targets) or "none"))
     t = targets[name]
     module, func = t["loader"].split(":", 1)
-    if not _allowed(module):
-        raise InvalidInputError(MSG_NOT_ALLOWED.format(name=name, module=module,
-                                                       allowed=", ".join(allowed_prefixes()) or "none"))
+    if not _allowed(t["loader"]):
+        raise InvalidInputError(MSG_NOT_ALLOWED.format(name=name, spec=t["loader"],
+                                                       allowed=", ".join(allowed_loaders()) or "none"))
     try:
         fn = getattr(importlib.import_module(module), func)
     except (ImportError, AttributeError) as exc:

@@ -54,3 +54,58 @@ def build_scalar_figure(scalars, keys=("loss",), *, title=None, max_points=5000,
     if log_y:
         fig.update_yaxes(type="log")
     return fig
+
+
+def build_scalars_figure(smoothed, keys, *, log_y=False, max_points=5000, show_raw=True,
+                         failure_steps=(), height=420):
+    """Several scalar series on one chart, TensorBoard style: each series' smoothed line,
+    and its raw values as a faint line of the same colour behind it.
+
+    Parameters
+    ----------
+    smoothed : DataFrame
+        :func:`debugkit.analysis.scalars.smooth_scalars` output (``step, rank, key,
+        value, smoothed``).
+    keys : sequence of str
+        The series to draw (one trace pair per key and rank).
+    log_y : bool
+        Logarithmic y axis (non-positive values are left out by plotly).
+    show_raw : bool
+        Draw the unsmoothed values too.
+    failure_steps : sequence of int
+        Steps with a failure capture, as vertical lines.
+    """
+    import plotly.graph_objects as go
+    from plotly.colors import qualitative
+
+    fig = go.Figure()
+    df = smoothed[smoothed["key"].isin(list(keys))]
+    multi_rank = df["rank"].nunique() > 1
+    palette = qualitative.Plotly
+    for i, ((key, rank), g) in enumerate(df.groupby(["key", "rank"], sort=True, observed=True)):
+        color = palette[i % len(palette)]
+        g = g.sort_values("step")
+        x = g["step"].to_numpy()
+        label = f"{key} (rank {rank})" if multi_rank else str(key)
+        layers = [("smoothed", {"name": label, "line": {"color": color, "width": 2}})]
+        if show_raw:
+            layers.insert(0, ("value", {"name": f"{label} (raw)", "opacity": 0.25, "showlegend": False,
+                                        "line": {"color": color, "width": 1}}))
+        for col, kw in layers:
+            y = g[col].to_numpy(dtype=np.float64)
+            idx = downsample_minmax(x, y, max_points)
+            xs, ys = x[idx], y[idx]
+            finite = np.isfinite(ys)
+            fig.add_trace(go.Scattergl(x=xs[finite], y=ys[finite], mode="lines", legendgroup=label,
+                                       hovertemplate="step %{x}<br>%{y:.4g}<extra>" + kw["name"] + "</extra>",
+                                       **kw))
+    for s in sorted(set(failure_steps)):
+        fig.add_vline(x=s, line={"color": "#d62728", "dash": "dot", "width": 1},
+                      annotation_text=f"failure @ {s}", annotation_position="top left",
+                      annotation_font={"color": "#d62728", "size": 11})
+    fig.update_layout(xaxis_title="step", yaxis_title=", ".join(map(str, keys)), height=height,
+                      margin={"l": 50, "r": 20, "t": 20, "b": 40},
+                      legend={"orientation": "h", "y": -0.2}, hovermode="x unified")
+    if log_y:
+        fig.update_yaxes(type="log")
+    return fig

@@ -39,7 +39,9 @@ def run(args) -> int:
         return 0
     print(f"run:     {info['name']}  ({info['path']})")
     print(f"status:  {info['status']}")
-    print(f"ranks:   {', '.join(map(str, info['ranks'])) or '-'}")
+    ranks = info["ranks"]
+    print(f"ranks:   {len(ranks)}" + (f" ({', '.join(map(str, ranks))})" if len(ranks) > 1 else "")
+          if ranks else "ranks:   -")
     print("rows:    " + ", ".join(f"{k}={v}" for k, v in info["row_counts"].items()))
     if info["failures"]:
         print(f"failures ({len(info['failures'])}):")

@@ -23,8 +23,12 @@ def register(sub) -> None:
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="where to replay (auto: CUDA where available, else the CPU)")
     p.add_argument("--allow-code", action="store_true",
-                   help="run the capture's model code even if its file changed since the run, "
-                        "has no recorded hash, or belongs to an installed package")
+                   help="run the capture's model code even if its file changed since the run "
+                        "or has no recorded hash (it must still lie in an allowed folder)")
+    p.add_argument("--code-root", action="append", default=[], metavar="DIR",
+                   help="also allow the capture's code from DIR (default: only $DEBUGKIT_CODE_ROOTS, "
+                        "else the working directory; never debugkit, the standard library or "
+                        "site-packages); repeatable")
     p.add_argument("--timeout", type=float, default=120.0, metavar="S",
                    help="wall-clock limit of the replay process in seconds (default 120)")
     p.add_argument("--memory-mb", type=float, default=None, metavar="MB",
@@ -43,12 +47,14 @@ def run(args) -> int:
     from ..replay import plan_identities, replay
     from ..replay.advice import advice_for
     from ..replay.loading import select_failure
+    from ..replay.policy import cli_code_roots
 
     r = open_run(args.run)
+    roots = cli_code_roots(args.code_root)
     progress = (lambda msg: print(f"  {msg}", file=sys.stderr)) if sys.stderr.isatty() else None
     report = replay(r, args.failure, device=args.device, allow_code=args.allow_code,
                     timeout_s=args.timeout, memory_mb=args.memory_mb, progress=progress,
-                    checkpoint=args.checkpoint)
+                    checkpoint=args.checkpoint, code_roots=roots)
     if args.repro:
         from pathlib import Path
 
@@ -56,7 +62,7 @@ def run(args) -> int:
         from ..replay.repro import build_repro
 
         record = select_failure(r, report["failure"])
-        data = build_repro(r, record, plan_identities(r, record), report)
+        data = build_repro(r, record, plan_identities(r, record, code_roots=roots), report)
         Path(args.repro).parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(args.repro, data)
     if args.json:

@@ -1,4 +1,13 @@
-"""``debugkit ui [PATH ...]``: start the dashboard on those runs or run folders."""
+"""``debugkit ui [PATH ...]``: start the dashboard on those runs or run folders.
+
+The dashboard runs in the folder ``debugkit ui`` was started from, exactly as the CLI
+does: the default store ``./runs``, ``.streamlit/secrets.toml`` and the share-link
+secret (``<store>/.debugkit-secret``) are the same ones ``debugkit share`` uses there,
+and nothing is written inside the installed package. The app's own
+``.streamlit/config.toml`` (upload cap, XSRF, theme) is passed as command-line options,
+except where the folder's own config sets them. The process *becomes* Streamlit
+(``exec``), so SIGTERM or one Ctrl-C stops the server and frees its port.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +17,7 @@ import sys
 from pathlib import Path
 
 from ..errors import InvalidInputError
+from ..io.store import check_allowed
 
 
 def register(sub) -> None:
@@ -23,24 +33,75 @@ def app_path() -> Path:
     return Path(__file__).resolve().parents[2] / "app.py"
 
 
+def app_config_flags(app: Path, cwd: Path) -> list[str]:
+    """``--section.key value`` for each option of the app's ``.streamlit/config.toml``
+    that the working directory's own ``.streamlit/config.toml`` does not set."""
+    import tomllib
+
+    def load(path: Path) -> dict:
+        try:
+            return tomllib.loads(path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    mine = load(app.parent / ".streamlit" / "config.toml")
+    if (cwd / ".streamlit").resolve() == (app.parent / ".streamlit").resolve():
+        return []  # started from the checkout: Streamlit reads the file itself
+    theirs = load(cwd / ".streamlit" / "config.toml")
+    flags = []
+    for section, opts in mine.items():
+        if not isinstance(opts, dict):
+            continue
+        for key, value in opts.items():
+            if key in (theirs.get(section) or {}):
+                continue
+            text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+            flags += [f"--{section}.{key}", text]
+    return flags
+
+
 def run(args) -> int:
     app = app_path()
     if not app.is_file():
         raise InvalidInputError(f"{app}: the dashboard's app.py is missing from this install")
+    from ..io.store import default_store
+
+    cwd = Path.cwd()
     env = dict(os.environ)
+    # The store as the CLI resolves it here, made absolute for the server.
+    env["DEBUGKIT_STORE"] = str((cwd / default_store()).resolve())
     if args.paths:
         roots = []
         for p in args.paths:
             path = Path(p).expanduser().resolve()
             if not path.exists():
                 raise InvalidInputError(f"{p}: no such file or directory")
+            check_allowed(path)  # a folder outside DEBUGKIT_ALLOWED_ROOTS is not served
             roots.append(str(path))
         env["DEBUGKIT_ROOTS"] = os.pathsep.join(roots)
-    cmd = [sys.executable, "-m", "streamlit", "run", str(app)]
+    cmd = [sys.executable, "-m", "streamlit", "run", str(app)] + app_config_flags(app, cwd)
     if args.port:
         cmd += ["--server.port", str(args.port)]
     if args.host:
         cmd += ["--server.address", args.host]
     if args.headless:
         cmd += ["--server.headless", "true"]
-    return subprocess.call(cmd, env=env, cwd=str(app.parent))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if os.name == "posix":
+        os.execve(sys.executable, cmd, env)  # signals now reach Streamlit itself
+    return _call_forwarding_signals(cmd, env)
+
+
+def _call_forwarding_signals(cmd: list[str], env: dict) -> int:
+    """Where there is no ``exec``: run Streamlit as a child and pass SIGTERM/SIGINT on."""
+    import signal
+
+    proc = subprocess.Popen(cmd, env=env)
+
+    def forward(signum, _frame):
+        proc.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, forward)
+    return proc.wait()

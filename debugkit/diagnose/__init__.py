@@ -37,4 +37,22 @@ def diagnose(run, config: dict[str, Any] | None = None) -> list[Finding]:
     for name in SOURCES:
         mod = importlib.import_module(f"{__name__}.{name}")
         out.extend(mod.collect(run, config.get(name, {})))
-    return sort_findings(out)
+    return causes_first(sort_findings(out))
+
+
+#: Findings that name the cause of other findings (listed in their ``evidence["symptoms"]``).
+ROOT_KINDS = ("rank_crashed", "rank_lost")
+
+
+def causes_first(findings: list[Finding]) -> list[Finding]:
+    """Put the ``rank_crashed`` / ``rank_lost`` findings, in the order their detector gave
+    (the first rank to die first), before the first finding they explain (a failure of
+    another rank listed in their evidence's ``symptoms``) or their own first place."""
+    roots = [f for f in findings if f.kind in ROOT_KINDS]
+    if not roots:
+        return list(findings)
+    ids = {s.get("failure") for f in roots for s in (f.evidence.get("symptoms") or [])}
+    at = min(i for i, f in enumerate(findings) if f.kind in ROOT_KINDS or f.evidence.get("failure") in ids)
+    rest = [f for f in findings if f.kind not in ROOT_KINDS]
+    before = [f for f in findings[:at] if f.kind not in ROOT_KINDS]
+    return before + sorted(roots, key=lambda f: f.evidence.get("order", 0)) + rest[len(before):]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 
+from .._fsutil import read_json
 from .. import format as fmt
 from ..errors import RunDirError
 
@@ -24,8 +25,10 @@ def read_rank_info(run):
     DataFrame with columns ``rank`` (int), ``host``, ``local_rank``, ``node_rank``,
     ``pid``, ``device``, ``backend``, ``world_size``, ``status`` (``running | finished
     | failed | crashed``), ``heartbeat_step`` (the step the rank was at when it last
-    wrote its heartbeat), ``heartbeat_time`` (seconds since the epoch) and
-    ``segments`` (writer sessions).
+    wrote its heartbeat), ``heartbeat_time`` (seconds since the epoch),
+    ``segments`` (writer sessions) and ``crash_reason`` (for a crashed rank: ``process
+    gone`` when its pid was checked on this host, ``heartbeat stale`` when it could not
+    be, ``no heartbeat``; else None).
     """
     import pandas as pd
 
@@ -43,10 +46,28 @@ def read_rank_info(run):
             "backend": meta.get("backend"), "world_size": meta.get("world_size"),
             "status": run._judge_heartbeat(hb), "heartbeat_step": hb.get("step"),
             "heartbeat_time": hb.get("time"), "segments": len(segs),
+            "crash_reason": _crash_reason(run, hb),
         })
     cols = ["rank", "host", "local_rank", "node_rank", "pid", "device", "backend", "world_size",
-            "status", "heartbeat_step", "heartbeat_time", "segments"]
+            "status", "heartbeat_step", "heartbeat_time", "segments", "crash_reason"]
     return pd.DataFrame(rows, columns=cols)
+
+
+def _crash_reason(run, hb: dict) -> str | None:
+    """Why ``run._judge_heartbeat`` calls this heartbeat's rank crashed (None if it does not)."""
+    import socket
+    import time
+
+    from .run import _pid_alive
+
+    if run._judge_heartbeat(hb) != fmt.STATE_CRASHED:
+        return None
+    if hb.get("state") != fmt.STATE_RUNNING:
+        return "no heartbeat"
+    if hb.get("host") == socket.gethostname() and isinstance(hb.get("pid"), int) \
+            and not _pid_alive(hb["pid"], hb.get("process_start_ticks")):
+        return "process gone"
+    return "heartbeat stale" if time.time() > float(hb.get("time") or 0) else "process gone"
 
 
 def read_hangs(run) -> list[dict]:
@@ -70,7 +91,7 @@ def read_hangs(run) -> list[dict]:
             if not _DUMP.match(name):
                 continue
             try:
-                rec = json.loads((d / name).read_text())
+                rec = read_json(d / name)
             except (OSError, ValueError) as exc:
                 run.warnings.append(f"{d / name}: unreadable hang dump skipped ({exc})")
                 continue
@@ -94,3 +115,65 @@ def read_hang_file(run, rank: int, name: str) -> str:
         return p.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
         raise RunDirError(f"{p}: cannot read the hang dump ({exc})") from exc
+
+
+FATAL_SIGNALS = ("Aborted", "Segmentation fault", "Bus error", "Floating-point exception",
+                 "Illegal instruction")
+_FATAL_NAME = re.compile(r"^fatal-(?P<seg>\d+)\.txt$")
+_FH_THREAD = re.compile(r"^(?P<current>Current thread|Thread) (?P<id>0x[0-9a-fA-F]+)")
+_FH_FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+
+
+def parse_faulthandler(text: str) -> dict:
+    """The signal and threads of a faulthandler dump.
+
+    Returns
+    -------
+    dict with ``signal`` (``Aborted``, ``Segmentation fault``, ... or None), ``threads``
+    (a list of ``{"id", "current", "frames"}``, each frame ``{"file", "line",
+    "function"}`` innermost first, as faulthandler prints them).
+    """
+    sig = None
+    m = re.search(r"Fatal Python error: ([^\n]+)", text)
+    if m:
+        sig = m.group(1).strip()
+    threads: list[dict] = []
+    for line in text.splitlines():
+        t = _FH_THREAD.match(line)
+        if t:
+            threads.append({"id": t.group("id"), "current": t.group("current") == "Current thread",
+                            "frames": []})
+            continue
+        f = _FH_FRAME.match(line)
+        if f and threads:
+            threads[-1]["frames"].append({"file": f.group("file"), "line": int(f.group("line")),
+                                          "function": f.group("func")})
+    return {"signal": sig, "threads": threads}
+
+
+def read_fatal_stacks(run) -> dict[int, dict]:
+    """Per rank, the stacks faulthandler wrote when a fatal signal killed it.
+
+    Reads ``ranks/<r>/fatal-<segment>.txt`` (the newest non-empty one per rank). Each
+    value is :func:`parse_faulthandler`'s dict plus ``segment`` and ``file`` (the file
+    name). Ranks without such a file are absent.
+    """
+    out: dict[int, dict] = {}
+    for r in run.ranks:
+        d = run.path / fmt.RANKS_DIR / str(r)
+        try:
+            names = sorted(p.name for p in d.iterdir() if _FATAL_NAME.match(p.name))
+        except OSError:
+            continue
+        for name in reversed(names):
+            try:
+                text = (d / name).read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            if not text.strip():
+                continue
+            rec = parse_faulthandler(text)
+            rec.update(segment=int(_FATAL_NAME.match(name).group("seg")), file=name)
+            out[r] = rec
+            break
+    return out

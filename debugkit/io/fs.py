@@ -16,10 +16,31 @@ import re
 from pathlib import Path
 from urllib.parse import unquote
 
-from ..errors import MissingDependencyError, RunDirError
+from ..errors import MSG_BAD_TYPED_PATH, InvalidInputError, MissingDependencyError, RunDirError
 
 _URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*)://")
 MSG_BAD_URL = "{url}: cannot open this URL ({detail})"
+#: The longest path (characters) and path component that a typed path may have (Linux's
+#: PATH_MAX and NAME_MAX); longer is refused before the file system sees it.
+MAX_PATH_CHARS = 4096
+MAX_NAME_CHARS = 255
+
+
+def check_path_text(value: str) -> str:
+    """Return a path typed by a person (or sent in a form) if the OS could take it;
+    :class:`InvalidInputError` for NUL or control characters, or an overlong path or
+    component, with the value shortened (the message never carries 5,000 characters)."""
+    short = value if len(value) <= 80 else value[:60] + f"… ({len(value)} characters)"
+    if any(ord(c) < 32 or c == "\x7f" for c in value):
+        raise InvalidInputError(MSG_BAD_TYPED_PATH.format(value=short, why="it contains a NUL or "
+                                                          "control character"))
+    if len(value) > MAX_PATH_CHARS:
+        raise InvalidInputError(MSG_BAD_TYPED_PATH.format(
+            value=short, why=f"longer than {MAX_PATH_CHARS} characters"))
+    if any(len(part) > MAX_NAME_CHARS for part in value.split("/")):
+        raise InvalidInputError(MSG_BAD_TYPED_PATH.format(
+            value=short, why=f"a component is longer than {MAX_NAME_CHARS} characters"))
+    return value
 
 
 def is_url(value) -> bool:
@@ -34,6 +55,7 @@ def as_path(value):
         if _is_upath(value) and not isinstance(value, Path):
             return value
         return Path(value).expanduser()
+    check_path_text(value)
     m = _URL.match(value)
     if not m:
         return Path(value).expanduser()

@@ -37,7 +37,7 @@ from operator import itemgetter, methodcaller
 from typing import Any
 
 from .. import format as fmt
-from .._fsutil import atomic_write_json, fsync_dir, sha256_file
+from .._fsutil import atomic_write_json, fsync_dir, read_json, sha256_file
 from ..errors import InvalidInputError, RunDirError
 from .safepickle import load_plain
 
@@ -544,7 +544,7 @@ def _write_cached(entry: Path, snap: MemorySnapshot) -> None:
 def _read_cached(entry: Path, where: str) -> MemorySnapshot:
     import pyarrow.feather as feather
 
-    meta = json.loads((entry / "meta.json").read_text())
+    meta = read_json(entry / "meta.json")
     if meta.get("version") != PARSE_VERSION:
         raise ValueError("old cache entry")
     tables = {name: feather.read_table(str(entry / f"{name}.arrow"), memory_map=True).to_pandas()
@@ -577,7 +577,7 @@ def list_snapshots(run_path: str | os.PathLike) -> list[dict]:
         meta = d / f"{sid}{fmt.SNAPSHOT_META_SUFFIX}"
         if meta.is_file():
             try:
-                rec = json.loads(meta.read_text())
+                rec = read_json(meta)
                 if not isinstance(rec, dict):
                     rec = {}
             except (OSError, ValueError):
@@ -614,6 +614,19 @@ def summarize(snap: MemorySnapshot) -> dict:
     }
 
 
+def _create_run_if_missing(run_dir: Path) -> None:
+    """A new run for an imported snapshot, as the other importers make one: a missing or
+    empty folder gets a minimal manifest (a folder holding other files is left to
+    :func:`open_run`, which refuses it)."""
+    from .._fsutil import atomic_write_json
+    from .profile_store import _new_manifest
+
+    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(run_dir / fmt.MANIFEST, _new_manifest(run_dir))
+
+
 def import_snapshot(src: str | os.PathLike, run_dir: str | os.PathLike, *, rank: int = 0,
                     step: int | None = None, name: str | None = None) -> dict:
     """Add a snapshot file to a run's ``memory_snapshots/`` (the source is only read).
@@ -632,12 +645,13 @@ def import_snapshot(src: str | os.PathLike, run_dir: str | os.PathLike, *, rank:
     src = Path(src)
     if Path(run_dir).expanduser().is_file():
         raise RunDirError(f"{run_dir}: a zipped run is read-only; unzip it to add a snapshot")
-    run = open_run(run_dir)
     if not isinstance(rank, int) or rank < 0:
         raise InvalidInputError(f"--rank {rank!r}: expected an integer >= 0")
     if step is not None and (not isinstance(step, int) or step < 0):
         raise InvalidInputError(f"--step {step!r}: expected an integer >= 0")
-    snap = read_snapshot(src)
+    snap = read_snapshot(src)  # checked before anything is written
+    _create_run_if_missing(Path(run_dir).expanduser())
+    run = open_run(run_dir)
     if name is None:
         stem = re.sub(r"[^A-Za-z0-9._-]+", "-", src.name[: -len(src.suffix)] if src.suffix else src.name)
         name = f"r{rank}-imported-{stem.strip('-.') or 'snapshot'}"[:100]

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import format as fmt
-from .._fsutil import atomic_write_json, sha256_file
+from .._fsutil import atomic_write_json, check_regular_file, read_json, sha256_file
 from ..errors import InvalidInputError, ProfileError, RunDirError
 
 FORMATS = ("speedscope", "raw", "chrome-trace", "pyspy-dump")
@@ -47,6 +47,10 @@ def read_any(path: str | os.PathLike, format: str | None = None, *, drop_pids=()
     :class:`~debugkit.io.chrome_trace.ChromeTrace` or :class:`~debugkit.io.profiles.StackDump`."""
     from . import chrome_trace, profiles
 
+    try:
+        check_regular_file(path)  # a FIFO or a device is refused, never opened (it would block)
+    except FileNotFoundError:
+        pass  # the reader below says "no such file"
     format = format or profiles.sniff_format(path)
     if format in ("speedscope", "raw"):
         data = profiles.read_bytes(path)
@@ -114,7 +118,7 @@ def _read_manifest(run_dir: Path) -> dict | None:
     if not mpath.exists():
         return None
     try:
-        m = json.loads(mpath.read_text())
+        m = read_json(mpath)
     except (OSError, ValueError) as exc:
         raise RunDirError(f"{mpath}: manifest.json is not valid JSON ({exc}); "
                           "not adding a profile to it") from exc

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from .._fsutil import check_regular_file
 from ..errors import ProfileError
 from . import jsonscan
 
@@ -68,6 +69,7 @@ def read_bytes(path: str | os.PathLike) -> bytes:
     """The file's bytes, gunzipped when it is gzip-compressed."""
     p = Path(path)
     try:
+        check_regular_file(p)  # a FIFO would block open() forever
         with open(p, "rb") as f:
             head = f.read(2)
             f.seek(0)
@@ -89,6 +91,7 @@ def open_binary(path: str | os.PathLike):
     """A binary file object over the file's (gunzipped) bytes, for streaming readers."""
     p = Path(path)
     try:
+        check_regular_file(p)  # a FIFO would block open() forever
         f = open(p, "rb")
     except FileNotFoundError as exc:
         raise ProfileError(f"{p}: no such file") from exc

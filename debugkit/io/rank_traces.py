@@ -186,15 +186,44 @@ def _assign_iterations(ev, step_mask):
 
 
 def find_rank_traces(run) -> list:
-    """Trace files in the run's ``traces/`` folder (``*.json``, ``*.json.gz``), sorted."""
+    """The run's per-rank trace files, sorted.
+
+    The ``traces/`` folder's ``*.json`` / ``*.json.gz`` when it has any; else the
+    chrome traces ``debugkit import torch-trace`` filed under ``profiles/`` that carry a
+    ``distributedInfo`` rank (manifest entries with ``rank``, or, for entries imported
+    before that field, the ``torch.profiler (distributed)`` tool), one per rank (the
+    newest import of a rank wins).
+    """
     d = run.path / TRACES_DIR
     try:
-        if not d.is_dir():
-            return []
-        return sorted((p for p in d.iterdir() if p.name.endswith((".json", ".json.gz"))),
-                      key=lambda p: p.name)
+        if d.is_dir():
+            found = sorted((p for p in d.iterdir() if p.name.endswith((".json", ".json.gz"))),
+                           key=lambda p: p.name)
+            if found:
+                return found
     except OSError:
+        pass
+    return _imported_rank_traces(run)
+
+
+def _imported_rank_traces(run) -> list:
+    from .profile_store import list_profiles
+
+    by_rank: dict = {}
+    unranked = []
+    try:
+        entries = list_profiles(run)
+    except (OSError, ValueError):
         return []
+    for e in entries:
+        if e.get("format") != "chrome-trace":
+            continue
+        rank = e.get("rank")
+        if isinstance(rank, int) and not isinstance(rank, bool):
+            by_rank[rank] = e  # oldest first: a later import of the same rank replaces it
+        elif e.get("tool") == "torch.profiler (distributed)":
+            unranked.append(e)
+    return [run.path / e["file"] for e in [by_rank[r] for r in sorted(by_rank)] + unranked]
 
 
 def read_rank_traces(paths) -> dict[int, RankTrace]:

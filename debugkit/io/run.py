@@ -15,6 +15,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from .._fsutil import read_json
 from .. import format as fmt
 from ..errors import (
     MSG_BAD_MANIFEST,
@@ -24,6 +25,7 @@ from ..errors import (
     MSG_NO_SUCH_PATH,
     MSG_NOT_A_RUN,
     MSG_TABLE_UNREADABLE,
+    FileLimitError,
     RunDirError,
     SchemaVersionError,
     TruncatedRecordWarning,
@@ -94,6 +96,12 @@ def _pid_alive(pid: int, start_ticks: int | None) -> bool:
     return True
 
 
+#: Warning (``Run.warnings``) when a later writer session restarted at a step an earlier
+#: one had already logged: a script run again into the same folder, or a resumed job.
+MSG_ATTEMPT_RESTART = ("rank {rank}: attempt {attempt} (segment {seg:03d}) started at step {step}, "
+                       "a step an earlier attempt had logged; the earlier rows from step {step} on "
+                       "are superseded (kept on disk; Run.attempts() lists the attempts)")
+
 class Run:
     """A run directory opened for reading. Create with :func:`open_run`.
 
@@ -161,7 +169,7 @@ class Run:
         if seg not in metas:
             return {}
         try:
-            return json.loads(metas[seg].read_text())
+            return read_json(metas[seg])
         except (OSError, ValueError) as exc:
             raise RunDirError(f"{metas[seg]}: unreadable rank metadata ({exc})") from exc
 
@@ -181,7 +189,7 @@ class Run:
         for r in self.ranks:
             p = self._rank_dir(r) / fmt.HEARTBEAT
             try:
-                out[r] = json.loads(p.read_text())
+                out[r] = read_json(p)
             except (OSError, ValueError):
                 out[r] = {}
         return out
@@ -241,7 +249,84 @@ class Run:
 
     # ------------------------------------------------------------------- tables
     def _read_table(self, table: str, rank: int):
-        """(segment, pyarrow.Table) pairs of one rank's table, in segment order."""
+        """(segment, pyarrow.Table) pairs of one rank's table, in segment order, each
+        segment cut where a later attempt took over (see :meth:`attempts`)."""
+        out = self._read_raw(table, rank)
+        if len(out) < 2:
+            return out
+        starts = self._segment_starts(rank)
+        cut = []
+        for seg, t in out:
+            later = [s for g, s in starts.items() if g > seg]
+            if later and t.num_rows and "step" in t.column_names:
+                import pyarrow.compute as pc
+
+                t = t.filter(pc.less(t.column("step"), min(later)))
+            cut.append((seg, t))
+        return cut
+
+    def _segment_starts(self, rank: int) -> dict[int, int]:
+        """``{segment: first step}`` of each of a rank's segments that logged a step."""
+        cache = self.__dict__.setdefault("_starts", {})
+        if rank not in cache:
+            starts = {}
+            for seg, t in self._read_raw("steps", rank):
+                if t.num_rows:
+                    starts[seg] = int(min(t.column("step").to_pylist()))
+            cache[rank] = starts
+            for seg, first in sorted(starts.items()):
+                older = [g for g in starts if g < seg]
+                if older and first <= max(self._last_steps(rank, older)):
+                    segs = sorted(set(starts) | set(self._meta_segments(rank)))
+                    self.warnings.append(MSG_ATTEMPT_RESTART.format(
+                        rank=rank, attempt=segs.index(seg) + 1, seg=seg, step=first))
+        return cache[rank]
+
+    def _last_steps(self, rank: int, segments: list[int]) -> list[int]:
+        return [max(t.column("step").to_pylist()) for g, t in self._read_raw("steps", rank)
+                if g in segments and t.num_rows] or [-1]
+
+    def attempts(self, rank: int = 0) -> list[dict]:
+        """The writer sessions ("attempts") of one rank, oldest first.
+
+        Each time a Recorder opens the run directory (a resumed job, a restarted worker,
+        or a script run again into the same folder) it writes a new segment. The attempt
+        that starts at step ``S`` takes over from ``S`` on: rows of earlier attempts with
+        ``step >= S`` are superseded and left out of every table (as TensorBoard purges
+        events after a restart), but stay on disk. A script run again from step 0 thus
+        shows only its own rows, not a second copy of every step.
+
+        Returns
+        -------
+        list of dict
+            ``attempt`` (1-based), ``segment``, ``first_step`` and ``last_step`` (None
+            when the attempt logged no step), ``superseded_from`` (the step from which a
+            later attempt replaced this one's rows, or None).
+        """
+        starts = self._segment_starts(rank)
+        segs = sorted({seg for seg, _ in self._read_raw("steps", rank)}
+                      | set(self._meta_segments(rank)))
+        out = []
+        for i, seg in enumerate(segs):
+            steps = [v for g, t in self._read_raw("steps", rank) if g == seg
+                     for v in t.column("step").to_pylist()]
+            later = [s for g, s in starts.items() if g > seg]
+            out.append({"attempt": i + 1, "segment": seg,
+                        "first_step": min(steps) if steps else None,
+                        "last_step": max(steps) if steps else None,
+                        "superseded_from": min(later) if later and steps and max(steps) >= min(later)
+                        else None})
+        return out
+
+    def _meta_segments(self, rank: int) -> list[int]:
+        d = self._rank_dir(rank)
+        if not d.is_dir():
+            return []
+        return sorted(int(m.group(1)) for p in d.iterdir()
+                      if (m := re.match(r"^meta-(\d+)\.json$", p.name)))
+
+    def _read_raw(self, table: str, rank: int):
+        """(segment, pyarrow.Table) pairs of one rank's table as stored, in segment order."""
         schema = fmt.table_schema(table)
         out = []
         for seg, path in self._segments(rank, table):
@@ -369,18 +454,21 @@ class Run:
         """Failure captures, ordered by step then rank.
 
         Each record has at least ``id, kind, step, rank, error_type, message, traceback``
-        plus ``dataset_indices``, ``device``, ``files``, ``code`` and ``path`` (its folder).
+        plus ``dataset_indices``, ``device``, ``files``, ``code`` and ``path`` (its folder), and ``attempt`` (1-based, see
+        :meth:`attempts`) when the run directory was opened by more than one writer.
         """
         d = self.path / fmt.FAILURES_DIR
         out = []
         if not d.is_dir():
             return out
+        opened = [t for t in [self.manifest.get("created_at"), *(self.manifest.get("resumed_at") or [])]
+                  if isinstance(t, (int, float))]
         for p in d.iterdir():
             if p.name.startswith(".") or not p.is_dir():
                 continue
             f = p / fmt.FAILURE_JSON
             try:
-                rec = json.loads(f.read_text())
+                rec = read_json(f)
             except (OSError, ValueError) as exc:
                 self.warnings.append(f"{f}: unreadable failure record skipped ({exc})")
                 continue
@@ -391,6 +479,9 @@ class Run:
             for k in ("kind", "step", "rank", "error_type", "message", "traceback"):
                 rec.setdefault(k, None)
             rec["path"] = str(p)
+            if len(opened) > 1 and isinstance(rec.get("time"), (int, float)):
+                # which writer session captured it: runs re-opened keep their attempts apart
+                rec["attempt"] = max(1, sum(1 for t in opened if t <= rec["time"]))
             out.append(rec)
         out.sort(key=lambda r: (r.get("step") if isinstance(r.get("step"), int) else 0,
                                 r.get("rank") if isinstance(r.get("rank"), int) else 0, r["id"]))
@@ -446,7 +537,7 @@ class Run:
         """The recorded environment: the manifest's ``env`` plus ``pip_check`` when done."""
         env = dict(self.manifest.get("env") or {})
         try:
-            env.update(json.loads((self.path / fmt.ENV_FILE).read_text()))
+            env.update(read_json(self.path / fmt.ENV_FILE))
         except (OSError, ValueError):
             pass
         return env
@@ -526,13 +617,19 @@ def open_run(path: str | os.PathLike) -> Run:
     ------
     RunDirError
         The path does not exist, is not a run, or its manifest is malformed.
+    InvalidInputError
+        ``$DEBUGKIT_ALLOWED_ROOTS`` is set and the run, or a link inside it, resolves
+        outside it.
     SchemaVersionError
         The run was written by a newer major version of the format.
     """
+    from .store import check_run_tree
+
     p = as_path(path)
     if not p.exists():
         raise RunDirError(MSG_NO_SUCH_PATH.format(path=p))
     source = p
+    check_run_tree(p)  # with DEBUGKIT_ALLOWED_ROOTS set: the run and every link inside it
     if p.is_file():
         if p.suffix.lower() != ".zip":
             raise RunDirError(f"{p}: expected a run directory or a .zip of one")
@@ -548,8 +645,9 @@ def open_run(path: str | os.PathLike) -> Run:
         p = open_tensorboard_cached(p)  # converted once per version of its event files
         mpath = p / fmt.MANIFEST
     try:
-        raw = mpath.read_bytes()
-        manifest = json.loads(raw)
+        manifest = read_json(mpath)
+    except FileLimitError as exc:  # a 2 GB manifest is refused before it is read
+        raise RunDirError(str(exc)) from exc
     except (OSError, ValueError) as exc:
         raise RunDirError(MSG_BAD_MANIFEST.format(path=mpath, detail=exc)) from exc
     if not isinstance(manifest, dict):

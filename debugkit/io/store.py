@@ -50,7 +50,9 @@ def find_runs(roots: list[Path]) -> list[RunEntry]:
     """Runs directly under each root (and the roots themselves if they are runs).
 
     Ids are folder names; when two roots hold the same name, the later one is
-    prefixed with its root's name (``store.myrun``).
+    prefixed with its root's name (``store.myrun``). With ``$DEBUGKIT_ALLOWED_ROOTS``
+    set, a run whose resolved path (symlinks followed) lies outside it is not listed
+    (so ``?run=`` cannot name it either).
     """
     out: list[RunEntry] = []
     ids: set[str] = set()
@@ -66,6 +68,8 @@ def find_runs(roots: list[Path]) -> list[RunEntry]:
             except OSError:
                 continue
         for p in candidates:
+            if not is_allowed(p):
+                continue  # a link (or a root) that leads outside DEBUGKIT_ALLOWED_ROOTS
             rid = p.name if _ID.match(p.name) else re.sub(r"[^A-Za-z0-9._-]", "-", p.name)[:200]
             if rid in ids:
                 rid = f"{root.name}.{rid}"
@@ -148,3 +152,43 @@ def check_allowed(path: Path) -> Path:
             return resolved
     raise InvalidInputError(MSG_NOT_ALLOWED.format(
         path=path, roots=", ".join(str(r) for r in allowed)))
+
+
+MSG_LINK_OUTSIDE = ("{path}: a link to {target}, outside the folders this server may open "
+                    "({roots}); see DEBUGKIT_ALLOWED_ROOTS")
+
+
+def is_allowed(path) -> bool:
+    """Whether :func:`check_allowed` would accept ``path``."""
+    try:
+        check_allowed(path)
+    except (InvalidInputError, OSError, RuntimeError, ValueError):
+        return False
+    return True
+
+
+def check_run_tree(run_dir) -> None:
+    """Refuse a local run whose folder, or any link inside it, resolves outside
+    ``$DEBUGKIT_ALLOWED_ROOTS`` (a run's ``env.json`` linked to ``/etc/passwd``).
+
+    Nothing is checked when the allow-list is unset (local use) or for URLs (object
+    stores have no links). Raises :class:`InvalidInputError` naming the link.
+    """
+    allowed = allowed_roots()
+    p = as_path(run_dir) if isinstance(run_dir, str) else run_dir
+    if allowed is None or not is_local(p):
+        return
+    check_allowed(p)
+    local = [r for r in allowed if isinstance(r, Path)]
+
+    def inside(target: Path) -> bool:
+        return any(target == r or r in target.parents for r in local)
+
+    for top, dirs, files in os.walk(p, followlinks=False):
+        for name in dirs + files:
+            full = os.path.join(top, name)
+            if os.path.islink(full):
+                target = Path(os.path.realpath(full))
+                if not inside(target):
+                    raise InvalidInputError(MSG_LINK_OUTSIDE.format(
+                        path=full, target=target, roots=", ".join(str(r) for r in allowed)))

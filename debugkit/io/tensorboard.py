@@ -346,7 +346,7 @@ def write_run(series: ScalarSeries, out: Path, *, name: str, source: Path, grad_
         pa.array(values[s_mask][s_order], pa.float64()),
         pa.array(walls[s_mask][s_order], pa.float64())])
     _write_stream(rank_dir / f"grads-{seg}{fmt.TABLE_SUFFIX}", "grads", [
-        pa.array(g_steps, pa.int64()), pa.array(g_ids, pa.int32()), pa.array(g_vals, pa.float32())])
+        pa.array(g_steps, pa.int64()), pa.array(g_ids, pa.int32()), pa.array(g_vals, pa.float64())])
     all_steps = np.unique(steps)
     step_wall = np.full(len(all_steps), np.inf)  # the first wall time seen at each step
     if len(steps):

@@ -32,6 +32,13 @@ MSG_TOO_MANY = "upload: {count} files is more than the limit of {limit}"
 MSG_TOO_BIG = "upload: {what} is {size} bytes, over the limit of {limit} bytes"
 MSG_BOMB = ("upload: refused {name!r}: it expands {ratio:.0f}x (limit {limit}x); "
             "this looks like a compression bomb")
+MSG_ARCHIVE_BOMB = ("upload: refused {name!r}: the archive expands {ratio:.0f}x its {size} bytes "
+                    "(limit {limit}x); this looks like a compression bomb")
+MSG_STORE_FULL_RUNS = ("upload: the run store {store} already holds {limit} runs, its limit "
+                       "(DEBUGKIT_STORE_MAX_RUNS); delete runs first")
+MSG_STORE_FULL_BYTES = ("upload: the run store {store} would hold {size} bytes, over its quota of "
+                        "{limit} bytes (DEBUGKIT_STORE_MAX_MB); delete runs first")
+MSG_BAD_SETTING = "{name}={value!r}: expected a whole number{what}"
 MSG_NOT_RUN = "upload: no manifest.json at the top of the upload or in a single top-level folder"
 MSG_BAD_ZIP = "upload: {name!r} is not a readable zip archive ({detail})"
 
@@ -46,7 +53,8 @@ class UploadLimits:
     max_files: int = 20_000
     max_total_bytes: int = 4 << 30
     max_file_bytes: int = 2 << 30
-    max_ratio: int = 200  # decompressed / compressed, per zip member
+    max_ratio: int = 200  # decompressed / compressed, per zip member (every size)
+    max_archive_ratio: int = 200  # everything decompressed / the archive's bytes
     max_depth: int = 12
 
     @classmethod
@@ -80,11 +88,58 @@ def check_name(name: str, limits: UploadLimits = UploadLimits()) -> PurePosixPat
     return PurePosixPath(*parts)
 
 
+@dataclass(frozen=True)
+class StoreQuota:
+    """Bounds on the whole run store, so repeated uploads cannot fill the disk.
+
+    ``max_bytes`` (``$DEBUGKIT_STORE_MAX_MB``, default 20 GiB) counts every file in the
+    store, uploads in flight included; ``max_runs`` (``$DEBUGKIT_STORE_MAX_RUNS``,
+    default 1,000) counts its run folders.
+    """
+
+    max_bytes: int = 20 << 30
+    max_runs: int = 1000
+
+    @classmethod
+    def from_env(cls) -> "StoreQuota":
+        out = {}
+        for name, field, scale in (("DEBUGKIT_STORE_MAX_MB", "max_bytes", 1 << 20),
+                                   ("DEBUGKIT_STORE_MAX_RUNS", "max_runs", 1)):
+            value = os.environ.get(name)
+            if value is None or not value.strip():
+                continue
+            if not value.strip().isdigit():
+                raise UploadError(MSG_BAD_SETTING.format(name=name, value=value[:40],
+                                                         what=" (MiB)" if scale > 1 else ""))
+            out[field] = int(value) * scale
+        return cls(**out)
+
+
+def store_usage(store: Path) -> tuple[int, int]:
+    """``(bytes of every file, number of run folders)`` in the store (links not followed)."""
+    total, runs = 0, 0
+    store = Path(store)
+    if not store.is_dir():
+        return 0, 0
+    for top, dirs, files in os.walk(store):
+        if Path(top) == store:
+            runs = sum(1 for d in dirs if not d.startswith("."))
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(top, name)).st_size
+            except OSError:
+                pass
+    return total, runs
+
+
 class _Budget:
-    def __init__(self, limits: UploadLimits):
+    def __init__(self, limits: UploadLimits, archive_bytes: int | None = None,
+                 store: Path | None = None, quota: StoreQuota | None = None, used: int = 0):
         self.limits = limits
         self.files = 0
         self.total = 0
+        self.archive_bytes = archive_bytes
+        self.store, self.quota, self.used = store, quota, used
 
     def add_file(self):
         self.files += 1
@@ -99,6 +154,14 @@ class _Budget:
         if self.total > self.limits.max_total_bytes:
             raise UploadError(MSG_TOO_BIG.format(what="the upload", size=self.total,
                                                  limit=self.limits.max_total_bytes))
+        if self.quota is not None and self.used + self.total > self.quota.max_bytes:
+            raise UploadError(MSG_STORE_FULL_BYTES.format(store=self.store, size=self.used + self.total,
+                                                          limit=self.quota.max_bytes))
+        if self.archive_bytes:
+            ratio = self.total / self.archive_bytes
+            if ratio > self.limits.max_archive_ratio:
+                raise UploadError(MSG_ARCHIVE_BOMB.format(name=name, ratio=ratio, size=self.archive_bytes,
+                                                          limit=self.limits.max_archive_ratio))
 
 
 def _copy_bounded(src: BinaryIO, dest: Path, name: str, budget: _Budget,
@@ -112,7 +175,7 @@ def _copy_bounded(src: BinaryIO, dest: Path, name: str, budget: _Budget,
                 break
             written += len(chunk)
             budget.add_bytes(name, written, len(chunk))
-            if compressed is not None and written > 1 << 20:
+            if compressed is not None:
                 ratio = written / max(compressed, 1)
                 if ratio > budget.limits.max_ratio:
                     raise UploadError(MSG_BOMB.format(name=name, ratio=ratio,
@@ -127,10 +190,28 @@ def _zip_is_link(info: zipfile.ZipInfo) -> bool:
                                                               stat.S_IFIFO)
 
 
+def _size_of(source) -> int | None:
+    try:
+        if isinstance(source, (str, os.PathLike)):
+            return os.stat(source).st_size
+        pos = source.tell()
+        end = source.seek(0, os.SEEK_END)
+        source.seek(pos)
+        return end
+    except (OSError, AttributeError, ValueError):
+        return None
+
+
 def extract_zip(source: str | os.PathLike | BinaryIO, dest: Path, *,
-                limits: UploadLimits = UploadLimits(), display_name: str = "archive.zip") -> None:
-    """Extract a zip into the empty folder ``dest`` with every check of this module."""
-    budget = _Budget(limits)
+                limits: UploadLimits = UploadLimits(), display_name: str = "archive.zip",
+                budget: "_Budget | None" = None) -> None:
+    """Extract a zip into the empty folder ``dest`` with every check of this module.
+
+    The compression ratio is bounded for every member, whatever its size, and over the
+    whole archive (everything inflated against the archive's bytes), while reading.
+    """
+    budget = budget or _Budget(limits)
+    budget.archive_bytes = _size_of(source)
     try:
         zf = zipfile.ZipFile(source)
     except (zipfile.BadZipFile, OSError, ValueError) as exc:
@@ -154,8 +235,7 @@ def extract_zip(source: str | os.PathLike | BinaryIO, dest: Path, *,
             if info.file_size > limits.max_file_bytes:
                 raise UploadError(MSG_TOO_BIG.format(what=f"file {info.filename!r}",
                                                      size=info.file_size, limit=limits.max_file_bytes))
-            if info.compress_size and info.file_size / info.compress_size > limits.max_ratio \
-                    and info.file_size > 1 << 20:
+            if info.compress_size and info.file_size / info.compress_size > limits.max_ratio:
                 raise UploadError(MSG_BOMB.format(name=info.filename,
                                                   ratio=info.file_size / info.compress_size,
                                                   limit=limits.max_ratio))
@@ -178,12 +258,46 @@ def _find_run_root(staging: Path) -> Path:
     raise UploadError(MSG_NOT_RUN)
 
 
-def _publish(staging: Path, store: Path, preferred: str) -> Path:
-    """Validate the staged run and move it into the store under a fresh name."""
+def _publish(staging: Path, store: Path, preferred: str, quota: StoreQuota | None = None) -> Path:
+    """Validate the staged run and move it into the store under a fresh name (under a
+    lock that re-checks the store's quota, so two uploads at once cannot both pass it)."""
     from .run import open_run
 
     root = _find_run_root(staging)
     open_run(root)  # raises a clear DebugkitError for a broken or too-new run
+    with _store_lock(store):
+        if quota is not None:
+            used, runs = store_usage(store)  # the staged files are inside the store too
+            if runs >= quota.max_runs:
+                raise UploadError(MSG_STORE_FULL_RUNS.format(store=store, limit=quota.max_runs))
+            if used > quota.max_bytes:
+                raise UploadError(MSG_STORE_FULL_BYTES.format(store=store, size=used,
+                                                              limit=quota.max_bytes))
+        return _rename_into(root, store, preferred)
+
+
+class _store_lock:
+    """An exclusive ``flock`` on ``<store>/.upload.lock`` (POSIX; elsewhere a no-op)."""
+
+    def __init__(self, store: Path):
+        self.path = Path(store) / ".upload.lock"
+        self.f = None
+
+    def __enter__(self):
+        try:
+            import fcntl
+        except ImportError:  # Windows: no flock; the quota is then checked without it
+            return self
+        self.f = open(self.path, "a")
+        fcntl.flock(self.f, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        if self.f is not None:
+            self.f.close()  # closing releases the lock
+
+
+def _rename_into(root: Path, store: Path, preferred: str) -> Path:
     base = _SAFE_NAME.sub("-", preferred).strip("-.")[:80] or "upload"
     for n in range(1000):
         name = base if n == 0 else f"{base}-{n + 1}"
@@ -231,9 +345,9 @@ def unpack_files(files: Iterable[tuple[str, BinaryIO | bytes]], store: str | os.
     if len(files) > limits.max_files:
         raise UploadError(MSG_TOO_MANY.format(count=len(files), limit=limits.max_files))
     store = Path(store)
+    budget = _quota_budget(store, limits)
     staging = _staging(store)
     try:
-        budget = _Budget(limits)
         seen: set[str] = set()
         top = set()
         for name, data in files:
@@ -248,9 +362,20 @@ def unpack_files(files: Iterable[tuple[str, BinaryIO | bytes]], store: str | os.
         preferred = next(iter(top)) if len(top) == 1 and len(seen) > 1 else "upload"
         if preferred == fmt.MANIFEST:
             preferred = "upload"
-        return _publish(staging, store, preferred)
+        return _publish(staging, store, preferred, budget.quota)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _quota_budget(store: Path, limits: UploadLimits) -> _Budget:
+    """A budget that also stops at the store's quota; refuses at once when it is full."""
+    quota = StoreQuota.from_env()
+    used, runs = store_usage(store)
+    if runs >= quota.max_runs:
+        raise UploadError(MSG_STORE_FULL_RUNS.format(store=store, limit=quota.max_runs))
+    if used >= quota.max_bytes:
+        raise UploadError(MSG_STORE_FULL_BYTES.format(store=store, size=used, limit=quota.max_bytes))
+    return _Budget(limits, store=store, quota=quota, used=used)
 
 
 def unpack_zip(source: str | os.PathLike | BinaryIO, store: str | os.PathLike, *,
@@ -258,15 +383,16 @@ def unpack_zip(source: str | os.PathLike | BinaryIO, store: str | os.PathLike, *
     """Store the run inside a zip archive and return the new run's path."""
     limits = limits or UploadLimits.from_env()
     display_name = display_name or (os.path.basename(source) if isinstance(source, (str, os.PathLike)) else "upload.zip")
+    budget = _quota_budget(Path(store), limits)
     staging = _staging(Path(store))
     try:
-        extract_zip(source, staging / "x", limits=limits, display_name=display_name)
+        extract_zip(source, staging / "x", limits=limits, display_name=display_name, budget=budget)
         (staging / "x").mkdir(exist_ok=True)
         preferred = Path(display_name).stem
         root = _find_run_root(staging / "x")
         if root != staging / "x":
             preferred = root.name
-        return _publish(staging / "x", Path(store), preferred)
+        return _publish(staging / "x", Path(store), preferred, budget.quota)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 

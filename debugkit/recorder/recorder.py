@@ -5,7 +5,7 @@ from __future__ import annotations
 import atexit
 import math
 import os
-import threading
+import sys
 import time
 import uuid
 import warnings
@@ -19,10 +19,11 @@ from ..errors import DebugkitWarning, InvalidInputError, NonFiniteError
 from .capture import describe_callable, take_rng_state, write_capture
 from .comm import CommTimer
 from .dist import process_group_info
-from .env import collect_env, pip_check
+from .env import collect_env
 from .guard import SpecBuilder, coerce_spec, format_violations
 from .memhistory import MemoryHistory, memory_capacity
 from .memhistory import parse_option as parse_memory_option
+from .fatal import FatalStackFile
 from .norms import GradNormComputer
 from .tracking import track_loader
 from .writer import PendingTensor, RankWriter
@@ -259,8 +260,7 @@ class Recorder:
                     pass
             self.run_id = manifest["run_id"]
             atomic_write_json(manifest_path, manifest)
-            threading.Thread(target=self._write_pip_check, name="debugkit-pipcheck",
-                             daemon=True).start()
+            self._start_pip_check()
 
         rank_dir = self.run_dir / fmt.RANKS_DIR / str(self.rank)
         rank_dir.mkdir(parents=True, exist_ok=True)
@@ -274,6 +274,7 @@ class Recorder:
             "segment": self._writer.segment, **memory_capacity(self.device),
         })
         self._writer.event("start", segment=self._writer.segment, pid=os.getpid())
+        self._fatal = FatalStackFile(rank_dir, self._writer.segment)
         self._comm = CommTimer()
         self._watchdog = None
         if hang_timeout_s is not None:
@@ -404,6 +405,7 @@ class Recorder:
                            skipped_batches=self._skipped)
         self._writer.close(state)
         self._rss.close()
+        self._fatal.close()
 
     def comm(self):
         """Context manager around a blocking collective; its time counts as ``comm_s``.
@@ -453,11 +455,20 @@ class Recorder:
     def _set_next_indices(self, idx):
         self._next_indices = idx
 
-    def _write_pip_check(self):
+    def _start_pip_check(self):
+        """``pip check`` in a detached process (see :mod:`._pipcheck_child`): it does not
+        slow the first step and still finishes when a short script has already exited."""
+        import subprocess
+
         try:
-            env = {"pip_check": pip_check()}
-            atomic_write_json(self.run_dir / fmt.ENV_FILE, env)
-        except Exception:  # environment facts are best effort, never break training
+            subprocess.Popen([sys.executable, "-m", "debugkit.recorder._pipcheck_child",
+                              str(Path(self.run_dir).resolve())],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                 [str(Path(__file__).resolve().parents[2])]
+                                 + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])})
+        except OSError:  # environment facts are best effort, never break training
             pass
 
     def _close_at_exit(self):

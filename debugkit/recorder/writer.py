@@ -198,7 +198,7 @@ class RankWriter:
                 if isinstance(vals, PendingTensor):
                     vals = vals.resolve()
                 steps.append(step)
-                values.append(np.asarray(vals, dtype=np.float32))
+                values.append(np.asarray(vals, dtype=np.float64))
             n = self.n_layers
             cols = [np.repeat(np.asarray(steps, dtype=np.int64), n),
                     np.tile(np.arange(n, dtype=np.int32), len(steps)),

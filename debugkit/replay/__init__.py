@@ -12,11 +12,14 @@ This package imports neither torch nor streamlit; the child does the torch work.
 
 from __future__ import annotations
 
+import os
+
 from typing import Callable
 
 from ..errors import InvalidInputError, ReplayError
 from .code import CodeIdentity, CodeRefusedError, identify_capture, require_runnable
 from .loading import factory_kwargs, select_failure, verify_files
+from .policy import check_plain_kwargs, cli_code_roots
 from .report import build_report, crash_of, merge_partial
 from .runner import DEFAULT_TIMEOUT_S, cuda_possible, default_memory_cap, run_child
 
@@ -31,9 +34,14 @@ MSG_BAD_CHECKPOINT = "checkpoint at step {value}: {problem}; pick another checkp
 MSG_SETUP_FAILED = "{fid}: the replay could not start the step: {type}: {message}"
 
 
-def plan_identities(run, record: dict, search_path: list[str] | None = None) -> list[CodeIdentity]:
-    """The code a replay of ``record`` would run, resolved on this machine."""
-    return identify_capture(record, run.manifest, search_path)
+def plan_identities(run, record: dict, search_path: list[str] | None = None,
+                    code_roots: list | None = None, hint: str | None = None) -> list[CodeIdentity]:
+    """The code a replay of ``record`` would run, resolved on this machine.
+
+    ``code_roots``: the folders the viewer allows code from (default: the command
+    line's, :func:`debugkit.replay.policy.cli_code_roots`).
+    """
+    return identify_capture(record, run.manifest, search_path, code_roots, hint)
 
 
 def plan_cross_check(original_device: str | None, replay_device: str | None) -> str | None:
@@ -66,13 +74,19 @@ def _validate(device, timeout_s, memory_mb):
 
 
 def _one(run, record, idents, parts, *, device, allow_code, timeout_s, cap, progress, role,
-         state_file=None):
+         code_roots, state_file=None):
+    import os
+
+    # Every path crosses into a child with another working directory: make them absolute.
+    roots = [i.search_root for i in idents if i.search_root]
     req = {
-        "state_file": state_file,
-        "failure_dir": record["path"], "device": device,
+        "code_roots": [str(r) for r in code_roots],
+        "state_file": os.path.abspath(state_file) if state_file else None,
+        "failure_dir": os.path.abspath(record["path"]), "device": device,
+        "sys_path": list(dict.fromkeys(roots + [os.getcwd()])),
         "original_device": record.get("device"),
         "allow_code": allow_code, "code": [i.to_dict() for i in idents],
-        "factory_kwargs": factory_kwargs(record, run.manifest),
+        "factory_kwargs": check_plain_kwargs(factory_kwargs(record, run.manifest), record["path"]),
         "num_classes": record.get("num_classes", run.manifest.get("num_classes")),
         "model_training": record.get("model_training", True),
         "parts": parts,
@@ -117,7 +131,8 @@ def replay(run, failure_id: str | None = None, *, device: str = "auto", allow_co
            timeout_s: float = DEFAULT_TIMEOUT_S, memory_mb: float | None = None,
            progress: Callable[[str], None] | None = None,
            search_path: list[str] | None = None, cross_check: bool = True,
-           checkpoint: int | None = None) -> dict:
+           checkpoint: int | None = None, code_roots: list | None = None,
+           code_hint: str | None = None) -> dict:
     """Replay one captured failure and return the report.
 
     Parameters
@@ -129,9 +144,10 @@ def replay(run, failure_id: str | None = None, *, device: str = "auto", allow_co
     device : {"auto", "cpu", "cuda"}
         ``auto``: CUDA where available, else the CPU.
     allow_code : bool
-        Run the capture's code even when its file changed since the run, has no recorded
-        hash, or belongs to an installed package. Code that is missing, not defined in
-        its module, or in the standard library never runs.
+        Run the capture's code even when its file changed since the run or has no
+        recorded hash. Code that is missing, not defined in its module, outside
+        ``code_roots``, or inside debugkit, the standard library or an installed
+        package never runs (:mod:`debugkit.replay.policy`).
     timeout_s : float
         Wall-clock limit of each child process (the replay, and the CPU cross-check).
     memory_mb : float, optional
@@ -144,6 +160,12 @@ def replay(run, failure_id: str | None = None, *, device: str = "auto", allow_co
         Replay with the weights of the run's checkpoint at this step (``rec.checkpoint()``,
         verified by hash) instead of the captured ones: does the batch fail with those
         weights too? The report's ``weights`` says which were used.
+    code_roots : list of path, optional
+        The folders whose code may run (the viewer's decision, never the run's).
+        Default: :func:`debugkit.replay.policy.cli_code_roots` (``$DEBUGKIT_CODE_ROOTS``,
+        else the working directory).
+    code_hint : str, optional
+        How the viewer allows more folders (ends a refusal's message).
 
     Raises
     ------
@@ -158,15 +180,18 @@ def replay(run, failure_id: str | None = None, *, device: str = "auto", allow_co
         run = open_run(run)
     record = select_failure(run, failure_id)
     parts = verify_files(record)
-    idents = plan_identities(run, record, search_path)
+    roots = cli_code_roots() if code_roots is None else list(code_roots)
+    idents = plan_identities(run, record, search_path, roots, code_hint)
     require_runnable(idents, allow_code)
+    check_plain_kwargs(factory_kwargs(record, run.manifest), record["path"])
     cap = int(memory_mb * (1 << 20)) if memory_mb is not None else default_memory_cap()
     code = [i.to_dict() for i in idents]
     state_file, weights = None, {"from": "capture"}
     if checkpoint is not None:
         state_file = _checkpoint_state(run, checkpoint)
         weights = {"from": "checkpoint", "step": int(checkpoint), "path": state_file}
-    kw = dict(allow_code=allow_code, timeout_s=t, cap=cap, progress=progress, state_file=state_file)
+    kw = dict(allow_code=allow_code, timeout_s=t, cap=cap, progress=progress, state_file=state_file,
+              code_roots=roots)
     if progress:
         progress(f"Replaying {record['id']} (step {record.get('step')}, originally on "
                  f"{record.get('device') or 'an unknown device'})")

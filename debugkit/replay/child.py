@@ -20,6 +20,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from .._fsutil import read_json
 from .loading import iter_leaves, load_batch
 
 ANOMALY_NAN = "returned nan values"
@@ -107,7 +108,7 @@ def restore_rng(failure_dir: Path, device) -> list[str]:
     if not tens_path.is_file():
         return restored
     tensors = load_file(str(tens_path))
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    meta = read_json(meta_path) if meta_path.is_file() else {}
     if "torch_cpu" in tensors:
         torch.set_rng_state(tensors["torch_cpu"])
         restored.append("torch_cpu")
@@ -289,6 +290,7 @@ def replay_here(req: dict, chan: Channel) -> dict:
 
     from . import datachecks
     from .code import load_verified_module
+    from .policy import check_plain_kwargs
     from .probes import Probe
 
     failure_dir = Path(req["failure_dir"])
@@ -300,14 +302,20 @@ def replay_here(req: dict, chan: Channel) -> dict:
     idents = {i["role"]: i for i in req["code"]}
     chan.send("progress", message=f"Importing {idents['model_factory']['spec']} "
                                   f"({idents['model_factory']['local_file']})")
-    root = idents["model_factory"].get("search_root")
-    if root and root not in sys.path:
-        sys.path.insert(0, root)
-    factory = load_verified_module(idents["model_factory"], allow)
-    step_fn = load_verified_module(idents["step_fn"], allow) if "step_fn" in idents else None
+    # What `python -m` in the user's folder would search: the modules' recorded roots
+    # and the user's working directory (absolute paths, resolved by the parent). Which
+    # factories may run at all is decided by the code roots below, not by sys.path.
+    roots = [idents["model_factory"].get("search_root")] + list(req.get("sys_path") or [])
+    for root in reversed([r for r in dict.fromkeys(roots) if r]):
+        if root not in sys.path:
+            sys.path.insert(0, root)
+    roots = req.get("code_roots")
+    kwargs = check_plain_kwargs(req.get("factory_kwargs") or {}, str(failure_dir))
+    factory = load_verified_module(idents["model_factory"], allow, roots)
+    step_fn = load_verified_module(idents["step_fn"], allow, roots) if "step_fn" in idents else None
 
     chan.send("progress", message="Building the model and loading the captured state")
-    model = factory(**(req.get("factory_kwargs") or {}))
+    model = factory(**kwargs)
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"{idents['model_factory']['spec']} returned {type(model).__name__}, "
                         "not a torch.nn.Module")

@@ -12,8 +12,9 @@ packages), its file is hashed and its source parsed:
   has no hash): it runs only when the user allows it (``--allow-code``, or the page's
   confirmation).
 - ``installed``: the module belongs to an installed package (site-packages). Its source
-  is public, so a capture from a stranger can carry its true hash; it runs only when
-  allowed.
+  is public, so a capture from a stranger can carry its true hash: it never runs.
+- ``not_allowed``: the file is outside the folders the viewer allows, or inside debugkit
+  itself (see :mod:`debugkit.replay.policy`): it never runs, whatever its hash.
 - ``missing``, ``not_defined`` (``os:system``: ``system`` is not defined by a ``def`` in
   ``os.py``), ``stdlib`` (``shutil:rmtree``), ``not_source`` (a compiled extension or a
   built-in module) and ``bad_spec`` never run.
@@ -44,16 +45,18 @@ NOT_DEFINED = "not_defined"
 STDLIB = "stdlib"
 NOT_SOURCE = "not_source"
 BAD_SPEC = "bad_spec"
+NOT_ALLOWED = "not_allowed"
 
 #: Statuses that may run once the user allows code (``--allow-code`` / confirmation).
-NEEDS_ALLOW = (CHANGED, UNRECORDED, INSTALLED)
+NEEDS_ALLOW = (CHANGED, UNRECORDED)
 #: Statuses that never run.
-NEVER = (MISSING, NOT_DEFINED, STDLIB, NOT_SOURCE, BAD_SPEC)
+NEVER = (MISSING, NOT_DEFINED, STDLIB, NOT_SOURCE, BAD_SPEC, INSTALLED, NOT_ALLOWED)
 
 MSG_BAD_SPEC = ("{role} {spec!r}: expected 'module:qualname' with Python identifiers "
                 "(e.g. 'examples.digits:build_model')")
 MSG_MISSING = ("{role} {spec}: module {module!r} is not found on this machine (it was {recorded} "
-               "when recorded); run from the project's root or add it to PYTHONPATH")
+               "when recorded); looked in {looked}; run from the project's root or add it "
+               "to PYTHONPATH")
 MSG_NOT_SOURCE = "{role} {spec}: {local} is not a Python source file; refusing to run it"
 MSG_STDLIB = ("{role} {spec}: {local} is part of Python's standard library, which holds no "
               "model code; refusing to run it")
@@ -65,8 +68,7 @@ MSG_CHANGED = ("{role} {spec}: {local} has SHA-256 {local_sha}, but the capture 
 MSG_UNRECORDED = ("{role} {spec}: the capture recorded no SHA-256 for its source file, so "
                   "{local} cannot be verified; pass --allow-code to run it")
 MSG_INSTALLED = ("{role} {spec}: {local} belongs to an installed package, whose source is "
-                 "public (a capture from anyone can carry its hash); pass --allow-code if "
-                 "you trust this run")
+                 "public (a capture from anyone can carry its hash); refusing to run it")
 MSG_VERIFIED = "{role} {spec}: {local} matches the recorded SHA-256"
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -161,6 +163,59 @@ def locate_module(module: str, search_path: list[str] | None = None) -> tuple[st
     return None, None
 
 
+def recorded_root(module: str, recorded_file) -> str | None:
+    """The ``sys.path`` entry a module was imported from when it was recorded.
+
+    ``examples.digits`` recorded at ``/src/proj/examples/digits.py`` was imported from
+    ``/src/proj``; a package's ``__init__.py`` counts one level more. None when the file
+    name does not match the module (then the recorded path tells nothing) or the folder
+    does not exist on this machine.
+    """
+    if not isinstance(recorded_file, str) or not recorded_file:
+        return None
+    parts = module.split(".")
+    f = Path(recorded_file)
+    if f.name == f"{parts[-1]}.py":
+        root = f.parents[len(parts) - 1] if len(f.parents) >= len(parts) else None
+        names = list(f.parent.parts[len(f.parent.parts) - (len(parts) - 1):]) if len(parts) > 1 else []
+    elif f.name == "__init__.py":
+        root = f.parents[len(parts)] if len(f.parents) > len(parts) else None
+        names = list(f.parent.parts[len(f.parent.parts) - len(parts):])
+    else:
+        return None
+    if root is None or names != parts[:len(names)] or not root.is_dir():
+        return None
+    return str(root)
+
+
+def default_search_path(code: dict | None = None) -> list[str]:
+    """Where a replay looks for a capture's modules: what ``python -m`` would search.
+
+    The working directory first (``python -m`` puts it on ``sys.path``; a console script
+    does not), then the folders the capture's modules were imported from when recorded
+    (where they still exist), then this interpreter's ``sys.path``. Every entry is an
+    absolute path, so the list means the same in a child process with another working
+    directory.
+    """
+    out: list[str] = []
+
+    def add(p):
+        if p is None:
+            return
+        p = os.path.abspath(p or os.getcwd())
+        if p not in out:
+            out.append(p)
+
+    add(os.getcwd())
+    for entry in (code or {}).values():
+        parts = split_spec((entry or {}).get("spec")) if isinstance(entry, dict) else None
+        if parts:
+            add(recorded_root(parts[0], entry.get("file")))
+    for p in sys.path:
+        add(p)
+    return out
+
+
 def _site_dirs() -> list[Path]:
     dirs = set()
     for key in ("purelib", "platlib"):
@@ -231,8 +286,18 @@ def _sha256_bytes(data: bytes) -> str:
 
 
 def identify(role: str, entry: dict | None, spec: str | None = None,
-             search_path: list[str] | None = None) -> CodeIdentity:
-    """Resolve one recorded code entry (``{"spec", "module", "qualname", "file", "sha256"}``)."""
+             search_path: list[str] | None = None, code_roots: list | None = None,
+             hint: str | None = None) -> CodeIdentity:
+    """Resolve one recorded code entry (``{"spec", "module", "qualname", "file", "sha256"}``).
+
+    ``code_roots`` are the folders the viewer allows code from (default: the command
+    line's, :func:`debugkit.replay.policy.cli_code_roots`); ``hint`` ends the refusal of
+    a file outside them.
+    """
+    from . import policy
+
+    if code_roots is None:
+        code_roots = policy.cli_code_roots()
     entry = dict(entry or {})
     spec = entry.get("spec") or spec
     rec_file, rec_sha = entry.get("file"), entry.get("sha256")
@@ -244,9 +309,11 @@ def identify(role: str, entry: dict | None, spec: str | None = None,
                             **base)
     module, qualname = parts
     base.update(module=module, qualname=qualname)
+    if search_path is None:
+        search_path = default_search_path({role: entry})
     local, root = locate_module(module, search_path)
     fmt = dict(role=role, spec=spec, module=module, qualname=qualname, local=local,
-               recorded=rec_file or "not located")
+               recorded=rec_file or "not located", looked=_looked(search_path))
     if local is None or not os.path.isfile(local):
         return CodeIdentity(local_file=None, local_sha256=None, status=MISSING,
                             message=MSG_MISSING.format(**fmt), **base)
@@ -265,10 +332,14 @@ def identify(role: str, entry: dict | None, spec: str | None = None,
     where = classify_location(local)
     if where == "stdlib":
         return CodeIdentity(status=STDLIB, message=MSG_STDLIB.format(**fmt), **common)
-    if not defines(data, qualname):
-        return CodeIdentity(status=NOT_DEFINED, message=MSG_NOT_DEFINED.format(**fmt), **common)
     if where == "installed":
         return CodeIdentity(status=INSTALLED, message=MSG_INSTALLED.format(**fmt), **common)
+    refusal = policy.check_factory_allowed(local, code_roots, role=role, spec=spec,
+                                           hint=hint or policy.HINT_CLI)
+    if refusal is not None:
+        return CodeIdentity(status=NOT_ALLOWED, message=refusal, **common)
+    if not defines(data, qualname):
+        return CodeIdentity(status=NOT_DEFINED, message=MSG_NOT_DEFINED.format(**fmt), **common)
     if not rec_sha:
         return CodeIdentity(status=UNRECORDED, message=MSG_UNRECORDED.format(**fmt), **common)
     if rec_sha != sha:
@@ -276,8 +347,19 @@ def identify(role: str, entry: dict | None, spec: str | None = None,
     return CodeIdentity(status=VERIFIED, message=MSG_VERIFIED.format(**fmt), **common)
 
 
+def _looked(search_path: list[str]) -> str:
+    """The search path as the user would read it (the interpreter's own folders counted)."""
+    cwd = os.getcwd()
+    paths = [os.path.abspath(p or cwd) for p in search_path]
+    mine = [p for p in paths if not p.endswith(".zip") and classify_location(p) == "project"]
+    shown = [f"the working directory {p}" if p == cwd else p for p in mine[:6]]
+    rest = len(paths) - len(shown)
+    return ", ".join(shown) + (f" and {rest} folders of Python and its packages" if rest else "")
+
+
 def identify_capture(record: dict, manifest: dict | None = None,
-                     search_path: list[str] | None = None) -> list[CodeIdentity]:
+                     search_path: list[str] | None = None, code_roots: list | None = None,
+                     hint: str | None = None) -> list[CodeIdentity]:
     """Identities of the capture's ``model_factory`` and (if any) ``step_fn``.
 
     A capture without a model factory raises :class:`CodeRefusedError`: there is nothing
@@ -285,6 +367,8 @@ def identify_capture(record: dict, manifest: dict | None = None,
     """
     code = record.get("code") or {}
     manifest = manifest or {}
+    if search_path is None:
+        search_path = default_search_path({**(manifest.get("code") or {}), **code})
     out = []
     for role in ("model_factory", "step_fn"):
         entry = code.get(role)
@@ -293,7 +377,7 @@ def identify_capture(record: dict, manifest: dict | None = None,
             if role == "model_factory":
                 raise CodeRefusedError(MSG_NO_FACTORY.format(where=record.get("path") or record.get("id")))
             continue
-        out.append(identify(role, entry, spec, search_path))
+        out.append(identify(role, entry, spec, search_path, code_roots, hint))
     return out
 
 
@@ -308,7 +392,7 @@ def require_runnable(identities: list[CodeIdentity], allow_code: bool) -> None:
             raise CodeRefusedError(ident.message)
 
 
-def load_verified_module(ident: dict, allow_code: bool):
+def load_verified_module(ident: dict, allow_code: bool, code_roots: list | None = None):
     """Import the module of a code identity in *this* process, checking the bytes it runs.
 
     Called in the replay's child process. The file is read once; its SHA-256 and its
@@ -322,7 +406,14 @@ def load_verified_module(ident: dict, allow_code: bool):
     import inspect
     import types
 
+    from .policy import check_factory_allowed
+
     module, qualname, local = ident["module"], ident["qualname"], ident["local_file"]
+    if ident["status"] in NEVER or code_roots is None:
+        raise CodeRefusedError(ident.get("message") or f"{ident['spec']}: refusing to run it")
+    refusal = check_factory_allowed(local, code_roots, role=ident["role"], spec=ident["spec"])
+    if refusal is not None:
+        raise CodeRefusedError(refusal)
     data = Path(local).read_bytes()
     sha = _sha256_bytes(data)
     if not defines(data, qualname):

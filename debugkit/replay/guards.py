@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .._fsutil import read_json
 from ..errors import DebugkitError
 from ..recorder.guard import BatchSpec, Violation
 
@@ -76,7 +77,7 @@ def suggest_guard(record: dict, num_classes: int | None = None) -> GuardSuggesti
             spec = BatchSpec.load(p)
             import json
 
-            n = int((json.loads(p.read_text()).get("inferred_from") or {}).get("healthy_batches") or 0)
+            n = int((read_json(p).get("inferred_from") or {}).get("healthy_batches") or 0)
             source = "healthy_batches"
         except (DebugkitError, ValueError, TypeError):
             spec = None

@@ -79,8 +79,13 @@ def _signal_name(n: int) -> str:
 def run_child(request: dict, *, timeout_s: float = DEFAULT_TIMEOUT_S,
               memory_cap_bytes: int | None = None,
               on_progress: Callable[[str], None] | None = None,
-              cwd: str | None = None, extra_env: dict | None = None) -> ChildOutcome:
-    """Run one replay child for ``request`` and wait at most ``timeout_s`` seconds."""
+              cwd: str | None = None, extra_env: dict | None = None,
+              module: str = "debugkit.replay.child") -> ChildOutcome:
+    """Run one replay child for ``request`` and wait at most ``timeout_s`` seconds.
+
+    ``module`` is the child's ``python -m`` module; any module that speaks the same
+    JSON-lines protocol (:class:`debugkit.replay.child.Channel`) can be run this way
+    (the audit worker, :mod:`debugkit.audit.worker`, is one)."""
     tmp = Path(tempfile.mkdtemp(prefix="debugkit-replay-"))
     rfd, wfd = os.pipe()
     try:
@@ -95,7 +100,7 @@ def run_child(request: dict, *, timeout_s: float = DEFAULT_TIMEOUT_S,
         log = open(tmp / "child.log", "wb")
         t0 = time.monotonic()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "debugkit.replay.child", str(tmp / "request.json")],
+            [sys.executable, "-m", module, str(tmp / "request.json")],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, pass_fds=(wfd,),
             env=env, cwd=cwd or str(tmp), start_new_session=True, close_fds=True)
         os.close(wfd)

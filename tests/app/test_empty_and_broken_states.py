@@ -17,6 +17,7 @@ from tests.conftest import ROOT
 
 RUN_PAGES = {
     "overview": None,  # the loss curve is there; checked below
+    "scalars": None,  # the loss curve (the default pick) is there too
     "gradients": "This run has no gradient norms yet.",
     "memory": "No memory rows yet",
     "profiler": "This run holds no profiles yet.",

@@ -77,7 +77,10 @@ def _upload(name: str, sample: str) -> Path:
     return dst
 
 
-def test_an_uploaded_run_asks_before_running_its_code():
+def test_an_uploaded_run_asks_before_running_its_code(monkeypatch):
+    # The operator allows the examples' folder and lets every visitor trust code.
+    monkeypatch.setenv("DEBUGKIT_CODE_ROOTS", str(ROOT / "examples"))
+    monkeypatch.setenv("DEBUGKIT_CODE_TRUST", "anyone")
     _upload("their-run", "cancer-nan-input")
     at = app("their-run")
     button = at.button(key="replay_button")
@@ -95,6 +98,51 @@ def test_an_uploaded_run_asks_before_running_its_code():
     assert "**Input:** `batch[0]`" in t
     assert ":red[1 non-finite value(s)] at position(s) `30`" in t
     assert len(at.table) == 1 and list(at.table[0].value.columns) == ["30"]
+
+
+def test_an_anonymous_visitor_of_an_open_server_cannot_trust_code(monkeypatch):
+    monkeypatch.setenv("DEBUGKIT_CODE_ROOTS", str(ROOT / "examples"))
+    monkeypatch.delenv("DEBUGKIT_CODE_TRUST", raising=False)
+    _upload("their-run", "cancer-nan-input")
+    at = app("their-run")
+    assert at.button(key="replay_button").disabled
+    assert len(at.checkbox) == 0
+    assert any(e.value.startswith("Only a signed-in user may trust a run's code on this server "
+                                  "(it has no `[auth]`") for e in at.error)
+
+
+def test_an_uploaded_run_runs_no_code_unless_the_operator_allows_a_folder(monkeypatch):
+    monkeypatch.delenv("DEBUGKIT_CODE_ROOTS", raising=False)
+    monkeypatch.setenv("DEBUGKIT_CODE_TRUST", "anyone")
+    _upload("their-run", "cancer-nan-input")
+    at = app("their-run")
+    assert at.button(key="replay_button").disabled and len(at.checkbox) == 0
+    assert any("is outside the folders whose code this replay may run (none); the server's "
+               "operator allows folders with DEBUGKIT_CODE_ROOTS" in e.value for e in at.error)
+
+
+def test_the_write_gadget_is_refused_even_when_a_visitor_may_trust(monkeypatch, tmp_path):
+    """Issue 22's first gadget, uploaded: debugkit._fsutil:atomic_write_json with its real
+    hash and path/obj kwargs, on a server that allows the whole checkout and lets anyone
+    trust code. No box to tick, no button to press, nothing written."""
+    import debugkit._fsutil
+
+    monkeypatch.setenv("DEBUGKIT_CODE_ROOTS", str(ROOT))
+    monkeypatch.setenv("DEBUGKIT_CODE_TRUST", "anyone")
+    run = _upload("gadget", "digits-bad-label")
+    marker = tmp_path / "written-by-the-run.json"
+    fj = run / "failures" / FID / "failure.json"
+    rec = json.loads(fj.read_text())
+    src = debugkit._fsutil.__file__
+    rec["code"] = {"model_factory": {"spec": "debugkit._fsutil:atomic_write_json",
+                                     "module": "debugkit._fsutil", "qualname": "atomic_write_json",
+                                     "file": src, "sha256": hashlib.sha256(open(src, "rb").read()).hexdigest()}}
+    rec["factory_kwargs"] = {"path": str(marker), "obj": {"owned": True}}
+    fj.write_text(json.dumps(rec))
+    at = app("gadget", FID)
+    assert at.button(key="replay_button").disabled and len(at.checkbox) == 0
+    assert any("debugkit itself" in e.value for e in at.error), [e.value for e in at.error]
+    assert not marker.exists()
 
 
 def test_forged_code_is_refused_without_a_way_to_allow_it():

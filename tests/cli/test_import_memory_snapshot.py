@@ -59,5 +59,48 @@ def test_refusals_exit_2_with_one_line(tmp_path, run_dir, capsys):
     assert not marker.exists()
     assert main(["import", "memory-snapshot", str(tmp_path / "missing.pickle"), str(run_dir)]) == 2
     assert "missing.pickle: no such file" in capsys.readouterr().err
+    # into a new run: the file is refused before the run folder is created
     assert main(["import", "memory-snapshot", str(evil), str(tmp_path / "norun")]) == 2
-    assert "no such file or directory" in capsys.readouterr().err
+    assert "refused to load" in capsys.readouterr().err
+    assert not (tmp_path / "norun").exists()
+    # a folder holding other files is not turned into a run
+    (tmp_path / "notarun").mkdir()
+    (tmp_path / "notarun" / "notes.txt").write_text("mine")
+    good = tmp_path / "good.pickle"
+    leaky_training(3).dump(good)
+    assert main(["import", "memory-snapshot", str(good), str(tmp_path / "notarun")]) == 2
+    assert "not a debugkit run directory" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "notarun").iterdir()) == ["notes.txt"]
+
+
+def test_import_creates_the_run_like_the_other_importers(tmp_path):
+    """`debugkit import memory-snapshot FILE RUN` into a new folder makes a run (issue 17,
+    item 9), run through the console script from that folder with relative paths; its
+    Memory page shows the snapshot and does not wait for a Recorder."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    leaky_training(5).dump(tmp_path / "snap.pickle")
+    console = Path(sys.executable).with_name("debugkit")
+    p = subprocess.run([str(console), "import", "memory-snapshot", "snap.pickle", "runs/snap-only"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "imported snap.pickle as r0-imported-snap into runs/snap-only" in p.stdout
+    info = subprocess.run([str(console), "info", "runs/snap-only", "--json"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    doc = json.loads(info.stdout)
+    assert doc["name"] == "snap-only" and doc["manifest"]["schema_version"] == "1.0"
+
+    from streamlit.testing.v1 import AppTest
+
+    from tests.conftest import ROOT
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.session_state["debugkit_run_path"] = str(tmp_path / "runs" / "snap-only")
+    at.switch_page("pages/memory.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    infos = [i.value for i in at.info]
+    assert any(i.startswith("This run holds memory snapshots only") for i in infos), infos
+    assert not any("the Recorder writes one per step" in i for i in infos)

@@ -66,7 +66,10 @@ def test_resumed_run_uploads_only_what_changed(tmp_path, memory_dest):
                for p in second.uploaded), second.uploaded
     assert not [p for p in second.uploaded if "000" in p], "segment 0 did not change"
     assert second.uploaded[-1].endswith("heartbeat.json")
-    assert len(open_run(memory_dest).steps()) == len(open_run(src).steps()) == 7
+    # the second attempt restarted at step 0, so it supersedes the first one's 3 steps
+    # (issue 17: attempts are kept apart; both stay on disk and in the copy)
+    assert len(open_run(memory_dest).steps()) == len(open_run(src).steps()) == 4
+    assert [a["first_step"] for a in open_run(memory_dest).attempts()] == [0, 0]
 
 
 def test_local_destination_and_cli_json(tmp_path, capsys):

@@ -286,10 +286,48 @@ def test_reopening_a_run_starts_a_new_segment(tmp_path):
                 with rec.step((x, y)):
                     F.cross_entropy(model(x), y).backward()
     run = open_run(tmp_path / "r")
-    assert len(run.steps()) == 4
+    # the script ran twice from step 0: the second attempt supersedes the first (issue 17)
+    assert run.steps()["step"].tolist() == [0, 1]
     assert sorted(p.name for p in (tmp_path / "r" / "ranks" / "0").glob("steps-*")) == \
         ["steps-000.arrows", "steps-001.arrows"]
     assert len(run.manifest["resumed_at"]) == 1
+    assert run.attempts() == [
+        {"attempt": 1, "segment": 0, "first_step": 0, "last_step": 1, "superseded_from": 0},
+        {"attempt": 2, "segment": 1, "first_step": 0, "last_step": 1, "superseded_from": None}]
+    from debugkit.io.run import MSG_ATTEMPT_RESTART
+
+    assert MSG_ATTEMPT_RESTART.format(rank=0, attempt=2, seg=1, step=0) in run.warnings
+
+
+def test_a_resumed_attempt_takes_over_from_its_first_step(tmp_path):
+    """A job resumed from a checkpoint at step 3 after it logged steps 0-4: steps 0-2 come
+    from the first attempt, 3-6 from the second; two failures at the same step in two
+    attempts are told apart."""
+    model = _model()
+    with pytest.raises(RuntimeError):
+        with Recorder(tmp_path / "r", model) as rec:
+            for i, (x, y) in enumerate(_batches(5)):
+                with rec.step((x, y)):
+                    F.cross_entropy(model(x), y).backward()
+                    if i == 4:
+                        raise RuntimeError("died at step 4")
+    model = _model()
+    with pytest.raises(RuntimeError):
+        with Recorder(tmp_path / "r", model) as rec:
+            for i, (x, y) in enumerate(_batches(2), start=3):
+                with rec.step((x, y), step=i):
+                    F.cross_entropy(model(x), y).backward()
+                    rec.log(attempt=2.0)
+                    if i == 4:
+                        raise RuntimeError("died at step 4 again")
+    run = open_run(tmp_path / "r")
+    steps = run.steps()
+    assert steps["step"].tolist() == [0, 1, 2, 3, 4]
+    sc = run.scalars()
+    assert sorted(sc.loc[sc["key"] == "attempt", "step"].tolist()) == [3, 4]
+    fails = run.failures()
+    assert [(f["step"], f["attempt"]) for f in fails] == [(4, 1), (4, 2)]
+    assert [a["superseded_from"] for a in run.attempts()] == [3, None]
 
 
 def test_bad_log_every():

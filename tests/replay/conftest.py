@@ -68,13 +68,15 @@ def write_marker(command="", width=4):
 
 @pytest.fixture
 def project(tmp_path, monkeypatch):
-    """A package ``tproj`` on sys.path with the functions above."""
+    """A package ``tproj`` on sys.path with the functions above, in a folder whose code
+    the replay may run (``DEBUGKIT_CODE_ROOTS``: the viewer allows it)."""
     root = tmp_path / "proj"
     pkg = root / "tproj"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "model.py").write_text(textwrap.dedent(PROJECT_SOURCE))
     monkeypatch.syspath_prepend(str(root))
+    monkeypatch.setenv("DEBUGKIT_CODE_ROOTS", str(root))
     _forget("tproj")
     yield root
     _forget("tproj")

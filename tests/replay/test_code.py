@@ -86,7 +86,8 @@ def test_locating_executes_nothing(tmp_path):
     (pkg / "mod.py").write_text(f"open({str(marker)!r}, 'w').write('x')\ndef f():\n    pass\n")
     origin, root = C.locate_module("sideeffect.mod", [str(tmp_path)])
     assert origin == str(pkg / "mod.py") and root == str(tmp_path)
-    ident = C.identify("model_factory", entry("sideeffect.mod:f"), search_path=[str(tmp_path)])
+    ident = C.identify("model_factory", entry("sideeffect.mod:f"), search_path=[str(tmp_path)],
+                       code_roots=[tmp_path])
     assert ident.status == C.UNRECORDED
     assert not marker.exists()
 
@@ -124,11 +125,13 @@ def test_identify_capture_without_a_factory():
 def test_load_verified_module_checks_the_bytes_it_runs(project, tmp_path):
     f = project / "tproj" / "model.py"
     ident = C.identify("model_factory", entry("tproj.model:build_model", None, sha(f))).to_dict()
-    fn = C.load_verified_module(ident, allow_code=False)
+    fn = C.load_verified_module(ident, allow_code=False, code_roots=[project])
     assert fn.__name__ == "build_model" and fn.__module__ == "tproj.model"
+    with pytest.raises(C.CodeRefusedError, match="outside the folders"):
+        C.load_verified_module(ident, allow_code=False, code_roots=[tmp_path / "elsewhere"])
     f.write_text(f.read_text() + "\n# swapped after the check\n")
     with pytest.raises(C.CodeRefusedError, match="changed while the replay started"):
-        C.load_verified_module(ident, allow_code=True)
+        C.load_verified_module(ident, allow_code=True, code_roots=[project])
 
 
 def test_load_verified_module_refuses_a_def_rebound_to_a_builtin(tmp_path):
@@ -137,14 +140,15 @@ def test_load_verified_module_refuses_a_def_rebound_to_a_builtin(tmp_path):
     (pkg / "__init__.py").write_text("")
     src = pkg / "m.py"
     src.write_text("import os\n\ndef build():\n    pass\n\nbuild = os.system\n")
-    ident = C.identify("model_factory", entry("rebind.m:build"), search_path=[str(tmp_path)]).to_dict()
+    ident = C.identify("model_factory", entry("rebind.m:build"), search_path=[str(tmp_path)],
+                       code_roots=[tmp_path]).to_dict()
     assert ident["status"] == C.UNRECORDED
     import sys
 
     sys.path.insert(0, str(tmp_path))
     try:
         with pytest.raises(C.CodeRefusedError, match="is not defined by a 'def' or 'class'"):
-            C.load_verified_module(ident, allow_code=True)
+            C.load_verified_module(ident, allow_code=True, code_roots=[tmp_path])
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("rebind.m", None)

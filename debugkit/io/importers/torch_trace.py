@@ -51,8 +51,13 @@ def import_traces(path, run_dir, name=None, label=None) -> list[dict]:
     parsed = [(f, read_chrome_trace(f)) for f in files]  # all valid before any is stored
     for f, trace in parsed:
         info = {"label": label} if label else {}
-        tool = trace.meta.get("distributedInfo") and "torch.profiler (distributed)" or "torch.profiler"
-        info["tool"] = tool
+        dinfo = trace.meta.get("distributedInfo")
+        info["tool"] = "torch.profiler (distributed)" if dinfo else "torch.profiler"
+        if isinstance(dinfo, dict):  # where the straggler/overlap analysis finds it
+            for k in ("rank", "world_size"):
+                v = dinfo.get(k)
+                if isinstance(v, int) and not isinstance(v, bool):
+                    info[k] = v
         out.append(add_profile(run_dir, f, format="chrome-trace", name=name or _name_of(f),
                                origin="import", info=info, parsed=trace))
     return out

@@ -1,0 +1,231 @@
+"""Who decides which code a replay may run: the viewer's side, never the run.
+
+A capture names its model factory (``module:qualname``), the SHA-256 of its source file
+and the factory's keyword arguments. All three are written by whoever made the run, so
+a hash proves *which* file, not who chose the function or its arguments: a capture can
+name any public function whose file it knows the hash of (``debugkit._fsutil:
+atomic_write_json`` with ``path``/``obj``, ``debugkit.cli:main`` with ``argv``). So,
+whatever the capture says:
+
+- **Folders.** The factory's (and step function's) source file must lie inside a folder
+  that the person running the replay allows (:func:`code_roots`), and never inside
+  debugkit itself, the standard library or an installed package's folder
+  (:func:`forbidden_dirs`), even when an allowed folder contains them (a checkout's
+  ``debugkit/``, a ``.venv`` inside a project). :func:`check_factory_allowed` decides.
+- **Arguments.** ``factory_kwargs`` are plain data only (:func:`check_plain_kwargs`):
+  JSON scalars, lists and string-keyed dicts of them, bounded in depth and size.
+- **Result.** The child checks that the factory returned a ``torch.nn.Module`` before it
+  does anything else with it (:mod:`debugkit.replay.child`).
+
+Who allows folders:
+
+- The command line (``debugkit replay``): its user is the operator of their own machine.
+  The allowed folders are ``$DEBUGKIT_CODE_ROOTS`` when set, else the working directory,
+  plus each ``--code-root DIR``. The folder a capture *recorded* is not allowed by
+  default: a stranger's run can record any path.
+- The dashboard: a visitor is not the operator. The allowed folders are
+  ``$DEBUGKIT_CODE_ROOTS`` when set (for every run); when it is unset, only the bundled
+  sample runs may run code, and only from the bundled ``examples/`` folder
+  (:func:`server_code_roots`). Who may *trust* code the hash does not cover is
+  :func:`may_trust_code`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import site
+import sys
+import sysconfig
+from pathlib import Path
+
+from .code import CodeRefusedError
+
+#: ``os.pathsep``-separated folders whose code a replay may run (the operator's setting).
+ENV_CODE_ROOTS = "DEBUGKIT_CODE_ROOTS"
+#: Who may tick the dashboard's "I trust this code": ``signed-in`` (default: signed-in
+#: users of a server with ``[auth]``), ``anyone`` (every visitor; for a server only you
+#: can reach) or ``nobody``.
+ENV_CODE_TRUST = "DEBUGKIT_CODE_TRUST"
+TRUST_CHOICES = ("signed-in", "anyone", "nobody")
+
+#: Limits of ``factory_kwargs``: nesting depth, number of values, length of one string.
+KWARGS_MAX_DEPTH = 8
+KWARGS_MAX_ITEMS = 10_000
+KWARGS_MAX_STR = 10_000
+
+PKG_DIR = Path(__file__).resolve().parents[1]
+#: The bundled samples and the code that recorded them (a checkout's examples/).
+SAMPLES_DIR = PKG_DIR.parent / "sample_runs"
+EXAMPLES_DIR = PKG_DIR.parent / "examples"
+
+MSG_NOT_ALLOWED = ("{role} {spec}: {local} is outside the folders whose code this replay may run "
+                   "({roots}); {hint}")
+HINT_CLI = ("run from the project's folder, pass --code-root DIR, or set "
+            "DEBUGKIT_CODE_ROOTS")
+HINT_SERVER = "the server's operator allows folders with DEBUGKIT_CODE_ROOTS"
+MSG_FORBIDDEN = ("{role} {spec}: {local} is inside {what} ({where}), whose functions are not "
+                 "model factories; refusing to run it")
+MSG_BAD_KWARGS = ("{where}: factory_kwargs{at} is {what}; only plain data (strings, numbers, "
+                  "booleans, null, lists and objects of them) may be passed to a model factory")
+MSG_BAD_TRUST = "DEBUGKIT_CODE_TRUST={value!r}: expected one of " + ", ".join(TRUST_CHOICES)
+
+
+def _resolved(paths) -> list[Path]:
+    out = []
+    for p in paths:
+        try:
+            r = Path(p).expanduser().resolve()
+        except (OSError, RuntimeError, ValueError):
+            continue
+        if r not in out:
+            out.append(r)
+    return out
+
+
+def forbidden_dirs() -> list[tuple[Path, str]]:
+    """``(folder, what)`` whose code never runs as a factory: debugkit, the standard
+    library, and every installed-package folder this interpreter knows."""
+    out: list[tuple[Path, str]] = [(PKG_DIR, "debugkit itself")]
+    paths = sysconfig.get_paths()
+    for key in ("stdlib", "platstdlib"):
+        if paths.get(key):
+            out.append((Path(paths[key]), "Python's standard library"))
+    sites = [paths.get("purelib"), paths.get("platlib")]
+    try:
+        sites += list(site.getsitepackages())
+    except AttributeError:  # virtualenv's old site.py
+        pass
+    user = getattr(site, "getusersitepackages", lambda: None)()
+    sites.append(user)
+    sites += [p for p in sys.path if p and Path(p).name in ("site-packages", "dist-packages")]
+    for s in sites:
+        if s:
+            out.append((Path(s), "an installed package's folder"))
+    return [(r, what) for (p, what) in out for r in _resolved([p])]
+
+
+def _forbidden(path: Path) -> tuple[Path, str] | None:
+    for d, what in forbidden_dirs():
+        if path == d or d in path.parents:
+            return d, what
+    if any(part in ("site-packages", "dist-packages") for part in path.parts):
+        return path.parent, "an installed package's folder"
+    return None
+
+
+def env_code_roots() -> list[Path] | None:
+    """``$DEBUGKIT_CODE_ROOTS`` resolved, or None when it is unset."""
+    env = os.environ.get(ENV_CODE_ROOTS)
+    if env is None:
+        return None
+    return _resolved(p for p in env.split(os.pathsep) if p.strip())
+
+
+def cli_code_roots(extra=()) -> list[Path]:
+    """The command line's allowed folders: ``$DEBUGKIT_CODE_ROOTS`` (else the working
+    directory) plus ``extra`` (``--code-root``)."""
+    env = env_code_roots()
+    return _resolved([*(env if env is not None else [os.getcwd()]), *extra])
+
+
+def server_code_roots(run_path) -> list[Path]:
+    """The dashboard's allowed folders for the run at ``run_path``.
+
+    ``$DEBUGKIT_CODE_ROOTS`` when set; otherwise the bundled ``examples/`` folder for a
+    bundled sample run, and nothing for any other run (uploads, ``DEBUGKIT_ROOTS``).
+    """
+    env = env_code_roots()
+    if env is not None:
+        return env
+    try:
+        sample = Path(run_path).resolve().is_relative_to(SAMPLES_DIR.resolve())
+    except (OSError, ValueError):
+        sample = False
+    return _resolved([EXAMPLES_DIR]) if sample else []
+
+
+def check_factory_allowed(local_file, roots, *, role: str = "model_factory", spec: str = "",
+                          hint: str = HINT_CLI) -> str | None:
+    """Why the source file ``local_file`` may not run (a message), or None when it may.
+
+    It may run when, resolved (symlinks followed), it lies inside one of ``roots`` and
+    inside none of :func:`forbidden_dirs`.
+    """
+    try:
+        p = Path(local_file).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return MSG_NOT_ALLOWED.format(role=role, spec=spec, local=local_file, roots="none", hint=hint)
+    bad = _forbidden(p)
+    if bad is not None:
+        return MSG_FORBIDDEN.format(role=role, spec=spec, local=p, what=bad[1], where=bad[0])
+    allowed = _resolved(roots or [])
+    if not any(p == r or r in p.parents for r in allowed):
+        return MSG_NOT_ALLOWED.format(role=role, spec=spec, local=p, hint=hint,
+                                      roots=", ".join(str(r) for r in allowed) or "none")
+    return None
+
+
+def check_plain_kwargs(kwargs, where: str = "the capture") -> dict:
+    """Return ``kwargs`` if it is plain data, else raise :class:`CodeRefusedError`."""
+    count = [0]
+
+    def bad(at, what):
+        raise CodeRefusedError(MSG_BAD_KWARGS.format(where=where, at=at, what=what))
+
+    def walk(v, at, depth):
+        count[0] += 1
+        if count[0] > KWARGS_MAX_ITEMS:
+            bad("", f"larger than {KWARGS_MAX_ITEMS} values")
+        if depth > KWARGS_MAX_DEPTH:
+            bad(at, f"nested deeper than {KWARGS_MAX_DEPTH} levels")
+        if v is None or isinstance(v, bool) or isinstance(v, int):
+            return
+        if isinstance(v, float):
+            if not math.isfinite(v):
+                bad(at, f"the non-finite number {v!r}")
+            return
+        if isinstance(v, str):
+            if len(v) > KWARGS_MAX_STR:
+                bad(at, f"a string of {len(v)} characters (at most {KWARGS_MAX_STR})")
+            return
+        if isinstance(v, list):
+            for i, x in enumerate(v):
+                walk(x, f"{at}[{i}]", depth + 1)
+            return
+        if isinstance(v, dict):
+            for k, x in v.items():
+                if not isinstance(k, str):
+                    bad(at, f"an object with the non-string key {str(k)[:40]!r}")
+                walk(x, f"{at}[{k[:40]!r}]", depth + 1)
+            return
+        bad(at, f"a {type(v).__name__}")
+
+    if not isinstance(kwargs, dict):
+        bad("", f"a {type(kwargs).__name__}, not an object")
+    walk(kwargs, "", 0)
+    return kwargs
+
+
+def code_trust_setting() -> str:
+    value = os.environ.get(ENV_CODE_TRUST, "signed-in").strip().lower()
+    if value not in TRUST_CHOICES:
+        from ..errors import InvalidInputError
+
+        raise InvalidInputError(MSG_BAD_TRUST.format(value=value[:40]))
+    return value
+
+
+def may_trust_code(auth_configured: bool, signed_in: bool) -> bool:
+    """Whether a dashboard visitor may allow code that the recorded hash does not cover.
+
+    ``signed-in`` (the default): only a signed-in user of a server with ``[auth]``; an
+    anonymous visitor of an open server cannot. ``anyone``: every visitor (the
+    operator's choice, for a server only they can reach). ``nobody``: no visitor.
+    """
+    setting = code_trust_setting()
+    if setting == "anyone":
+        return True
+    if setting == "nobody":
+        return False
+    return bool(auth_configured and signed_in)
