@@ -13,6 +13,10 @@ SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
 
 MANIFEST = "manifest.json"
 ENV_FILE = "env.json"
+# The datasets a run trained on: length and a fingerprint of sampled items (rank 0).
+DATA_FILE = "data.json"
+# ranks/<rank>/batch_spec.json: the spec learned from the rank's healthy batches, at close.
+BATCH_SPEC_FILE = "batch_spec.json"
 RANKS_DIR = "ranks"
 FAILURES_DIR = "failures"
 RANK_META = "meta.json"

@@ -47,10 +47,12 @@ def _to_url(key: str, value: str, default: str) -> None:
 @st.cache_resource(max_entries=4, ttl=900, show_spinner="Reading the profile…")
 def _load(run_path: str, sig: tuple, profile_id: str):
     """The parsed profile (shared read-only between sessions; never mutated)."""
-    from debugkit.io.profile_store import get_profile, read_entry
+    from debugkit.io.profile_cache import read_entry_cached
+    from debugkit.io.profile_store import get_profile
     from debugkit.io.run import open_run
 
-    return read_entry(get_profile(open_run(run_path), profile_id))
+    # Parsed once per profile file into the cache folder: a new server does not parse again.
+    return read_entry_cached(get_profile(open_run(run_path), profile_id))
 
 
 def load(run_path: str, profile_id: str):
@@ -419,7 +421,7 @@ def render_trace(entry: dict, trace):
         ph = v["phases"]
         st.caption("Per `ProfilerStep`, split by your `record_function` annotations: " + ", ".join(
             f"{_common.md(k)} {p['fraction']:.0%}" for k, p in ph["phases"].items() if p["fraction"] >= 0.005)
-            + (f". Note: {ph['note']}." if ph.get("note") else "."))
+            + (f". Note: {_common.md(ph['note'])}." if ph.get("note") else "."))
     elif len(v["steps"]):
         st.subheader("Steps")
         st.plotly_chart(cp.build_trace_steps_figure(v["steps"]), key="trace_steps",

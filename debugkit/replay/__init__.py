@@ -75,7 +75,6 @@ def _validate(device, timeout_s, memory_mb):
 
 def _one(run, record, idents, parts, *, device, allow_code, timeout_s, cap, progress, role,
          code_roots, state_file=None):
-    import os
 
     # Every path crosses into a child with another working directory: make them absolute.
     roots = [i.search_root for i in idents if i.search_root]

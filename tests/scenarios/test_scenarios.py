@@ -4,7 +4,7 @@ run from another folder with relative paths: the finding's kind, step, layer or 
 and the replay's culprit, field by field.
 
 The jobs' model factories (``tests.scenarios.jobs.<job>:build_model``) are found the way
-a user's project is: on ``PYTHONPATH``.
+a user's project is: on ``PYTHONPATH``, and named to replay with ``--code-root``.
 """
 
 from __future__ import annotations
@@ -50,7 +50,9 @@ def findings(cwd) -> list[dict]:
 
 
 def replay(cwd) -> dict:
-    return json.loads(debugkit(cwd, "replay", "run", "--json").stdout)
+    # The jobs' code lives outside the folder the command runs in: the user names it as a
+    # folder whose code this replay may run (issue 22's policy; the default is the cwd).
+    return json.loads(debugkit(cwd, "replay", "run", "--json", "--code-root", str(JOBS)).stdout)
 
 
 def _kinds(fs):
