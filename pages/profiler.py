@@ -295,7 +295,7 @@ def render_sampled(entry: dict, prof):
                    "get ...) are left out of the self-time table by default.")
     if not idle and idle_info["samples"]:
         st.caption(f"{idle_info['samples']:,} idle samples ({idle_info['fraction']:.0%} of {thread_desc}) "
-                   "left out of the self time, waiting in " + ", ".join(f"`{r['name']}`" for r in idle_info["top"][:3])
+                   "left out of the self time, waiting in " + ", ".join(_common.code(r["name"]) for r in idle_info["top"][:3])
                    + ".")
     _function_tables(table, by, query)
 

@@ -658,7 +658,9 @@ def describe_worker_top(workers) -> str:
     line = _opt_int(r["line"])
     where = f"{frame_package_path(r['file'])}" + (f":{line}" if line else "")
     n = int(workers.attrs.get("busy_samples", 0))
-    return MSG_WORKER_TOP.format(name=r["name"], where=where, busy=float(r["busy_fraction"]),
+    # The name sits in a Markdown code span: a backtick in a stranger's profile must not end it.
+    return MSG_WORKER_TOP.format(name=str(r["name"]).replace("`", "'"), where=where.replace("`", "'"),
+                                 busy=float(r["busy_fraction"]),
                                  unsure=MSG_FEW_SAMPLES.format(n=n) if n < FEW_SAMPLES else "")
 
 

@@ -14,8 +14,9 @@ from debugkit.analysis import trace as at
 from debugkit.io.chrome_trace import read_chrome_trace
 
 HTA = Path(__file__).resolve().parents[1] / "data" / "public" / "hta"
-TF0 = HTA / "trace_filter" / "sampled_rank-0.json.gz"
-TF1 = HTA / "trace_filter" / "sampled_rank-1.json.gz"
+TRACE_FILTER = HTA.parent / "hta_trace_filter"  # shared with the traces-only scenario (issue 16a)
+TF0 = TRACE_FILTER / "sampled_rank-0.json.gz"
+TF1 = TRACE_FILTER / "sampled_rank-1.json.gz"
 ALEXNET = HTA / "alexnet" / "benchmark_result_2869224_1695835535_trace.json.gz"
 SIMPLE_ADD = HTA / "simple_add" / "benchmark_result_493459_1694039959_trace.json.gz"
 
@@ -41,7 +42,7 @@ def test_gpu_idle_equals_htas_temporal_breakdown(key):
     assert r["idle_ms"] * 1e3 == pytest.approx(idle_us, abs=0.5)
     assert r["window_ms"] * 1e3 == pytest.approx(span_us, abs=0.5)
     assert round(100 * r["idle_fraction"], 2) == pctg
-    with_steps = path.parent.name == "trace_filter"
+    with_steps = path.parent == TRACE_FILTER
     assert bool(r["last_step_dropped"]) == (with_steps and not last)
 
 

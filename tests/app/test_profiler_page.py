@@ -158,7 +158,7 @@ def test_torchrec_trace_shows_htas_idle_share_and_the_users_phases(tmp_path, mon
     from debugkit.io.profile_store import add_profile
 
     run = tmp_path / "roots" / "torchrec"
-    src = ROOT / "tests" / "data" / "public" / "hta" / "trace_filter" / "sampled_rank-1.json.gz"
+    src = ROOT / "tests" / "data" / "public" / "hta_trace_filter" / "sampled_rank-1.json.gz"
     add_profile(run, src, format="chrome-trace", name="rank1")
     monkeypatch.setenv("DEBUGKIT_ROOTS", str(tmp_path / "roots"))
     at = app(run="torchrec")
