@@ -564,11 +564,16 @@ class Run:
         """The batch spec learned from the run's healthy batches, as a dict
         (:meth:`debugkit.BatchSpec.to_dict` plus ``inferred_from`` and ``source``).
 
-        Read from the lowest rank's ``ranks/<r>/batch_spec.json`` (written at close);
+        Read from the lowest rank's latest ``ranks/<r>/batch_spec-<seg>.json`` (written at
+        close);
         for a run without one (killed, or older), from its first failure capture's
         ``batch_spec.json``. None when neither exists.
         """
-        candidates = [(self._rank_dir(r) / fmt.BATCH_SPEC_FILE, f"rank {r}") for r in self.ranks]
+        candidates = []
+        for r in self.ranks:  # the lowest rank's latest writer session first
+            segs = sorted(self._rank_dir(r).glob(fmt.RANK_BATCH_SPEC.replace("{segment:03d}", "*")),
+                          reverse=True)
+            candidates += [(p, f"rank {r}") for p in segs]
         candidates += [(Path(f["path"]) / fmt.BATCH_SPEC_FILE, f"failure {f['id']}")
                        for f in self.failures()]
         for path, source in candidates:

@@ -564,7 +564,8 @@ class Recorder:
         if spec is None:
             return
         try:
-            atomic_write_json(self._writer_dir / fmt.BATCH_SPEC_FILE, spec)
+            atomic_write_json(self._writer_dir / fmt.RANK_BATCH_SPEC.format(
+                segment=self._writer.segment), spec)
         except OSError:
             pass
 

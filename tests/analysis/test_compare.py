@@ -122,7 +122,7 @@ def test_what_an_older_run_did_not_record_is_unknown_not_equal(runs, tmp_path):
     del m["distributed"]
     (old / "manifest.json").write_text(json.dumps(m))
     (old / "data.json").unlink()
-    (old / "ranks" / "0" / "batch_spec.json").unlink()
+    (old / "ranks" / "0" / "batch_spec-000.json").unlink()
     res = _compare({"old": old, "b": runs["base"]}, "old", "b")
     st = _statuses(res)
     assert st["environment"] == st["datasets"] == st["batch_spec"] == st["topology"] == "unknown"
