@@ -22,6 +22,7 @@ PAGES = [
     ("pages/distributed.py", "Distributed", ":material/lan:", "distributed"),
     ("pages/checkpoints.py", "Checkpoints", ":material/save:", "checkpoints"),
     ("pages/replay.py", "Replay", ":material/replay:", "replay"),
+    ("pages/compare.py", "Compare", ":material/compare_arrows:", "compare"),
     ("pages/audit.py", "Bias audit", ":material/balance:", "audit"),
 ]
 AUDIT_PAGE = "pages/audit.py"

@@ -1,7 +1,13 @@
 """Recorder overhead per training step, against bare training and TensorBoard logging.
 
-Model: 24 x (Linear(128, 128) + ReLU), batch 32, CPU, one thread. Variants, interleaved
-in rounds so that machine noise hits all of them alike:
+Model: 24 x (Linear(W, W) + ReLU), CPU, one thread, in two configurations:
+
+- ``small``: W=128, batch 32: a ~3 ms bare step on a quiet 2-core machine, where a
+  fixed per-step cost shows (small models; any GPU step whose device work is short)
+- ``large``: W=128, batch 256: a ~15 ms bare step (the configuration this bench
+  measured first), where a fixed cost hides
+
+Variants, interleaved in rounds so that machine noise hits all of them alike:
 
 - bare:        forward, backward, SGD step
 - norms only:  bare + torch._foreach_norm of every gradient (the floor any logger pays)
@@ -10,17 +16,35 @@ in rounds so that machine noise hits all of them alike:
                the loss, each step (what TensorBoard users write)
 
 Prints median step times and overheads; the targets are debugkit's overhead at most
-1/10 of TensorBoard's and under 12 % of the bare step.
+1/10 of TensorBoard's and under 12 % of the bare step, and what the Recorder adds beyond
+the fused norm itself under 3 %.
 
-    python bench/recorder_overhead.py [--rounds 30 --steps 50]
+Then (``--breakdown``, on by default) the cost of each part of the Recorder's step,
+timed inside a separate recorded loop by wrapping the Recorder's own methods: gradient
+norms (GradNormComputer.compute), RNG capture, batch-spec learning, memory counters,
+queueing rows for the writer, the loss's ``.item()``, the rest of the step bookkeeping,
+and the writer thread's CPU time per step (it runs beside training and competes for the
+GIL). debugkit opens no ``record_function`` annotation of its own: the ones a cProfile
+of this loop shows are torch's ``Optimizer.step`` / ``zero_grad`` annotations, which the
+bare step pays as well.
+
+Parts are timed in place, so a part may be charged for work it only moves: the first
+tensor allocated after a training step (the RNG state's 5 KB copy) pays glibc's
+consolidation of the chunks backward freed, ~20 us here, which the next forward would
+otherwise pay; the same call costs ~2 us a second time.
+
+    python bench/recorder_overhead.py [--config small|large|both --rounds 30 --steps 50]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -30,34 +54,33 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+CONFIGS = {"small": (128, 32), "large": (128, 256)}
 
-def build():
+
+def build(width=128):
     torch.manual_seed(0)
     layers = []
     for _ in range(24):
-        layers += [nn.Linear(128, 128), nn.ReLU()]
-    return nn.Sequential(*layers, nn.Linear(128, 10))
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(width, 10))
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=30)
-    ap.add_argument("--steps", type=int, default=50)
-    a = ap.parse_args(argv)
-    torch.set_num_threads(1)
+def compare(config, rounds, steps, tmp):
+    """Median step time of each variant, interleaved."""
     from torch.utils.tensorboard import SummaryWriter
 
     from debugkit import Recorder
 
-    tmp = Path(tempfile.mkdtemp(prefix="dk-bench-"))
-    x = torch.randn(32, 128)
-    y = torch.randint(0, 10, (32,))
-    models = {k: build() for k in ("bare", "norms", "debugkit", "tensorboard")}
+    width, batch = CONFIGS[config]
+    x = torch.randn(batch, width)
+    y = torch.randint(0, 10, (batch,))
+    models = {k: build(width) for k in ("bare", "norms", "debugkit", "tensorboard")}
     opts = {k: torch.optim.SGD(m.parameters(), lr=1e-3) for k, m in models.items()}
-    rec = Recorder(tmp / "run", models["debugkit"], optimizer=opts["debugkit"])
-    tb = SummaryWriter(str(tmp / "tb"))
+    rec = Recorder(tmp / f"run-{config}", models["debugkit"], optimizer=opts["debugkit"])
+    tb = SummaryWriter(str(tmp / f"tb-{config}"))
     names = [n for n, _ in models["tensorboard"].named_parameters()]
     times = {k: [] for k in models}
+    cpu = {k: [] for k in models}
     counters = {k: 0 for k in models}
 
     def bare(k):
@@ -106,30 +129,186 @@ def main(argv=None):
         for _ in range(10):
             f()
             counters[k] += 1
-    for r in range(a.rounds):
+    for r in range(rounds):
         order = list(fns) if r % 2 == 0 else list(reversed(fns))
         for k in order:
             f = fns[k]
-            for _ in range(a.steps):
+            for _ in range(steps):
+                c0 = time.thread_time()
                 t0 = time.perf_counter()
                 f()
                 times[k].append(time.perf_counter() - t0)
+                cpu[k].append(time.thread_time() - c0)
                 counters[k] += 1
     rec.close()
     tb.close()
-    med = {k: statistics.median(v) for k, v in times.items()}
-    base = med["bare"]
-    print(f"model: 24 x Linear(128,128)+ReLU, batch 32, CPU, 1 thread; "
-          f"{a.rounds} rounds x {a.steps} steps per variant, interleaved")
-    print(f"{'variant':<12} {'median step':>12} {'overhead':>10}")
-    for k in fns:
-        ov = med[k] / base - 1
-        print(f"{k:<12} {med[k] * 1e3:>10.3f}ms {ov * 100:>9.1f}%")
-    dk_ov = med["debugkit"] - base
-    tb_ov = med["tensorboard"] - base
-    print(f"\ndebugkit overhead / TensorBoard overhead = {dk_ov / tb_ov:.3f} "
-          f"(target <= 0.1); debugkit overhead = {dk_ov / base * 100:.1f}% of the bare step "
-          f"(target < 12%); norms alone = {(med['norms'] / base - 1) * 100:.1f}%")
+    return ({k: statistics.median(v) for k, v in times.items()},
+            {k: statistics.median(v) for k, v in cpu.items()})
+
+
+class _Timer:
+    """Accumulates the time spent in wrapped callables, per part, for the current step."""
+
+    def __init__(self):
+        self.cur: dict[str, float] = {}
+        self.steps: list[dict[str, float]] = []
+
+    def wrap(self, part, fn):
+        clock = time.perf_counter
+
+        @functools.wraps(fn)
+        def timed(*args, **kwargs):
+            t0 = clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.cur[part] = self.cur.get(part, 0.0) + clock() - t0
+        return timed
+
+    def next_step(self):
+        self.steps.append(self.cur)
+        self.cur = {}
+
+
+def breakdown(config, steps, tmp):
+    """Per-part cost of the Recorder's step in microseconds: the median over steps of each
+    part's time in that step (robust to a busy machine's preemptions), and the writer
+    thread's CPU time divided by the steps it served."""
+    from debugkit import Recorder
+    from debugkit.recorder import recorder as recmod
+
+    width, batch = CONFIGS[config]
+    x = torch.randn(batch, width)
+    y = torch.randint(0, 10, (batch,))
+    m = build(width)
+    o = torch.optim.SGD(m.parameters(), lr=1e-3)
+    rec = Recorder(tmp / f"breakdown-{config}", m, optimizer=o, flush_every_s=2.0)
+    tm = _Timer()
+    # Outer entry points (inclusive) and the parts inside them (exclusive of each other).
+    rec._begin_step = tm.wrap("_in_recorder", rec._begin_step)
+    rec._end_step = tm.wrap("_in_recorder_end", rec._end_step)
+    rec.log = tm.wrap("_in_log", rec.log)
+    rec._pre_optimizer_step = tm.wrap("_in_pre_hook", rec._pre_optimizer_step)
+    rec._post_optimizer_step = tm.wrap("_in_post_hook", rec._post_optimizer_step)
+    rec._norms.compute = tm.wrap("norms", rec._norms.compute)
+    orig_rng = recmod.take_rng_state
+    recmod.take_rng_state = tm.wrap("rng", orig_rng)
+    rec._observe_batch = tm.wrap("spec", rec._observe_batch)
+    if rec._specs is not None:
+        rec._specs.commit = tm.wrap("spec", rec._specs.commit)
+    rec._rss.read = tm.wrap("memory", rec._rss.read)
+    rec._writer.add = tm.wrap("queue", rec._writer.add)
+    rec._scalar_value = tm.wrap("item", rec._scalar_value)
+    writer_cpu = [0.0]
+    flush = rec._writer._flush
+    heartbeat = rec._writer._write_heartbeat
+
+    def on_thread(fn):
+        def timed():
+            t0 = time.thread_time()
+            try:
+                return fn()
+            finally:
+                if threading.current_thread().name == "debugkit-writer":
+                    writer_cpu[0] += time.thread_time() - t0
+        return timed
+
+    rec._writer._flush = on_thread(flush)
+    rec._writer._write_heartbeat = on_thread(heartbeat)
+    # Re-register the optimizer hooks so they call the wrapped methods.
+    for h in rec._hooks:
+        h.remove()
+    rec._hooks = [o.register_step_pre_hook(rec._pre_optimizer_step),
+                  o.register_step_post_hook(rec._post_optimizer_step)]
+
+    def one():
+        with rec.step((x, y)):
+            loss = F.cross_entropy(m(x), y)
+            o.zero_grad()
+            loss.backward()
+            rec.log(loss=loss)
+            o.step()
+
+    for _ in range(300):  # past the dense part of spec learning (SPEC_DENSE batches)
+        one()
+        tm.next_step()
+    tm.steps.clear()
+    writer_cpu[0] = 0.0
+    step_times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        one()
+        step_times.append(time.perf_counter() - t0)
+        tm.next_step()
+    rec.close()
+    recmod.take_rng_state = orig_rng
+    keys = {k for st in tm.steps for k in st}
+    per = {k: statistics.median(st.get(k, 0.0) for st in tm.steps) * 1e6 for k in keys}
+    inside = sum(per.get(k, 0.0) for k in ("_in_recorder", "_in_recorder_end", "_in_log",
+                                           "_in_pre_hook", "_in_post_hook"))
+    parts = {k: per.get(k, 0.0) for k in ("norms", "rng", "spec", "memory", "queue", "item")}
+    parts["bookkeeping"] = inside - sum(parts.values())
+    parts["writer thread (CPU)"] = writer_cpu[0] / steps * 1e6
+    return parts, statistics.median(step_times)
+
+
+LABELS = {
+    "norms": "gradient norms (GradNormComputer.compute)",
+    "rng": "RNG capture (torch CPU generator state)",
+    "spec": "batch-spec learning (observe + commit)",
+    "memory": "memory counters (RSS; CUDA counters on GPU)",
+    "queue": "queueing rows for the writer (lock + append)",
+    "item": "loss to a Python float (rec.log)",
+    "bookkeeping": "the rest of the step's bookkeeping",
+    "writer thread (CPU)": "writer thread CPU time (Arrow batches, files, heartbeat)",
+}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", choices=[*CONFIGS, "both"], default="both")
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--breakdown-steps", type=int, default=2000)
+    ap.add_argument("--no-breakdown", action="store_true")
+    a = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    tmp = Path(tempfile.mkdtemp(prefix="dk-bench-"))
+    configs = list(CONFIGS) if a.config == "both" else [a.config]
+    for config in configs:
+        width, batch = CONFIGS[config]
+        med, cpu = compare(config, a.rounds, a.steps, tmp)
+        base = med["bare"]
+        print(f"\n[{config}] model: 24 x Linear({width},{width})+ReLU, batch {batch}, CPU, "
+              f"1 thread; {a.rounds} rounds x {a.steps} steps per variant, interleaved; "
+              f"load average {os.getloadavg()[0]:.2f}")
+        print(f"{'variant':<12} {'median step':>12} {'overhead':>10} "
+              f"{'thread CPU':>12} {'CPU overhead':>13}")
+        for k in med:
+            ov = med[k] / base - 1
+            print(f"{k:<12} {med[k] * 1e3:>10.3f}ms {ov * 100:>9.1f}% "
+                  f"{cpu[k] * 1e3:>10.3f}ms {(cpu[k] / cpu['bare'] - 1) * 100:>12.1f}%")
+        dk_ov = med["debugkit"] - base
+        tb_ov = med["tensorboard"] - base
+        print(f"debugkit overhead / TensorBoard overhead = {dk_ov / tb_ov:.3f} "
+              f"(target <= 0.1); debugkit overhead = {dk_ov / base * 100:.1f}% of the bare "
+              f"step (target <= 12%); norms alone = {(med['norms'] / base - 1) * 100:.1f}%; "
+              f"debugkit beyond the norms = {(med['debugkit'] - med['norms']) / base * 100:.1f}%"
+              f" (target <= 3%)")
+        if a.no_breakdown:
+            continue
+        parts, rec_step = breakdown(config, a.breakdown_steps, tmp)
+        # Percentages against this loop's own bare part (its median step less the parts),
+        # so that load which changed between the two measurements does not skew them.
+        base = rec_step - sum(parts.values()) / 1e6
+        print(f"[{config}] cost of each part of the Recorder's step "
+              f"({a.breakdown_steps} steps after 300 warm-up; recorded step {rec_step * 1e3:.3f} "
+              f"ms, of which the training itself ~{base * 1e3:.3f} ms):")
+        for k, us in parts.items():
+            print(f"  {LABELS[k]:<58} {us:>8.1f} us  {us / (base * 1e6) * 100:>6.2f}% of bare")
+        beyond = sum(v for k, v in parts.items() if k != "norms")
+        print(f"  {'all parts but the norms':<58} {beyond:>8.1f} us  "
+              f"{beyond / (base * 1e6) * 100:>6.2f}% of bare")
 
 
 if __name__ == "__main__":

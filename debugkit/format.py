@@ -13,6 +13,12 @@ SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
 
 MANIFEST = "manifest.json"
 ENV_FILE = "env.json"
+# The datasets a run trained on: length and a fingerprint of sampled items (rank 0).
+DATA_FILE = "data.json"
+# A failure capture's batch_spec.json, and ranks/<rank>/batch_spec-<seg>.json: the spec a
+# rank's writer session learned from its healthy batches, written at close.
+BATCH_SPEC_FILE = "batch_spec.json"
+RANK_BATCH_SPEC = "batch_spec-{segment:03d}.json"
 RANKS_DIR = "ranks"
 FAILURES_DIR = "failures"
 RANK_META = "meta.json"

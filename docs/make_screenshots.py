@@ -19,10 +19,12 @@ sys.path.insert(0, str(ROOT))
 from tests.e2e.conftest import CHROMIUM_ARGS, chromium_path, start_server, wait_for_app  # noqa: E402
 
 # (file name, url path and query, text to wait for): one shot per page, on the sample
-# run that shows it best.
+# run that shows it best. "last:" waits for the text's last occurrence (a widget label
+# that the page's help text also names).
 SHOTS = [
     ("home", "/", "Runs"),
     ("overview", "/overview?run=digits-bad-label", "Target 12 is out of bounds."),
+    ("scalars", "/scalars?run=digits-exploding&key=loss&key=lr", "last:Log scale"),
     ("gradients", "/gradients?run=digits-exploding", "Gradients"),
     ("memory", "/memory?run=memory-leak", "Memory"),
     ("profiler", "/profiler?run=digits-profiled", "Profiler"),
@@ -32,9 +34,11 @@ SHOTS = [
     ("audit", "/audit?run=credit-audit", "Bias audit"),
 ]
 
-# Wait until Streamlit has finished the script run and every plotly chart has drawn.
+# Wait until Streamlit has finished the script run, no element is still a loading
+# skeleton, and every plotly chart has drawn.
 SETTLED = """() => !document.querySelector('[data-testid="stStatusWidget"]')
   && !document.querySelector('[data-testid="stSpinner"]')
+  && !document.querySelector('[data-testid="stSkeleton"]')
   && [...document.querySelectorAll('.js-plotly-plot')].every(p => p.querySelector('.main-svg'))"""
 
 
@@ -60,7 +64,8 @@ def main(argv=None):
                         continue
                     page.goto(srv.url + url)
                     wait_for_app(page)
-                    page.get_by_text(text).first.wait_for(timeout=90_000)
+                    loc = page.get_by_text(text.removeprefix("last:"))
+                    (loc.last if text.startswith("last:") else loc.first).wait_for(timeout=90_000)
                     page.wait_for_timeout(1000)
                     page.wait_for_function(SETTLED, timeout=120_000)
                     page.wait_for_timeout(1000)

@@ -46,6 +46,11 @@ SAMPLES: dict[str, tuple[list[str], int] | list[tuple[list[str], int]]] = {
     "digits-exploding": (["examples.exploding"], 1),
     "digits-vanishing": (["examples.vanishing"], 0),
     "memory-leak": (["examples.memory_leak"], 0),
+    # Pairs for `debugkit compare`: a base, the same with lr 0.5, and with a quarter of the
+    # labels exported as ignore_index (-100).
+    "digits-compare-base": (["examples.digits_compare"], 0),
+    "digits-compare-lr": (["examples.digits_compare", "--lr", "0.5"], 0),
+    "digits-compare-unlabelled": (["examples.digits_compare", "--unlabelled", "0.25"], 0),
     "credit-audit": (["examples.credit"], 0),
     # The integrations (docs/integrations.md): a healthy Lightning run, a tiny BERT under
     # the HF Trainer crashing on a corrupted label, the plain Recorder under Accelerate

@@ -210,11 +210,9 @@ def show_findings(found: list) -> None:
 
 @st.cache_data(**CACHE, show_spinner=False)
 def _findings_counts(path: str, sig: tuple) -> dict:
-    found = findings(path)
-    worst = next((f for sev in ("error", "warning") for f in found if f.severity == sev), None)
-    return {"errors": sum(f.severity == "error" for f in found),
-            "warnings": sum(f.severity == "warning" for f in found),
-            "top": f"{worst.kind}: {worst.message}" if worst else ""}
+    from debugkit.diagnose.index import findings_counts as counts
+
+    return counts(findings(path))
 
 
 def findings_counts(path: str) -> dict:

@@ -34,10 +34,14 @@ def _audits(path: str, sig: tuple):
 
 
 @st.cache_data(**_common.CACHE, show_spinner="Reading the audit…")
-def _audit(path: str, sig: tuple, audit_id: str):
+def _audit(path: str, sig: tuple, audit_id: str, shared: bool = False):
     from debugkit.audit.store import load_audit
 
     a = load_audit(path, audit_id)
+    if shared:  # a share link sees the audit without who/where/which command computed it
+        from debugkit.audit.share import shared_view
+
+        a = shared_view(a)
     return {"doc": a.doc, "rows": a.rows, "json": a.json_bytes(), "sha256": a.json_sha256}
 
 
@@ -48,10 +52,15 @@ def _figures(path: str, sig: tuple, audit_id: str):
 
 
 @st.cache_data(max_entries=4, ttl=900, show_spinner="Building the report…")
-def _report(path: str, sig: tuple, audit_id: str) -> bytes:
+def _report(path: str, sig: tuple, audit_id: str, shared: bool = False) -> bytes:
     from debugkit.audit.store import load_audit
 
-    return rep.build_report_html(load_audit(path, audit_id)).encode("utf-8")
+    a = load_audit(path, audit_id)
+    if shared:  # part of the cache key: a share link never gets the full audit's cache entry
+        from debugkit.audit.share import shared_view
+
+        a = shared_view(a)
+    return rep.build_report_html(a).encode("utf-8")
 
 
 @st.cache_data(**_common.CACHE, show_spinner=False)
@@ -346,7 +355,7 @@ def main():
         if st.query_params.get("audit") != audit_id:
             st.query_params["audit"] = audit_id
     try:
-        data = _audit(path, sig, audit_id)
+        data = _audit(path, sig, audit_id, read_only)
         figs = _figures(path, sig, audit_id)
     except DebugkitError as exc:
         _common.show_error(exc)
@@ -366,7 +375,7 @@ def main():
     _verdict_box(doc)
     top = st.columns([1, 1, 1] if not read_only else [1, 1])
     with top[0]:
-        st.download_button("Download report (HTML)", data=lambda: _report(path, sig, audit_id),
+        st.download_button("Download report (HTML)", data=lambda: _report(path, sig, audit_id, read_only),
                            file_name=f"audit-{audit_id}.html", mime="text/html",
                            icon=":material/description:", on_click="ignore", key="dl_html",
                            help="Standalone, readable offline; prints the audit JSON's SHA-256")

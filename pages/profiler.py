@@ -47,10 +47,12 @@ def _to_url(key: str, value: str, default: str) -> None:
 @st.cache_resource(max_entries=4, ttl=900, show_spinner="Reading the profile…")
 def _load(run_path: str, sig: tuple, profile_id: str):
     """The parsed profile (shared read-only between sessions; never mutated)."""
-    from debugkit.io.profile_store import get_profile, read_entry
+    from debugkit.io.profile_cache import read_entry_cached
+    from debugkit.io.profile_store import get_profile
     from debugkit.io.run import open_run
 
-    return read_entry(get_profile(open_run(run_path), profile_id))
+    # Parsed once per profile file into the cache folder: a new server does not parse again.
+    return read_entry_cached(get_profile(open_run(run_path), profile_id))
 
 
 def load(run_path: str, profile_id: str):
@@ -58,14 +60,15 @@ def load(run_path: str, profile_id: str):
 
 
 @st.cache_data(**_common.CACHE, show_spinner=False)
-def _sampled_views(run_path: str, sig: tuple, profile_id: str, threads: tuple | None, by: str, fold: float):
+def _sampled_views(run_path: str, sig: tuple, profile_id: str, threads: tuple | None, by: str, fold: float,
+                   idle: bool = False):
     from debugkit.analysis import profile as ap
 
     prof = _load(run_path, sig, profile_id)
     th = list(threads) if threads is not None else None
     tree = ap.compute_flame_tree(prof, th, by=by, min_fraction=fold)
-    table = ap.compute_function_table(prof, th, by="frame" if by == "frame" else "function")
-    return tree, table
+    table = ap.compute_function_table(prof, th, by="frame" if by == "frame" else "function", include_idle=idle)
+    return tree, table, ap.compute_idle_summary(prof, th)
 
 
 @st.cache_data(**_common.CACHE, show_spinner=False)
@@ -73,7 +76,17 @@ def _breakdown(run_path: str, sig: tuple, profile_id: str, threads: tuple | None
     from debugkit.analysis import profile as ap
 
     prof = _load(run_path, sig, profile_id)
-    return ap.compute_step_breakdown(prof, list(threads) if threads is not None else None)
+    bd, info = ap.compute_step_breakdown(prof, list(threads) if threads is not None else None)
+    return bd, info, ap.compute_worker_hotspots(prof)
+
+
+@st.cache_data(**_common.CACHE, show_spinner=False)
+def _loop_tree(run_path: str, sig: tuple, profile_id: str, threads: tuple | None, by: str, fold: float):
+    from debugkit.analysis import profile as ap
+
+    prof = _load(run_path, sig, profile_id)
+    return ap.compute_loop_flame_tree(prof, list(threads) if threads is not None else None, by=by,
+                                      min_fraction=fold)[0]
 
 
 @st.cache_data(**_common.CACHE, show_spinner="Comparing the profiles…")
@@ -95,8 +108,10 @@ def _trace_views(run_path: str, sig: tuple, profile_id: str):
 
     tr = _load(run_path, sig, profile_id)
     return {"ops": at.compute_operator_table(tr), "ops_shapes": at.compute_operator_table(tr, by_shapes=True),
-            "kernels": at.compute_kernel_table(tr), "gpu": at.compute_gpu_idle(tr),
+            "kernels": at.compute_kernel_table(tr), "gpu": (gpu := at.compute_gpu_idle(tr)),
+            "gpu_note": at.describe_gpu_idle(gpu),
             "steps": at.compute_trace_steps(tr), "threads": at.trace_threads(tr),
+            "annotated": at.compute_annotated_steps(tr), "phases": at.summarize_step_phases(tr),
             "window": at.trace_window(tr)}
 
 
@@ -200,23 +215,37 @@ def render_sampled(entry: dict, prof):
     if threads is not None and not len(threads):
         st.info(f"No {thread_desc} in this profile.")
         return
-    tree, table = _sampled_views(path, sig, entry["id"], threads, by, fold)
+    idle = st.session_state.get("sp_idle", False)
+    tree, table, idle_info = _sampled_views(path, sig, entry["id"], threads, by, fold, idle)
 
     # Step breakdown (main thread by default).
     bd_threads = threads if threads is not None or "main" not in set(prof.threads["role"]) else \
         tuple(prof.thread_ids("main"))
-    bd, info = _breakdown(path, sig, entry["id"], bd_threads)
+    bd, info, workers = _breakdown(path, sig, entry["id"], bd_threads)
+    data_share = float(bd.loc[bd["phase"] == "data", "fraction"].iloc[0]) if info.get("loop_samples") else 0.0
+    hot = workers if data_share >= 0.3 or info.get("workers_only") else None
     st.subheader("Where the training step goes")
     if info.get("loop_samples"):
         st.plotly_chart(cp.build_step_breakdown_figure(bd), key="step_breakdown",
                         config={"displayModeBar": False})
-        st.markdown(ap.describe_breakdown(bd, info))
+        st.markdown(ap.describe_breakdown(bd, info, hot))
         st.caption(f"Training loop: {_common.code(info['loop'])} · {info['loop_samples']:,} samples of {thread_desc}; "
                    f"{info['outside_samples']:,} samples outside it (imports, set-up) are left out.")
     else:
-        st.info(ap.describe_breakdown(bd, info), icon=":material/info:")
+        st.info(ap.describe_breakdown(bd, info, hot), icon=":material/info:")
 
     st.subheader("Flamegraph")
+    # By default the training loop alone (imports and set-up around it left out).
+    loop_tree = _loop_tree(path, sig, entry["id"], bd_threads, by, fold) \
+        if info.get("loop") and threads == bd_threads else None
+    scope = "all"
+    if loop_tree is not None:
+        scope = st.segmented_control("Flamegraph of", ["loop", "all"], default="loop", required=True,
+                                     format_func={"loop": "the training loop", "all": "the whole profile"}.get,
+                                     key="sp_scope", help="The training loop: only the samples the step "
+                                     "breakdown counts, each stack starting at the loop's function.")
+        if scope == "loop":
+            tree = loop_tree
     mask = ap.match_frames(tree, query)
     if query.strip():
         hit = ap.search_summary(prof, query, list(threads) if threads is not None else None)
@@ -229,7 +258,7 @@ def render_sampled(entry: dict, prof):
             st.markdown(f":material/search_off: Nothing matches {shown} in {thread_desc}.")
     names = dict(zip(tree["node_id"].astype(int), tree["name"]))
     shares = dict(zip(tree["node_id"].astype(int), tree["fraction"]))
-    loop_node = _loop_node(tree, info) if info.get("loop") and threads == bd_threads else None
+    loop_node = _loop_node(tree, info) if info.get("loop") and threads == bd_threads and scope == "all" else None
     if mask.any():
         zoom_opts = [-1] + [int(n) for n in tree.loc[mask, "node_id"].tolist()[:200]]
     else:
@@ -239,11 +268,11 @@ def render_sampled(entry: dict, prof):
 
     def zoom_label(n):
         if n < 0:
-            return "the whole profile"
+            return "the training loop (all of it)" if scope == "loop" else "the whole profile"
         return ("the training loop: " if n == loop_node else "") + f"{names[n]} ({shares[n]:.1%})"
 
     z1, z2 = st.columns([3, 1])
-    zoom = z1.selectbox("Zoom into", zoom_opts, key=f"sp_zoom_{entry['id']}_{by}", format_func=zoom_label,
+    zoom = z1.selectbox("Zoom into", zoom_opts, key=f"sp_zoom_{entry['id']}_{by}_{scope}", format_func=zoom_label,
                         help="Or click a frame in the figure to zoom into it; click the bar above "
                              "the figure to zoom back out.")
     flame = z2.toggle("Root at the bottom", value=False, key="sp_flame",
@@ -252,7 +281,8 @@ def render_sampled(entry: dict, prof):
                                      root_id=None if zoom < 0 else zoom, flame=flame)
     st.plotly_chart(fig, key="flamegraph", config={"displayModeBar": False})
     folded = int((tree["folded"] > 0).sum())
-    st.caption(f"{len(tree):,} frames of {thread_desc} ({int(tree['depth'].max())} levels; "
+    st.caption(f"{len(tree):,} frames of {thread_desc}" + (" in the training loop" if scope == "loop" else "")
+               + f" ({int(tree['depth'].max())} levels; "
                f"{cp.MAX_LEVELS} shown at once: click a frame to zoom in)"
                + (f"; {int(tree['folded'].sum()):,} frames under {FOLD_CHOICES[fold]} of the samples "
                   f"folded into {folded:,} grey blocks" if folded else "")
@@ -260,6 +290,13 @@ def render_sampled(entry: dict, prof):
                  "Python grey). Hover a frame for its file, line and samples.")
 
     st.subheader("Top functions")
+    st.toggle("Show idle frames", key="sp_idle",
+              help="Samples whose innermost frame waits (Condition.wait, select, socket.accept, queue "
+                   "get ...) are left out of the self-time table by default.")
+    if not idle and idle_info["samples"]:
+        st.caption(f"{idle_info['samples']:,} idle samples ({idle_info['fraction']:.0%} of {thread_desc}) "
+                   "left out of the self time, waiting in " + ", ".join(_common.code(r["name"]) for r in idle_info["top"][:3])
+                   + ".")
     _function_tables(table, by, query)
 
     with st.expander(f"Threads ({len(prof.threads)})"):
@@ -373,10 +410,19 @@ def render_trace(entry: dict, trace):
     c[2].metric("Threads / streams", len(v["threads"]))
     c[3].metric("Steps", len(v["steps"]) or "—")
     c[4].metric("GPU idle", f"{gpu['idle_fraction'].mean():.0%}" if len(gpu) else "no GPU",
-                help="Share of the profiled window the GPU ran no kernel or copy (per device: see below).")
+                help="Holistic Trace Analysis' idle share: of the span from the first to the last GPU "
+                     "event, the time the GPU ran nothing (last ProfilerStep left out; per device: see below).")
     if entry.get("label"):
         st.caption(_common.md(entry["label"]))
-    if len(v["steps"]):
+    if len(v["annotated"]):
+        st.subheader("Steps (your annotations)")
+        st.plotly_chart(cp.build_annotated_steps_figure(v["annotated"]), key="trace_steps",
+                        config={"displayModeBar": False})
+        ph = v["phases"]
+        st.caption("Per `ProfilerStep`, split by your `record_function` annotations: " + ", ".join(
+            f"{_common.md(k)} {p['fraction']:.0%}" for k, p in ph["phases"].items() if p["fraction"] >= 0.005)
+            + (f". Note: {_common.md(ph['note'])}." if ph.get("note") else "."))
+    elif len(v["steps"]):
         st.subheader("Steps")
         st.plotly_chart(cp.build_trace_steps_figure(v["steps"]), key="trace_steps",
                         config={"displayModeBar": False})
@@ -409,6 +455,7 @@ def render_trace(entry: dict, trace):
     if len(gpu):
         st.dataframe(gpu, hide_index=True, width="stretch", column_config={
             "idle_fraction": st.column_config.ProgressColumn("idle", format="percent", min_value=0, max_value=1)})
+        st.caption(v["gpu_note"] + ".")
         st.dataframe(v["kernels"].head(200), hide_index=True, width="stretch", column_config={
             "gpu_fraction": st.column_config.ProgressColumn("GPU time %", format="percent", min_value=0, max_value=1),
             "total_ms": st.column_config.NumberColumn("total ms", format="%.3f")})

@@ -56,7 +56,7 @@ def render():
                 icon=":material/hourglass:")
         return
     wanted = [k for k in st.query_params.get_all("key") if k in keys] if "key" in st.query_params else []
-    c1, c2, c3, c4 = st.columns([4, 2, 1, 1], vertical_alignment="bottom")
+    c1, c2, c3, c4 = st.columns([3.4, 2, 1.4, 1], vertical_alignment="bottom")
     picked = c1.multiselect("Scalars", keys, default=wanted or _default_keys(keys), key=f"scalars_keys_{path}")
     weight = c2.slider("Smoothing", 0.0, 0.99, SMOOTHING_DEFAULT, 0.01, key="scalars_smoothing",
                        help="TensorBoard's exponential moving average with debiasing; 0 shows the raw values")

@@ -12,13 +12,13 @@ def _model():
     return torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.ReLU(), torch.nn.Linear(64, 3))
 
 
-def train_with_checkpoints(run_dir, *, freeze_first=False, nan_at=None):
-    model = _model()
+def train_with_checkpoints(run_dir, *, freeze_first=False, nan_at=None, dtype=None):
+    model = _model() if dtype is None else _model().to(dtype)
     params = list(model.parameters())
     opt = torch.optim.SGD(params[2:] if freeze_first else params, lr=0.1)
     with Recorder(run_dir, model, optimizer=opt, flush_every_s=0.05) as rec:
         for s in range(6):
-            x, y = torch.randn(16, 8), torch.randint(0, 3, (16,))
+            x, y = torch.randn(16, 8, dtype=dtype), torch.randint(0, 3, (16,))
             with rec.step((x, y)):
                 loss = torch.nn.functional.cross_entropy(model(x), y)
                 opt.zero_grad()

@@ -106,10 +106,52 @@ def _stack_of_pos(offsets: np.ndarray) -> np.ndarray:
     return np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
 
 
+# ---------------------------------------------------------------------------- idle samples
+# A sample is idle (the thread waits) when its innermost Python frame is one of these
+# blocking calls: (name regex, file substring). py-spy with --idle samples waiting threads
+# too; their leaves are the stdlib's waits, never the code doing work.
+IDLE_LEAVES: list[tuple[str, str]] = [
+    (r"^(Condition|Event|Semaphore|BoundedSemaphore|Barrier)\.(wait|acquire)$"
+     r"|^(Thread\.)?(join|_wait_for_tstate_lock)$", "threading.py"),
+    (r"(^|\.)(select|poll)$", "selectors.py"),
+    (r"^socket\.(accept|recv\w*)$", "socket.py"),
+    (r"^(Connection\.)?(_recv\w*|recv\w*|_poll|poll|wait)$", "multiprocessing/connection.py"),
+    (r"(^|\.)(get|put)$", "queue.py"),
+    (r"(^|\.)(get|put)$", "multiprocessing/queues.py"),
+    (r"(^|\.)(wait|poll|_wait|_try_wait)$", "multiprocessing/popen_fork.py"),
+    (r"(^|\.)(wait|poll|_wait|_try_wait|communicate)$", "subprocess.py"),
+    (r"(^|\.)(serve_forever|accept)$", "multiprocessing/"),
+]
+
+
+def idle_keys(names, files) -> np.ndarray:
+    """Which keys (by name and file) are idle leaves (:data:`IDLE_LEAVES`)."""
+    rules = [(re.compile(rx), sub) for rx, sub in IDLE_LEAVES]
+    return np.array([any(sub in f and rx.search(n) for rx, sub in rules) for n, f in zip(names, files)],
+                    dtype=bool)
+
+
+def idle_stacks(sel: Selection) -> np.ndarray:
+    """Per stack of a selection: True when its innermost frame is an idle leaf."""
+    n_stacks = len(sel.offsets) - 1
+    out = np.zeros(n_stacks, dtype=bool)
+    lengths = np.diff(sel.offsets)
+    nonempty = np.flatnonzero(lengths > 0)
+    if not len(nonempty):
+        return out
+    idle = idle_keys(sel.key_name, sel.key_file)
+    out[nonempty] = idle[sel.keys_flat[sel.offsets[1:][nonempty] - 1]]
+    return out
+
+
 # ---------------------------------------------------------------------------- function tables
-def compute_function_table(profile, thread_ids=None, by: str = "frame"):
+def compute_function_table(profile, thread_ids=None, by: str = "frame", include_idle: bool = True):
     """Self and total samples per frame (``by="frame"``: name, file and line, as the
     profiler recorded them) or per function (``by="function"``: name and file).
+
+    With ``include_idle=False`` the samples of waiting threads (innermost frame a
+    blocking call: :data:`IDLE_LEAVES`, e.g. ``Condition.wait``, ``socket.accept``,
+    ``select``) are left out of both columns; fractions stay of all samples.
 
     Returns
     -------
@@ -122,6 +164,11 @@ def compute_function_table(profile, thread_ids=None, by: str = "frame"):
     import pandas as pd
 
     sel = select(profile, thread_ids, by)
+    if not include_idle:
+        busy = ~idle_stacks(sel)
+        total_samples = sel.total_samples
+        sel = Selection(sel.keys_flat, sel.offsets, np.where(busy, sel.samples, 0), np.where(busy, sel.weight_s, 0.0),
+                        sel.key_name, sel.key_file, sel.key_line, total_samples, sel.total_weight_s)
     n_keys = len(sel.key_name)
     lengths = np.diff(sel.offsets)
     nonempty = np.flatnonzero(lengths > 0)
@@ -388,6 +435,13 @@ def _phase_of_keys(names, files) -> np.ndarray:
 
 
 def compute_step_breakdown(profile, thread_ids=None):
+    return _step_breakdown(profile, thread_ids)[:2]
+
+
+compute_step_breakdown.__doc__ = None  # set below from _step_breakdown's
+
+
+def _step_breakdown(profile, thread_ids=None):
     """Where the training loop's time goes: data loading, forward, backward, optimizer.
 
     Each sample of the threads is given the first phase (``optimizer``, ``backward``,
@@ -408,19 +462,26 @@ def compute_step_breakdown(profile, thread_ids=None):
         Rows for ``data, forward, backward, optimizer, other`` with ``phase``,
         ``samples``, ``fraction`` (of the loop's samples), ``seconds``; and
         ``{"loop": "name (file)" or None, "loop_samples", "outside_samples",
-        "total_samples"}``.
+        "total_samples", "workers_only"}`` (``workers_only``: the threads asked for were
+        all DataLoader workers, which are always left out: they run no training loop).
     """
     import pandas as pd
 
+    # DataLoader worker processes run no training loop (their stacks, forked from the
+    # main process, would read as one loop 100 % in data loading): they are left out.
+    t = profile.threads
+    chosen = t if thread_ids is None else t[t["thread_id"].isin(list(thread_ids))]
+    workers_only = len(chosen) > 0 and bool((chosen["role"] == "dataloader").all())
+    thread_ids = [int(i) for i in chosen.loc[chosen["role"] != "dataloader", "thread_id"]]
     sel = select(profile, thread_ids, "function")
     phases = list(STEP_PHASES) + [OTHER]
     info = {"loop": None, "loop_samples": 0, "outside_samples": sel.total_samples,
-            "total_samples": sel.total_samples}
+            "total_samples": sel.total_samples, "workers_only": workers_only}
     empty = pd.DataFrame({"phase": phases, "samples": np.zeros(len(phases), np.int64),
                           "fraction": np.zeros(len(phases)), "seconds": np.zeros(len(phases))})
     n_stacks = len(sel.offsets) - 1
     if not len(sel.keys_flat):
-        return empty, info
+        return empty, info, np.zeros(len(sel.offsets) - 1, dtype=bool), None
     key_rank = _phase_of_keys(sel.key_name, sel.key_file)
     stack_of = _stack_of_pos(sel.offsets)
     stack_rank = np.full(n_stacks, len(STEP_RULES), dtype=np.int64)
@@ -435,7 +496,7 @@ def compute_step_breakdown(profile, thread_ids=None):
     in_phase = stack_phase < len(STEP_PHASES)
     phase_total = float(sel.samples[in_phase].sum())
     if phase_total == 0:
-        return empty, info
+        return empty, info, np.zeros(len(sel.offsets) - 1, dtype=bool), None
     # The loop: keys present in >= 95 % of phase samples, deepest first.
     n_keys = len(sel.key_name)
     pair = _unique(stack_of * n_keys + sel.keys_flat)
@@ -488,11 +549,134 @@ def compute_step_breakdown(profile, thread_ids=None):
     info.update({"loop": None if loop is None else f"{sel.key_name[loop]} ({sel.key_file[loop]}{lines_txt})",
                  "loop_samples": int(loop_total),
                  "outside_samples": int(sel.total_samples - loop_total)})
-    return df, info
+    loop_fn = None if loop is None else (sel.key_name[loop], sel.key_file[loop])
+    return df, info, inside, loop_fn
 
 
-def describe_breakdown(df, info) -> str:
-    """One sentence on the breakdown, naming the biggest phase."""
+compute_step_breakdown.__doc__ = _step_breakdown.__doc__
+
+
+def compute_loop_flame_tree(profile, thread_ids=None, by: str = "function", min_fraction: float = DEFAULT_FOLD):
+    """The flame tree of the training loop only (see :func:`compute_step_breakdown`):
+    the samples the breakdown counts as inside the loop, each stack cut to start at the
+    loop function's frame, so imports and set-up around the loop are not drawn.
+
+    Returns
+    -------
+    (DataFrame or None, dict)
+        The tree as :func:`compute_flame_tree` returns it (its root is the loop, labelled
+        ``info["loop"]``), or None when no loop was found; and the breakdown's ``info``.
+        Phase samples outside the loop function (an evaluation loop elsewhere) are not in
+        this tree.
+    """
+    _, info, inside, loop_fn = _step_breakdown(profile, thread_ids)
+    if loop_fn is None:
+        return None, info
+    t = profile.threads
+    chosen = t if thread_ids is None else t[t["thread_id"].isin(list(thread_ids))]
+    ids = [int(i) for i in chosen.loc[chosen["role"] != "dataloader", "thread_id"]]
+    sel = select(profile, ids, by)
+    fr = profile.frames
+    is_loop_frame = ((fr["name"] == loop_fn[0]) & (fr["file"] == loop_fn[1])).to_numpy()
+    frames_flat = profile.stack_frames
+    offsets = sel.offsets
+    n_stacks = len(offsets) - 1
+    hit = is_loop_frame[frames_flat] if len(frames_flat) else np.zeros(0, dtype=bool)
+    stack_of = _stack_of_pos(offsets)
+    first = np.full(n_stacks, -1, dtype=np.int64)
+    pos = np.flatnonzero(hit)
+    if len(pos):
+        # the outermost loop frame of each stack: positions are in stack order, root first
+        st = stack_of[pos]
+        keep_first = np.ones(len(pos), dtype=bool)
+        keep_first[1:] = st[1:] != st[:-1]
+        first[st[keep_first]] = pos[keep_first]
+    use = inside & (first >= 0)
+    # Cut each used stack to [first, end); the others become empty stacks with no samples.
+    starts = np.where(use, first, offsets[1:])
+    lengths = offsets[1:] - starts
+    new_off = np.zeros(n_stacks + 1, dtype=np.int64)
+    np.cumsum(lengths, out=new_off[1:])
+    idx = np.concatenate([np.arange(a, b) for a, b in zip(starts.tolist(), offsets[1:].tolist())]) \
+        if n_stacks else np.zeros(0, np.int64)
+    keys_flat = sel.keys_flat[idx.astype(np.int64)] if len(idx) else np.zeros(0, np.int64)
+    samples = np.where(use, sel.samples, 0)
+    weight = np.where(use, sel.weight_s, 0.0)
+    cut = Selection(keys_flat, new_off, samples, weight, sel.key_name, sel.key_file, sel.key_line,
+                    int(samples.sum()), float(weight.sum()))
+    values = np.stack([cut.samples.astype(np.float64), cut.weight_s], axis=1)
+    parent, key, depth, total, selfv = _build_trie(cut.keys_flat, cut.offsets, values, len(cut.key_name))
+    return _tree_frame(parent, key, depth, total, selfv, cut, min_fraction, f"training loop: {info['loop']}"), info
+
+
+MSG_WORKERS_VIEW = ("These are DataLoader worker processes: they run no training loop, so there is "
+                    "no step breakdown here.")
+MSG_WORKER_TOP = ("The DataLoader workers spend most of their busy time in `{name}` ({where}): "
+                  "{busy:.0%} of their non-idle samples{unsure}.")
+MSG_FEW_SAMPLES = "; only {n} samples, so this is rough"
+FEW_SAMPLES = 100  # under this many samples a share is called rough
+
+
+def compute_worker_hotspots(profile, top: int = 5):
+    """What the DataLoader worker processes spend their busy time on: their top
+    functions by self samples, idle samples (waiting for work) left out.
+
+    Returns
+    -------
+    DataFrame with columns ``name``, ``file``, ``line`` (Int64: the function's hottest
+    line), ``self_samples``, ``busy_fraction`` (of the workers' non-idle samples),
+    ``fraction`` (of all their samples); ``attrs``: ``busy_samples``, ``worker_samples``.
+    Empty when the profile has no DataLoader worker threads.
+    """
+    import pandas as pd
+
+    ids = profile.thread_ids("dataloader")
+    cols = ["name", "file", "line", "self_samples", "busy_fraction", "fraction"]
+    out = pd.DataFrame({c: [] for c in cols})
+    out.attrs.update(busy_samples=0, worker_samples=0)
+    if not ids:
+        return out
+    fn = compute_function_table(profile, ids, by="function", include_idle=False)
+    lines = compute_function_table(profile, ids, by="frame", include_idle=False)
+    busy = int(fn["self_samples"].sum())
+    total = int(select(profile, ids, "function").total_samples)
+    fn = fn[fn["self_samples"] > 0].head(top).copy()
+    hot = lines.drop_duplicates(["name", "file"]).set_index(["name", "file"])["line"]
+    fn["line"] = pd.array([hot.get((n, f)) for n, f in zip(fn["name"], fn["file"])], dtype="Int64")
+    fn["busy_fraction"] = fn["self_samples"] / max(busy, 1)
+    fn["fraction"] = fn["self_samples"] / max(total, 1)
+    fn = fn[cols].reset_index(drop=True)
+    fn.attrs.update(busy_samples=busy, worker_samples=total)
+    return fn
+
+
+def describe_worker_top(workers) -> str:
+    """One sentence naming the workers' top function (empty without workers)."""
+    if workers is None or not len(workers):
+        return ""
+    r = workers.iloc[0]
+    line = _opt_int(r["line"])
+    where = f"{frame_package_path(r['file'])}" + (f":{line}" if line else "")
+    n = int(workers.attrs.get("busy_samples", 0))
+    # The name sits in a Markdown code span: a backtick in a stranger's profile must not end it.
+    return MSG_WORKER_TOP.format(name=str(r["name"]).replace("`", "'"), where=where.replace("`", "'"),
+                                 busy=float(r["busy_fraction"]),
+                                 unsure=MSG_FEW_SAMPLES.format(n=n) if n < FEW_SAMPLES else "")
+
+
+def frame_package_path(file: str) -> str:
+    """A file path made short for a sentence: the part after site-packages, else the
+    file's name."""
+    if "site-packages/" in file:
+        return file.split("site-packages/", 1)[1]
+    return file.replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def describe_breakdown(df, info, workers=None) -> str:
+    """One sentence on the breakdown, naming the biggest phase; when the loop waits for
+    data and ``workers`` (:func:`compute_worker_hotspots`) is given, what the workers do."""
+    if info.get("workers_only"):
+        return " ".join(x for x in (MSG_WORKERS_VIEW, describe_worker_top(workers)) if x)
     if not info.get("loop_samples"):
         return ("No DataLoader, backward, optimizer or nn.Module frames in these threads: "
                 "not a training loop, or the profile missed it.")
@@ -502,12 +686,18 @@ def describe_breakdown(df, info) -> str:
     if data >= 0.3:
         msg += (f" {data:.0%} is spent waiting for data (DataLoader): the model waits for its "
                 "input; more workers, pinned memory or a faster dataset would help.")
+        top = describe_worker_top(workers)
+        if top:
+            msg += " " + top
+    if info["loop_samples"] < FEW_SAMPLES:
+        msg += f" (Only {info['loop_samples']} samples in the loop: a rough picture.)"
     return msg
 
 
-def detect_data_wait(breakdown, info, profile_id: str, threshold: float = 0.3) -> list:
+def detect_data_wait(breakdown, info, profile_id: str, threshold: float = 0.3, workers=None) -> list:
     """A ``dataloader_bound`` finding when the training loop spends at least
-    ``threshold`` of its samples in data loading."""
+    ``threshold`` of its samples in data loading; it names the DataLoader workers' top
+    function when ``workers`` (:func:`compute_worker_hotspots`) has one."""
     from .findings import Finding
 
     if not info.get("loop_samples"):
@@ -519,8 +709,10 @@ def detect_data_wait(breakdown, info, profile_id: str, threshold: float = 0.3) -
         kind="dataloader_bound", step=None, rank=None, layer=None, severity="warning",
         message=(f"Profile {profile_id}: the training loop spends {data:.0%} of its time waiting for "
                  "data (DataLoader). More workers, pinned memory or a cheaper dataset would help; "
-                 "see the Profiler page."),
+                 "see the Profiler page." + (" " + describe_worker_top(workers) if workers is not None
+                                             and len(workers) else "")),
         evidence={"profile": profile_id, "data_fraction": round(data, 4), "loop": info.get("loop"),
+                  "worker_top": _worker_rows(workers)[:1] or None,
                   "phases": {r.phase: round(float(r.fraction), 4) for r in breakdown.itertuples()},
                   "threshold": threshold})]
 
@@ -620,9 +812,42 @@ def thread_rows(profile) -> list[dict]:
     return out
 
 
-def summarize_profile(profile, top: int = 20, by: str = "frame", thread_ids=None) -> dict:
-    """The ``debugkit profile-summary --json`` document of a sampled profile."""
-    table = compute_function_table(profile, thread_ids, by)
+def _worker_rows(workers) -> list[dict]:
+    if workers is None:
+        return []
+    return [{"name": r.name, "file": r.file, "line": _opt_int(r.line), "samples": int(r.self_samples),
+             "busy_fraction": round(float(r.busy_fraction), 6), "fraction": round(float(r.fraction), 6)}
+            for r in workers.itertuples()]
+
+
+def compute_idle_summary(profile, thread_ids=None, top: int = 5) -> dict:
+    """Idle samples of the threads (innermost frame a blocking call, :data:`IDLE_LEAVES`):
+    ``{"samples", "fraction", "top": [{name, file, line, samples, fraction}]}``."""
+    sel = select(profile, thread_ids, "frame")
+    idle = idle_stacks(sel)
+    n = int(sel.samples[idle].sum())
+    full = compute_function_table(profile, thread_ids, "frame")
+    busy = compute_function_table(profile, thread_ids, "frame", include_idle=False)
+    b = busy.set_index(["name", "file", "line"])["self_samples"] if len(busy) else None
+    rows = []
+    for r in full.itertuples():
+        left = r.self_samples - (int(b.get((r.name, r.file, r.line), 0)) if b is not None else 0)
+        if left > 0:
+            rows.append({"name": r.name, "file": r.file, "line": _opt_int(r.line), "samples": int(left),
+                         "fraction": round(left / max(sel.total_samples, 1), 6)})
+        if len(rows) >= top:
+            break
+    return {"samples": n, "fraction": round(n / max(sel.total_samples, 1), 6), "top": rows}
+
+
+def summarize_profile(profile, top: int = 20, by: str = "frame", thread_ids=None,
+                      include_idle: bool = False) -> dict:
+    """The ``debugkit profile-summary --json`` document of a sampled profile.
+
+    ``top_self`` leaves idle samples out unless ``include_idle`` (``idle`` says how many
+    there were and where they wait); ``top_total`` counts every sample."""
+    table = compute_function_table(profile, thread_ids, by, include_idle=include_idle)
+    table_all = table if include_idle else compute_function_table(profile, thread_ids, by)
     total = int(select(profile, thread_ids, by).total_samples)
 
     def rows(df, col, frac):
@@ -630,10 +855,12 @@ def summarize_profile(profile, top: int = 20, by: str = "frame", thread_ids=None
                  "samples": int(getattr(r, col)), "fraction": round(float(getattr(r, frac)), 6)}
                 for r in df.head(top).itertuples()]
 
-    by_total = table.sort_values(["total_samples", "self_samples", "name"], ascending=[False, False, True],
-                                 kind="stable")
+    by_total = table_all.sort_values(["total_samples", "self_samples", "name"], ascending=[False, False, True],
+                                     kind="stable")
     main = profile.thread_ids("main") if thread_ids is None else list(thread_ids)
     bd, info = compute_step_breakdown(profile, main or None)
+    workers = compute_worker_hotspots(profile)
+    data = float(bd.loc[bd["phase"] == "data", "fraction"].iloc[0]) if info["loop_samples"] else 0.0
     return {
         "format": profile.format,
         "samples": total,
@@ -647,5 +874,12 @@ def summarize_profile(profile, top: int = 20, by: str = "frame", thread_ids=None
             "loop": info["loop"],
             "phases": {r.phase: {"samples": int(r.samples), "fraction": round(float(r.fraction), 6),
                                  "seconds": round(float(r.seconds), 6)} for r in bd.itertuples()},
+            "loop_samples": int(info["loop_samples"]),
+            "workers_only": bool(info["workers_only"]),
+            "summary": describe_breakdown(bd, info, workers if data >= 0.3 or info["workers_only"] else None),
+            "waiting_for_data": data >= 0.3,
         },
+        "idle": {**compute_idle_summary(profile, thread_ids), "included_in_top_self": include_idle},
+        "workers": {"samples": int(workers.attrs["worker_samples"]), "busy_samples": int(workers.attrs["busy_samples"]),
+                    "top": _worker_rows(workers)},
     }

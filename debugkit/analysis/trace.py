@@ -315,24 +315,74 @@ def trace_window(trace) -> tuple[float, float]:
     return float(src["ts_us"].min()), float((src["ts_us"] + src["dur_us"]).max())
 
 
-def compute_gpu_idle(trace):
-    """Share of the profiled window each GPU ran nothing (HTA's idle time).
+# HTA's temporal breakdown (hta/analyzers/breakdown_analysis.py, get_temporal_breakdown):
+# per rank, idle = (last device event's end - first one's start) - union of device events.
+GPU_IDLE_DEFINITION = "hta"
+GPU_IDLE_NOTE = ("HTA's definition: idle share of the span from the first to the last GPU event "
+                 "(kernels, copies, syncs on a stream){last}")
+GPU_IDLE_LAST_DROPPED = "; events launched in the last ProfilerStep are left out (HTA's default)"
+GPU_IDLE_LAST_KEPT = "; the last ProfilerStep is included"
+GPU_IDLE_FEW_STEPS = ("fewer than two ProfilerStep annotations: every GPU event counts (HTA skips its "
+                      "last-step filter too, and warns that the result may not be accurate)")
+_STEP_NAME = r"ProfilerStep\s*#\s*\d+"
+_SYNC_NAMES = ("Event Sync", "Context Sync")
+
+
+def _hta_device_events(x, include_last_step: bool):
+    """Mask over ``x`` (duration events) of the device events HTA's temporal breakdown
+    counts, and whether the last-step filter applied.
+
+    Device events are those on a stream (``args.stream`` >= 0). With two or more distinct
+    ``ProfilerStep#N`` names, HTA keeps only the device events whose correlation id is
+    that of a host event starting before the last step's start (``include_last_step``:
+    before its end) - ``Trace._filter_irrelevant_gpu_kernels``."""
+    stream = x["stream"].to_numpy()
+    corr = x["correlation"].to_numpy()
+    names = x["name"].astype(str)
+    dev = stream >= 0
+    steps = names.str.fullmatch(_STEP_NAME).to_numpy()
+    if len(set(names[steps])) < 2:
+        return dev, False
+    sync = names.isin(list(_SYNC_NAMES)).to_numpy()
+    on_gpu = ((stream >= 0) & (corr >= 0)) | sync
+    ts = x["ts_us"].to_numpy()
+    st_ts = ts[steps]
+    st_end = st_ts + x["dur_us"].to_numpy()[steps]
+    host = ~on_gpu & ((ts <= st_end.max()) if include_last_step else (ts < st_ts.max()))
+    keep_corr = np.unique(corr[host & (corr >= 0)])
+    return on_gpu & np.isin(corr, keep_corr), True
+
+
+def compute_gpu_idle(trace, include_last_step: bool = False):
+    """Share of the time each GPU ran nothing, as Holistic Trace Analysis computes it.
+
+    HTA's temporal breakdown: over the span from the start of the first to the end of
+    the last device event (kernels, memory copies/sets and stream syncs: events with a
+    stream), the time no device event ran. By default the last ``ProfilerStep`` is left
+    out as HTA does (device events launched by host events that start in it or later
+    are dropped; ``include_last_step=True`` keeps events launched before its end); with
+    fewer than two ``ProfilerStep`` annotations every device event counts (HTA's
+    behaviour too). Each trace file is one rank in HTA; here each device of the trace
+    gets a row (the same thing for one-GPU-per-rank traces).
 
     Returns
     -------
-    DataFrame with columns ``device``, ``window_ms``, ``busy_ms`` (kernels or memory
-    operations running), ``kernel_ms`` (kernels only), ``idle_ms`` and
-    ``idle_fraction``; one row per device. Empty without device events.
+    DataFrame with columns ``device``, ``window_ms`` (the first-to-last device event
+    span), ``busy_ms`` (device events running), ``kernel_ms`` (kernels only), ``idle_ms``,
+    ``idle_fraction`` (``idle_ms / window_ms``; HTA's ``idle_time_pctg`` / 100),
+    ``events`` (device events counted) and ``last_step_dropped`` (bool: the last-step
+    filter applied); one row per device. Empty without device events.
     """
     import pandas as pd
 
     x = _x(trace)
-    cols = ["device", "window_ms", "busy_ms", "kernel_ms", "idle_ms", "idle_fraction"]
-    dev = x[x["cat"].isin(list(GPU_KERNEL_CATS | GPU_MEMORY_CATS))]
+    cols = ["device", "window_ms", "busy_ms", "kernel_ms", "idle_ms", "idle_fraction", "events",
+            "last_step_dropped"]
+    keep, filtered = _hta_device_events(x, include_last_step)
+    dropped = filtered and not include_last_step
+    dev = x[keep]
     if not len(dev):
         return pd.DataFrame({c: [] for c in cols})
-    w0, w1 = trace_window(trace)
-    span = max(w1 - w0, 1e-9)
     d = _device_of(dev)
     rows = []
     ts = dev["ts_us"].to_numpy()
@@ -340,13 +390,28 @@ def compute_gpu_idle(trace):
     is_k = dev["cat"].isin(list(GPU_KERNEL_CATS)).to_numpy()
     for device in sorted(set(d.tolist())):
         m = d == device
-        s, e = np.clip(ts[m], w0, w1), np.clip(te[m], w0, w1)
+        s, e = ts[m], te[m]
+        span = max(float(e.max() - s.min()), 1e-9)
         busy = _union_length(s, e)
         kern = _union_length(s[is_k[m]], e[is_k[m]])
         rows.append({"device": int(device), "window_ms": span / 1e3, "busy_ms": busy / 1e3,
                      "kernel_ms": kern / 1e3, "idle_ms": (span - busy) / 1e3,
-                     "idle_fraction": (span - busy) / span})
-    return pd.DataFrame(rows, columns=cols)
+                     "idle_fraction": (span - busy) / span, "events": int(m.sum()),
+                     "last_step_dropped": bool(dropped)})
+    out = pd.DataFrame(rows, columns=cols)
+    out.attrs["step_filter"] = bool(filtered)
+    return out
+
+
+def describe_gpu_idle(gpu) -> str:
+    """Which variant of HTA's idle share ``gpu`` (from :func:`compute_gpu_idle`) is."""
+    if not len(gpu):
+        return ""
+    if bool(gpu["last_step_dropped"].all()):
+        return GPU_IDLE_NOTE.format(last=GPU_IDLE_LAST_DROPPED)
+    if gpu.attrs.get("step_filter"):
+        return GPU_IDLE_NOTE.format(last=GPU_IDLE_LAST_KEPT)
+    return GPU_IDLE_NOTE.format(last="") + "; " + GPU_IDLE_FEW_STEPS
 
 
 def lane_names(trace):
@@ -471,6 +536,131 @@ def compute_trace_steps(trace):
     return pd.DataFrame(rows, columns=cols).sort_values("step", kind="stable").reset_index(drop=True)
 
 
+ANNOTATION_MIN_COVER = 0.5   # annotations must cover half a step to be its phases
+ANNOTATION_SURE_COVER = 0.8  # under this, the output says much of the step is unannotated
+MSG_ANNOTATION_GAPS = ("your annotations cover {cover:.0%} of the steps; the rest is 'other' "
+                       "(time between them)")
+MSG_ONE_STEP = "one step only: a single step may not be typical"
+
+
+def _phase_name(name: str) -> str:
+    """A ``record_function`` label as a phase: torch's own DataLoader/optimizer labels map
+    to ``data``/``optimizer``; TorchRec's ``## forward ##`` to ``forward``."""
+    if name.startswith(DATA_PREFIX):
+        return "data"
+    if name.startswith(OPTIMIZER_PREFIXES):
+        return "optimizer"
+    return name.strip().strip("#").strip() or name
+
+
+def compute_annotated_steps(trace):
+    """Each ``ProfilerStep#N`` split by the user's own ``record_function`` annotations.
+
+    A step's phases are the annotations directly inside it on its thread
+    (``user_annotation`` events, and ``cpu_op`` events named TorchRec-style
+    ``## name ##``), named without the ``##`` (``## sparse_data_dist ##`` ->
+    ``sparse_data_dist``; torch's ``enumerate(DataLoader)#...`` -> ``data``,
+    ``Optimizer.step#...`` -> ``optimizer``); time in none of them is ``other``. Used
+    only when, over all steps, the user's annotations (not torch's) cover at least
+    :data:`ANNOTATION_MIN_COVER` of the steps' time and name two phases or more;
+    otherwise the result is empty and :func:`compute_trace_steps`' built-in split applies.
+
+    Returns
+    -------
+    DataFrame with columns ``step`` (int), ``phase``, ``ms``, ``fraction`` (of the step),
+    in time order within each step (``other`` last). ``attrs["cover"]`` is the share of
+    the steps' time the annotations cover.
+    """
+    import pandas as pd
+
+    cols = ["step", "phase", "ms", "fraction"]
+    empty = pd.DataFrame({c: [] for c in cols})
+    empty.attrs["cover"] = 0.0
+    x = _x(trace)
+    names = x["name"].astype(str)
+    step_rows = x.index[names.str.startswith(STEP_PREFIX).to_numpy()]
+    if not len(step_rows):
+        return empty
+    idx, parent, _ = compute_nesting(trace)
+    ev = trace.events
+    par = _parent_of_rows(trace, idx, parent)
+    cat = ev["cat"].astype(str).to_numpy()
+    nm = ev["name"].astype(str).to_numpy()
+    ts = ev["ts_us"].to_numpy()
+    dur = ev["dur_us"].to_numpy()
+    is_ann = (cat == "user_annotation") | ((cat == CPU_OP) & np.char.startswith(nm.astype(str), "##"))
+    steps = set(step_rows.tolist())
+    child = np.flatnonzero(is_ann & np.isin(par, list(steps)))
+    child = child[~np.char.startswith(nm[child].astype(str), STEP_PREFIX)]
+    rows, user_names, total, covered = [], set(), 0.0, 0.0
+    for srow in sorted(steps, key=lambda r: ts[r]):
+        s0, s1 = ts[srow], ts[srow] + dur[srow]
+        mine = child[par[child] == srow]
+        mine = mine[np.argsort(ts[mine], kind="stable")]
+        phases: dict[str, list] = {}
+        for r in mine.tolist():
+            ph = _phase_name(nm[r])
+            phases.setdefault(ph, [[], []])
+            phases[ph][0].append(max(ts[r], s0))
+            phases[ph][1].append(min(ts[r] + dur[r], s1))
+            if ph not in ("data", "optimizer") or not nm[r].startswith((DATA_PREFIX,) + OPTIMIZER_PREFIXES):
+                user_names.add(ph)
+        done_s, done_e = np.zeros(0), np.zeros(0)
+        try:
+            step_no = int(nm[srow].split("#", 1)[1])
+        except (IndexError, ValueError):
+            step_no = len({r["step"] for r in rows})
+        span = max(s1 - s0, 1e-9)
+        for ph, (a, b) in phases.items():
+            a_s, a_e = _union_intervals(np.array(a), np.array(b))
+            got = _subtract(a_s, a_e, done_s, done_e)
+            done_s, done_e = _union_intervals(np.concatenate([done_s, a_s]), np.concatenate([done_e, a_e]))
+            rows.append({"step": step_no, "phase": ph, "ms": got / 1e3, "fraction": got / span})
+        inside = float((done_e - done_s).sum())
+        rows.append({"step": step_no, "phase": "other", "ms": max(span - inside, 0.0) / 1e3,
+                     "fraction": max(span - inside, 0.0) / span})
+        total += span
+        covered += inside
+    cover = covered / total if total else 0.0
+    if len(user_names) < 2 or cover < ANNOTATION_MIN_COVER:
+        empty.attrs["cover"] = cover
+        return empty
+    out = pd.DataFrame(rows, columns=cols)
+    out["step"] = out["step"].astype(np.int64)
+    out.attrs["cover"] = cover
+    return out
+
+
+def summarize_step_phases(trace) -> dict:
+    """Where the steps' time goes, for ``profile-summary``: the user's annotations when the
+    trace has them (``source: "annotations"``), else the built-in split of
+    :func:`compute_trace_steps` (``source: "built-in"``); ``phases`` maps each phase to its
+    total ``ms`` and ``fraction`` of all steps, ``note`` says what to keep in mind."""
+    ann = compute_annotated_steps(trace)
+    if len(ann):
+        g = ann.groupby("phase", sort=False)["ms"].sum()
+        tot = float(g.sum()) or 1.0
+        cover = float(ann.attrs["cover"])
+        n_steps = int(ann["step"].nunique())
+        notes = [MSG_ANNOTATION_GAPS.format(cover=cover)] if cover < ANNOTATION_SURE_COVER else []
+        if n_steps < 2:
+            notes.append(MSG_ONE_STEP)
+        note = "; ".join(notes) or None
+        return {"source": "annotations", "steps": n_steps,
+                "phases": {k: {"ms": round(float(v), 3), "fraction": round(float(v) / tot, 6)} for k, v in g.items()},
+                "annotation_cover": round(cover, 6), "note": note}
+    st = compute_trace_steps(trace)
+    if not len(st):
+        return {"source": None, "steps": 0, "phases": {}, "annotation_cover": None,
+                "note": "no ProfilerStep# annotations"}
+    tot = float(st["dur_ms"].sum()) or 1.0
+    phases = {k: {"ms": round(float(st[f"{k}_ms"].sum()), 3), "fraction": round(float(st[f"{k}_ms"].sum()) / tot, 6)}
+              for k in ("data", "forward", "backward", "optimizer", "other")}
+    return {"source": "built-in", "steps": int(len(st)), "phases": phases, "annotation_cover": None,
+            "note": "phases guessed from torch's own event names (forward: every other operator "
+                    "on the step's thread); annotate yours with record_function to split them"}
+
+
 def trace_threads(trace) -> list[dict]:
     """Lanes as JSON-able rows: ``pid, tid, name, kind (cpu|gpu), events``."""
     x = _x(trace)
@@ -483,10 +673,10 @@ def trace_threads(trace) -> list[dict]:
     return sorted(out, key=lambda r: (r["kind"], -r["events"]))
 
 
-def summarize_trace(trace, top: int = 20) -> dict:
+def summarize_trace(trace, top: int = 20, include_last_step: bool = False) -> dict:
     """The ``debugkit profile-summary --json`` document of a chrome trace."""
     ops = compute_operator_table(trace)
-    gpu = compute_gpu_idle(trace)
+    gpu = compute_gpu_idle(trace, include_last_step=include_last_step)
     kernels = compute_kernel_table(trace)
     w0, w1 = trace_window(trace)
 
@@ -502,10 +692,14 @@ def summarize_trace(trace, top: int = 20) -> dict:
         "events": int(trace.n_events),
         "threads": trace_threads(trace),
         "window_ms": round((w1 - w0) / 1e3, 3),
+        "step_phases": summarize_step_phases(trace),
         "top_self": op_rows(ops),
         "top_total": op_rows(by_total),
         "gpu": {"devices": gpu.to_dict("records"),
                 "idle_fraction": None if not len(gpu) else round(float(gpu["idle_fraction"].mean()), 6),
+                "idle_definition": GPU_IDLE_DEFINITION if len(gpu) else None,
+                "idle_note": describe_gpu_idle(gpu) or None,
+                "last_step_dropped": bool(len(gpu) and gpu["last_step_dropped"].all()),
                 "top_kernels": [{"name": r.name, "calls": int(r.calls), "total_us": round(r.total_ms * 1e3, 3),
                                  "fraction": round(float(r.gpu_fraction), 6)}
                                 for r in kernels.head(top).itertuples()]},

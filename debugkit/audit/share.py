@@ -192,3 +192,38 @@ def share_link(base_url: str, run_id: str, audit_id: str, *, expires_in_s: int, 
     token = make_token(run_id, audit_id, expires_at, secret)
     query = urllib.parse.urlencode({"run": run_id, "audit": audit_id, "token": token})
     return f"{base}/audit?{query}", expires_at
+
+
+#: What a shared view leaves out of an audit: who computed it, on which machine, with
+#: which command line, and where the run lies on that machine. None of it is needed to
+#: read or check the audit; all of it tells a stranger about the recording machine.
+SHARED_OMITS = ("provenance.created_by", "provenance.command", "provenance.run.path")
+
+
+def shared_view(audit):
+    """The audit as a share link shows it: :data:`SHARED_OMITS` removed.
+
+    Returns an :class:`~debugkit.audit.store.Audit` over the redacted document, whose
+    JSON (what the shared "Download audit JSON" serves, and whose SHA-256 the shared
+    HTML report prints) says what was left out and carries the SHA-256 of the full
+    stored ``audit.json`` (``shared_view.full_audit_sha256``), so the owner can show that
+    the two correspond.
+    """
+    import copy
+    import json
+
+    from .store import Audit
+
+    doc = copy.deepcopy(audit.doc)
+    for dotted in SHARED_OMITS:
+        *parents, leaf = dotted.split(".")
+        d = doc
+        for p in parents:
+            d = d.get(p) if isinstance(d, dict) else None
+        if isinstance(d, dict):
+            d.pop(leaf, None)
+    doc["shared_view"] = {"omitted": list(SHARED_OMITS), "full_audit_sha256": audit.json_sha256}
+    raw = json.dumps(doc, indent=2, sort_keys=True, allow_nan=False).encode("utf-8")
+    out = Audit(audit.path, doc, raw)
+    out._rows = audit._rows
+    return out

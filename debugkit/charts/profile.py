@@ -191,6 +191,28 @@ def build_trace_steps_figure(steps, *, title: str | None = None):
     return fig
 
 
+def build_annotated_steps_figure(steps, *, title: str | None = None):
+    """Stacked bars per ``ProfilerStep`` of the user's own annotated phases, from
+    :func:`~debugkit.analysis.trace.compute_annotated_steps` (long form: step, phase, ms)."""
+    import plotly.colors
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    order = list(dict.fromkeys(p for p in steps["phase"].tolist() if p != "other")) + ["other"]
+    palette = plotly.colors.qualitative.T10
+    x_of = {s: f"step {s}" for s in steps["step"].tolist()}
+    for i, phase in enumerate(order):
+        g = steps[steps["phase"] == phase]
+        color = PHASE_COLORS.get(phase) or palette[i % len(palette)]
+        fig.add_trace(go.Bar(x=[x_of[s] for s in g["step"].tolist()], y=g["ms"].tolist(), name=phase,
+                             marker={"color": PHASE_COLORS["other"] if phase == "other" else color},
+                             hovertemplate=f"{phase}: %{{y:.2f}} ms<extra>%{{x}}</extra>"))
+    fig.update_layout(barmode="stack", height=320, title=title, yaxis_title="ms",
+                      legend={"orientation": "h", "y": -0.2, "traceorder": "normal"},
+                      margin={"l": 50, "r": 10, "t": 30 if title else 10, "b": 40})
+    return fig
+
+
 _CAT_COLORS = {"cpu_op": "#4C78A8", "user_annotation": "#B279A2", "python_function": "#BAB0AC",
                "cuda_runtime": "#F58518", "cuda_driver": "#FF9DA6", "kernel": "#54A24B",
                "gpu_memcpy": "#E45756", "gpu_memset": "#9D755D", "gpu_user_annotation": "#D67195"}

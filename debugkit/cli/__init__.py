@@ -27,6 +27,7 @@ COMMANDS = [
     "profile_summary",
     "sync",
     "scan_dataset",
+    "compare",
 ]
 
 EXIT_OK = 0

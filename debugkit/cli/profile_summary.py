@@ -21,11 +21,19 @@ def register(sub) -> None:
     p.add_argument("--threads", choices=["all", "main", "thread", "dataloader", "process"], default="all",
                    help="sampled profiles: which threads the top lists count (default all; "
                         "main = the training thread, dataloader = worker processes)")
+    p.add_argument("--idle", action="store_true",
+                   help="sampled profiles: keep waiting threads' samples (Condition.wait, select, "
+                        "socket.accept, queue get ...) in the self-time list; by default they are left "
+                        "out and counted under 'idle'")
+    p.add_argument("--include-last-step", action="store_true",
+                   help="chrome traces: count the last ProfilerStep in the GPU idle share (HTA's "
+                        "include_last_profiler_step; by default it is left out, as HTA does)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
 
-def summarize(path, profile_id=None, top=20, by="frame", threads="all") -> dict:
+def summarize(path, profile_id=None, top=20, by="frame", threads="all", include_last_step=False,
+              idle=False) -> dict:
     from pathlib import Path
 
     from ..errors import InvalidInputError
@@ -63,19 +71,20 @@ def summarize(path, profile_id=None, top=20, by="frame", threads="all") -> dict:
             if not ids:
                 raise InvalidInputError(f"--threads {threads}: the profile has no such threads "
                                         f"(it has: {', '.join(sorted(set(obj.threads['role'])))})")
-        out = summarize_profile(obj, top=top, by=by, thread_ids=ids)
+        out = summarize_profile(obj, top=top, by=by, thread_ids=ids, include_idle=idle)
         out["threads_counted"] = threads
     elif isinstance(obj, StackDump):
         out = {"format": "pyspy-dump", "threads": obj.threads.drop(columns=["thread"]).to_dict("records")}
     else:
         from ..analysis.trace import summarize_trace
 
-        out = summarize_trace(obj, top=top)
+        out = summarize_trace(obj, top=top, include_last_step=include_last_step)
     return {**out, **where}
 
 
 def run(args) -> int:
-    s = summarize(args.path, args.profile, args.top, args.by, args.threads)
+    s = summarize(args.path, args.profile, args.top, args.by, args.threads,
+                  include_last_step=args.include_last_step, idle=args.idle)
     if args.json:
         print_json(s)
         return 0
@@ -84,7 +93,16 @@ def run(args) -> int:
               f"{len(s['threads'])} threads/streams")
         gpu = s["gpu"]
         if gpu["idle_fraction"] is not None:
-            print(f"GPU idle: {gpu['idle_fraction']:.1%} of the window")
+            per = ", ".join(f"GPU {d['device']} {d['idle_fraction']:.2%}" for d in gpu["devices"])
+            print(f"GPU idle: {gpu['idle_fraction']:.2%} ({per})")
+            print(f"  {gpu['idle_note']}")
+        sp = s.get("step_phases") or {}
+        if sp.get("phases"):
+            how = "your annotations" if sp["source"] == "annotations" else "built-in phases"
+            parts = ", ".join(f"{k} {p['fraction']:.0%}" for k, p in sp["phases"].items() if p["fraction"] >= 0.005)
+            print(f"steps ({sp['steps']}, {how}): {parts}")
+            if sp.get("note"):
+                print(f"  note: {sp['note']}")
         print("\ntop operators by self CPU time:")
         print_table([{**r, "fraction": f"{r['fraction']:.1%}"} for r in s["top_self"]],
                     ["name", "calls", "self_cpu_us", "cpu_total_us", "self_cuda_us", "fraction"])
@@ -94,8 +112,12 @@ def run(args) -> int:
         return 0
     dur = f", {s['duration_s']:.1f} s" if s.get("duration_s") else ""
     print(f"{s['format']}: {s['samples']:,} samples{dur}, {len(s['threads'])} threads")
+    idle = s.get("idle") or {}
     for title, key in (("self", "top_self"), ("total", "top_total")):
         print(f"\ntop {title}:")
+        if key == "top_self" and idle.get("samples") and not idle.get("included_in_top_self"):
+            print(f"(idle samples left out: {idle['samples']:,}, {idle['fraction']:.1%}, waiting in "
+                  + ", ".join(r["name"] for r in idle["top"][:3]) + "; --idle shows them)")
         print_table([{**r, "fraction": f"{r['fraction']:.1%}",
                       "where": f"{r['file']}:{r['line']}" if r["line"] else r["file"]} for r in s[key]],
                     ["samples", "fraction", "name", "where"])
@@ -103,4 +125,10 @@ def run(args) -> int:
     if sb.get("loop"):
         parts = ", ".join(f"{k} {v['fraction']:.0%}" for k, v in sb["phases"].items())
         print(f"\ntraining loop ({sb['loop']}): {parts}")
+    if sb.get("summary") and (sb.get("loop") or sb.get("workers_only")):
+        print(sb["summary"])
+    wk = s.get("workers") or {}
+    if wk.get("top") and not sb.get("waiting_for_data") and not sb.get("workers_only"):
+        r = wk["top"][0]
+        print(f"DataLoader workers' top function: {r['name']} ({r['busy_fraction']:.0%} of their busy samples)")
     return 0

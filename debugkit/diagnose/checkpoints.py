@@ -14,9 +14,19 @@ DEFAULTS = {"max_checkpoints": 50}
 
 
 def _weights(path: Path) -> dict:
-    from safetensors.torch import load_file
+    """A checkpoint's tensors as numpy arrays: reading them needs no torch (whose import
+    costs seconds, the most of a cold Home page's diagnosis). bfloat16, which numpy lacks,
+    is read through torch and widened to float32 (finiteness and equality are kept)."""
+    try:
+        from safetensors.numpy import load_file
 
-    return load_file(str(path / "model.safetensors"))
+        return load_file(str(path / "model.safetensors"))
+    except (TypeError, ValueError, KeyError):
+        import torch
+        from safetensors.torch import load_file as load_torch
+
+        return {k: (v.float() if v.dtype == torch.bfloat16 else v).numpy()
+                for k, v in load_torch(str(path / "model.safetensors")).items()}
 
 
 def collect(run, config: dict) -> list[Finding]:
@@ -30,7 +40,7 @@ def collect(run, config: dict) -> list[Finding]:
     df = df[(df["source"] == "debugkit") & df["ok"]].tail(int(cfg["max_checkpoints"]))
     if not len(df):
         return []
-    import torch
+    import numpy as np
 
     grads = run.grad_norms()
     order = {k: i for i, k in enumerate(dict.fromkeys(grads["layer"]))} if len(grads) else {}
@@ -49,7 +59,7 @@ def collect(run, config: dict) -> list[Finding]:
             first = {k: True for k in w}
         if not nonfinite_done:
             bad = in_model_order(k for k, v in w.items()
-                                 if v.is_floating_point() and not bool(torch.isfinite(v).all()))
+                                 if np.issubdtype(v.dtype, np.floating) and not bool(np.isfinite(v).all()))
             if bad:
                 nonfinite_done = True
                 out.append(Finding(
@@ -59,7 +69,7 @@ def collect(run, config: dict) -> list[Finding]:
                              "earlier checkpoint and find the step that went non-finite on the Gradients page."),
                     evidence={"checkpoint": str(path), "layers": bad[:50]}))
         if prev is not None:
-            changed |= {k for k in w if k in prev and not torch.equal(w[k], prev[k])}
+            changed |= {k for k in w if k in prev and not np.array_equal(w[k], prev[k])}
         prev = w
     if len(df) >= 2 and prev is not None:
         got_grad = set(grads.loc[grads["grad_norm"] > 0, "layer"].unique()) if len(grads) else set()

@@ -9,7 +9,7 @@ from ..errors import DebugkitError
 
 def collect(run, config: dict) -> list[Finding]:
     """Config: ``data_wait_threshold`` (default 0.3: 30 % of the loop in data loading)."""
-    from ..analysis.profile import compute_step_breakdown, detect_data_wait
+    from ..analysis.profile import compute_step_breakdown, compute_worker_hotspots, detect_data_wait
     from ..io.profile_store import read_entry
     from ..io.profiles import SampledProfile, StackDump
 
@@ -26,7 +26,8 @@ def collect(run, config: dict) -> list[Finding]:
         if isinstance(prof, SampledProfile):
             main = prof.thread_ids("main")
             bd, info = compute_step_breakdown(prof, main or None)
-            out += detect_data_wait(bd, info, e["id"], float(config.get("data_wait_threshold", 0.3)))
+            out += detect_data_wait(bd, info, e["id"], float(config.get("data_wait_threshold", 0.3)),
+                                    workers=compute_worker_hotspots(prof))
     for e in [e for e in entries if e["kind"] == "stacks"][-1:]:
         try:
             dump = read_entry(e)

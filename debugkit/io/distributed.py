@@ -117,8 +117,6 @@ def read_hang_file(run, rank: int, name: str) -> str:
         raise RunDirError(f"{p}: cannot read the hang dump ({exc})") from exc
 
 
-FATAL_SIGNALS = ("Aborted", "Segmentation fault", "Bus error", "Floating-point exception",
-                 "Illegal instruction")
 _FATAL_NAME = re.compile(r"^fatal-(?P<seg>\d+)\.txt$")
 _FH_THREAD = re.compile(r"^(?P<current>Current thread|Thread) (?P<id>0x[0-9a-fA-F]+)")
 _FH_FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')

@@ -42,7 +42,7 @@ def validate_profile_id(value: str) -> str:
     return value
 
 
-def read_any(path: str | os.PathLike, format: str | None = None, *, drop_pids=()):
+def read_any(path: str | os.PathLike, format: str | None = None, *, drop_pids=(), keep_pids=()):
     """Read a profile file as :class:`~debugkit.io.profiles.SampledProfile`,
     :class:`~debugkit.io.chrome_trace.ChromeTrace` or :class:`~debugkit.io.profiles.StackDump`."""
     from . import chrome_trace, profiles
@@ -55,7 +55,7 @@ def read_any(path: str | os.PathLike, format: str | None = None, *, drop_pids=()
     if format in ("speedscope", "raw"):
         data = profiles.read_bytes(path)
         return (profiles.read_speedscope if format == "speedscope" else profiles.read_collapsed)(
-            path, data, drop_pids=drop_pids)
+            path, data, drop_pids=drop_pids, keep_pids=keep_pids)
     if format == "chrome-trace":
         return chrome_trace.read_chrome_trace(path)
     if format == "pyspy-dump":
@@ -177,7 +177,7 @@ def add_profile(run_dir: str | os.PathLike, source: str | os.PathLike, *, format
     if format not in FORMATS:
         raise ProfileError(f"{src}: unknown profile format {format!r}")
     obj = parsed if parsed is not None else read_any(
-        src, format, drop_pids=[(info or {}).get("launcher_pid")])
+        src, format, drop_pids=[(info or {}).get("launcher_pid")], keep_pids=[(info or {}).get("pid")])
     summary = summary_of(obj)
     base = validate_profile_id(name) if name else f"{format.split('-')[0]}-{time.strftime('%Y%m%d-%H%M%S')}"
     run.mkdir(parents=True, exist_ok=True)
@@ -297,8 +297,10 @@ def get_profile(run, profile_id: str) -> dict:
 
 def read_entry(entry: dict) -> Any:
     """Read the file of a profile entry (without the threads of `debugkit profile`'s
-    launcher, whose pid the entry records)."""
-    return read_any(entry["path"], entry["format"], drop_pids=[entry.get("launcher_pid")])
+    launcher, whose pid the entry records; with those of the program, whose pid it
+    records too)."""
+    return read_any(entry["path"], entry["format"], drop_pids=[entry.get("launcher_pid")],
+                    keep_pids=[entry.get("pid")])
 
 
 def describe(entry: dict) -> str:

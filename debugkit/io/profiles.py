@@ -49,7 +49,12 @@ GZIP_MAGIC = b"\x1f\x8b"
 SPEEDSCOPE_SCHEMA = "speedscope.app/file-format-schema"
 # Frames py-spy adds itself (with --subprocesses / --threads in raw output).
 _PROCESS_FRAME = re.compile(r'^process (?P<pid>\d+):"(?P<cmd>.*)"$', re.S)
-_SPEEDSCOPE_THREAD = re.compile(r'^(?:Process (?P<pid>\d+) )?Thread (?P<tid>\d+)(?: "(?P<name>.*)")?$', re.S)
+# py-spy names each speedscope profile ``[Process PID ]Thread TID "name"``; TID is the OS
+# thread id in decimal on Linux and Windows, and the pthread id in hex on macOS
+# (``Thread 0x1FA08F100 "MainThread"``: py-spy's ``StackTrace::format_threadid``).
+_SPEEDSCOPE_THREAD = re.compile(
+    r'^(?:Process (?P<pid>\d+) )?Thread (?P<tid>0[xX][0-9a-fA-F]+|\d+)(?: "(?P<name>.*)")?$', re.S)
+MAIN_THREAD_NAME = "MainThread"  # threading's name for the interpreter's main thread
 # debugkit's launcher (debugkit profile RUN -- cmd): its own threads are not the user's.
 LAUNCHER_MARK = "debugkit/recorder/_pyspy_child.py"
 # A DataLoader worker process runs this loop.
@@ -262,7 +267,7 @@ class _Builder:
             "weight_s": np.array([self.cells[k][1] for k in keys], dtype=np.float64),
         })
         threads = _finish_threads(self.threads, counts, frames, flat, offsets,
-                                  getattr(self, "drop_pids", ()))
+                                  getattr(self, "drop_pids", ()), getattr(self, "keep_pids", ()))
         keep = threads["thread_id"].to_numpy()
         counts = counts[counts["thread_id"].isin(keep)].reset_index(drop=True)
         prof = SampledProfile(fmt, frames, flat, offsets, counts, threads, meta)
@@ -271,11 +276,12 @@ class _Builder:
         return prof
 
 
-def _finish_threads(threads: list[dict], counts, frames, flat, offsets, drop_pids=()):
+def _finish_threads(threads: list[dict], counts, frames, flat, offsets, drop_pids=(), keep_pids=()):
     """Drop the launcher's threads, then name roles (main / thread / dataloader / process).
 
     The launcher is known by its command line, or by its pid (``drop_pids``: recorded by
-    ``debugkit profile``, for samples taken before py-spy knew the command line)."""
+    ``debugkit profile``, for samples taken before py-spy knew the command line); the
+    program's own pid (``keep_pids``) is kept whatever its command line reads."""
     import pandas as pd
 
     rows = []
@@ -287,7 +293,14 @@ def _finish_threads(threads: list[dict], counts, frames, flat, offsets, drop_pid
         for pid, cmd in t.get("chain_cmds") or []:
             if LAUNCHER_MARK in cmd:
                 launcher.add(pid)
+    # The profiled program itself (``keep_pids``: its pid, recorded by ``debugkit profile``)
+    # is never the launcher, even when py-spy read its command line between the
+    # launcher's fork and its exec (it then shows the launcher's command line).
+    keep = {p for p in keep_pids if p is not None}
+    launcher -= keep
     for t in threads:
+        if t.get("pid") in keep and LAUNCHER_MARK in (t.get("process") or ""):
+            t = {**t, "process": ""}
         if t.get("pid") in launcher and t.get("pid") is not None:
             continue
         chain = [p for p in t.get("chain") or [] if p not in launcher]
@@ -298,10 +311,18 @@ def _finish_threads(threads: list[dict], counts, frames, flat, offsets, drop_pid
     # outermost one (shortest process chain; a shell or launcher above it has none).
     with_pid = [r for r in rows if r.get("pid") is not None]
     root_pid = min(with_pid, key=lambda r: (len(r["chain"]), r["pid"]))["pid"] if with_pid else None
-    # Without process ids, the main thread is the lowest thread id (Linux gives the main
-    # thread the process's id and later threads higher ones).
-    tids = [r.get("tid") for r in rows if r.get("tid") is not None]
-    main_tid = root_pid if root_pid is not None else (min(tids) if tids else None)
+    # The main thread: the one Python names MainThread, when py-spy recorded names (on
+    # macOS thread ids are pthread ids, never the process id); else the thread whose id is
+    # the process id (Linux gives the main thread the process's id); else the lowest id.
+    root_rows = [r for r in rows if r.get("pid") is None or r.get("pid") == root_pid]
+    tids = [r.get("tid") for r in root_rows if r.get("tid") is not None]
+    named = [r.get("tid") for r in root_rows if r.get("name") == MAIN_THREAD_NAME and r.get("tid") is not None]
+    if len(named) == 1:
+        main_tid = named[0]
+    elif root_pid is not None and root_pid in tids:
+        main_tid = root_pid
+    else:
+        main_tid = min(tids) if tids else root_pid
     # DataLoader worker processes: a thread of theirs ran the worker loop.
     is_worker_frame = (frames["file"].str.endswith(WORKER_LOOP_FILE)
                        & (frames["name"] == WORKER_LOOP)).to_numpy()
@@ -340,6 +361,11 @@ def _finish_threads(threads: list[dict], counts, frames, flat, offsets, drop_pid
     df = df.sort_values(["role", "samples"], key=lambda c: c.map(order) if c.name == "role" else -c,
                         kind="stable").reset_index(drop=True)
     return df
+
+
+def _parse_tid(text: str) -> int:
+    """A thread id as py-spy writes it: decimal, or ``0x``-prefixed hex (macOS)."""
+    return int(text, 16) if text[:2] in ("0x", "0X") else int(text)
 
 
 _PROCESS_HEAD = re.compile(r'process (\d+):"')
@@ -383,7 +409,7 @@ def _split_pseudo(stack_text: str) -> tuple[list[tuple[int, str]], tuple[int, st
     m = _THREAD_HEAD.match(rest)
     if m:
         tid = m.group(1)
-        thread = (int(tid, 16) if tid.startswith("0x") else int(tid), m.group(2) or "")
+        thread = (_parse_tid(tid), m.group(2) or "")
         rest = rest[m.end():]
     return chain, thread, rest
 
@@ -408,7 +434,7 @@ def _parse_frame_text(text: str) -> tuple[str, str, int | None]:
 
 # ---------------------------------------------------------------------------- raw / collapsed
 def read_collapsed(path: str | os.PathLike, data: bytes | None = None, *,
-                   drop_pids=()) -> SampledProfile:
+                   drop_pids=(), keep_pids=()) -> SampledProfile:
     """Read raw/collapsed stacks (``py-spy record --format raw``, Brendan Gregg's folded
     format): one ``frame;frame;...;leaf COUNT`` line per unique stack, root first.
 
@@ -422,6 +448,7 @@ def read_collapsed(path: str | os.PathLike, data: bytes | None = None, *,
         raise ProfileError(MSG_EMPTY_FILE.format(path=path))
     b = _Builder()
     b.drop_pids = tuple(drop_pids)
+    b.keep_pids = tuple(keep_pids)
     frame_cache: dict[str, int] = {}
     text = data.decode("utf-8", errors="replace")
     for lineno, line in enumerate(text.splitlines(), 1):
@@ -454,7 +481,7 @@ def read_collapsed(path: str | os.PathLike, data: bytes | None = None, *,
 
 # ---------------------------------------------------------------------------- speedscope
 def read_speedscope(path: str | os.PathLike, data: bytes | None = None,
-                    block: int = 200_000, *, drop_pids=()) -> SampledProfile:
+                    block: int = 200_000, *, drop_pids=(), keep_pids=()) -> SampledProfile:
     """Read a speedscope JSON file of ``sampled`` profiles (py-spy's ``--format speedscope``:
     one profile per thread).
 
@@ -496,6 +523,7 @@ def read_speedscope(path: str | os.PathLike, data: bytes | None = None,
         raise ProfileError(MSG_NO_SAMPLES.format(path=path))
     b = _Builder()
     b.drop_pids = tuple(drop_pids)
+    b.keep_pids = tuple(keep_pids)
     # speedscope frame index -> our frame id; process pseudo-frames -> -1 - index.
     ss_map = np.empty(len(frames_doc), dtype=np.int64)
     pseudo: dict[int, tuple[int, str]] = {}
@@ -554,7 +582,7 @@ def read_speedscope(path: str | os.PathLike, data: bytes | None = None,
         wsum = np.bincount(ids, weights=w * (scale if scale else 1.0), minlength=len(local))
         m = _SPEEDSCOPE_THREAD.match(str(prof.get("name") or ""))
         pid = int(m.group("pid")) if m and m.group("pid") else None
-        tid = int(m.group("tid")) if m else None
+        tid = _parse_tid(m.group("tid")) if m else None
         tname = (m.group("name") if m else str(prof.get("name") or f"profile {i}")) or ""
         parsed, chain = _parse_stacks(list(local), ss_map, pseudo, n_frames, path, where)
         chain = chain or []

@@ -542,6 +542,53 @@ class Run:
             pass
         return env
 
+    def datasets(self) -> list[dict] | None:
+        """The datasets the run trained on (``data.json``, written by ``rec.track``).
+
+        Each entry has ``class, length, sampled_indices, item_sha256, fingerprint,
+        error, first_step`` (see :mod:`debugkit.recorder.datafp`). None when the run has
+        no ``data.json`` (written before debugkit recorded it, or no loader was tracked):
+        unknown, not empty.
+        """
+        try:
+            rec = json.loads((self.path / fmt.DATA_FILE).read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            self.warnings.append(f"{self.path / fmt.DATA_FILE}: unreadable ({exc}); data unknown")
+            return None
+        ds = rec.get("datasets") if isinstance(rec, dict) else None
+        return [d for d in ds if isinstance(d, dict)] if isinstance(ds, list) else None
+
+    def batch_spec(self) -> dict | None:
+        """The batch spec learned from the run's healthy batches, as a dict
+        (:meth:`debugkit.BatchSpec.to_dict` plus ``inferred_from`` and ``source``).
+
+        Read from the lowest rank's latest ``ranks/<r>/batch_spec-<seg>.json`` (written at
+        close);
+        for a run without one (killed, or older), from its first failure capture's
+        ``batch_spec.json``. None when neither exists.
+        """
+        candidates = []
+        for r in self.ranks:  # the lowest rank's latest writer session first
+            segs = sorted(self._rank_dir(r).glob(fmt.RANK_BATCH_SPEC.replace("{segment:03d}", "*")),
+                          reverse=True)
+            candidates += [(p, f"rank {r}") for p in segs]
+        candidates += [(Path(f["path"]) / fmt.BATCH_SPEC_FILE, f"failure {f['id']}")
+                       for f in self.failures()]
+        for path, source in candidates:
+            try:
+                spec = json.loads(path.read_text())
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError) as exc:
+                self.warnings.append(f"{path}: unreadable batch spec skipped ({exc})")
+                continue
+            if isinstance(spec, dict) and isinstance(spec.get("tensors"), dict):
+                spec["source"] = source
+                return spec
+        return None
+
     # ------------------------------------------------------------------- memory
     def memory_capacity(self):
         """Memory each rank may use, for capacity lines and run-out projections.

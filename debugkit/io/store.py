@@ -46,8 +46,28 @@ def is_run_dir(path: Path) -> bool:
     return (path / fmt.MANIFEST).is_file()
 
 
+def _tensorboard_runs(path) -> list[tuple[str, Path]]:
+    """``(id suffix, folder)`` of the TensorBoard runs of a local log folder without a
+    manifest: the folder itself when it holds event files, else its sub-folders that do
+    (``train/``, ``validation/``, as Keras and Lightning write them), one level down."""
+    if not is_local(path) or is_run_dir(path):
+        return []
+    from .tensorboard import find_tensorboard_runs
+
+    try:
+        found = find_tensorboard_runs(path)
+    except OSError:
+        return []
+    if any(name == "." for name, _, _ in found):
+        return [("", Path(path))]
+    return [(name, d) for name, d, _ in found if "/" not in name]
+
+
 def find_runs(roots: list[Path]) -> list[RunEntry]:
-    """Runs directly under each root (and the roots themselves if they are runs).
+    """Runs directly under each root (and the roots themselves if they are runs), and
+    TensorBoard runs there (see :func:`_tensorboard_runs`): ``logs/exp/train`` and
+    ``logs/exp/validation`` under a served ``logs/`` are listed as ``exp.train`` and
+    ``exp.validation``.
 
     Ids are folder names; when two roots hold the same name, the later one is
     prefixed with its root's name (``store.myrun``). With ``$DEBUGKIT_ALLOWED_ROOTS``
@@ -58,19 +78,27 @@ def find_runs(roots: list[Path]) -> list[RunEntry]:
     ids: set[str] = set()
     for root in roots:
         root = as_path(root) if isinstance(root, str) else root
-        candidates = []
+        candidates = []  # (id, folder)
         if is_run_dir(root):
-            candidates.append(root)
+            candidates.append((root.name, root))
         elif root.is_dir():
+            tb_root = _tensorboard_runs(root)
             try:
-                candidates = sorted(p for p in root.iterdir()
-                                    if p.is_dir() and not p.name.startswith(".") and is_run_dir(p))
+                children = [] if tb_root else sorted(
+                    p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
             except OSError:
                 continue
-        for p in candidates:
+            candidates = [(name or root.name, d) for name, d in tb_root]
+            for p in children:
+                if is_run_dir(p):
+                    candidates.append((p.name, p))
+                else:
+                    candidates += [(f"{p.name}.{name}" if name else p.name, d)
+                                   for name, d in _tensorboard_runs(p)]
+        for name, p in candidates:
             if not is_allowed(p):
                 continue  # a link (or a root) that leads outside DEBUGKIT_ALLOWED_ROOTS
-            rid = p.name if _ID.match(p.name) else re.sub(r"[^A-Za-z0-9._-]", "-", p.name)[:200]
+            rid = name if _ID.match(name) else re.sub(r"[^A-Za-z0-9._-]", "-", name)[:200]
             if rid in ids:
                 rid = f"{root.name}.{rid}"
             ids.add(rid)

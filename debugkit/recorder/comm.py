@@ -73,11 +73,15 @@ class CommTimer:
 
     # ------------------------------------------------------------------ step bounds
     def begin_step(self) -> None:
+        if not self.measuring:  # nothing appends before a source switches measuring on
+            return
         with self._lock:
             self._blocks, self._launches, self._dones = [], [], []
 
     def end_step(self, t0: float, t1: float) -> float | None:
         """``comm_s`` of the step that ran from ``t0`` to ``t1`` (None: nothing measures)."""
+        if not self.measuring:
+            return None
         with self._lock:
             intervals = list(self._blocks)
             if self._launches and self._dones:

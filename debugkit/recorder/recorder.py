@@ -331,6 +331,9 @@ class Recorder:
         self._specs = SpecBuilder()
         self._spec_obs = None
         self._spec_steps = [None, None]  # first and last step observed
+        self._datasets_seen: dict = {}
+        self._data_record = {"datasets": []}
+        self._writer_dir = rank_dir
         self._hooks = []
         if optimizer is not None:
             hooked = _inner_optimizer(optimizer)
@@ -430,7 +433,12 @@ class Recorder:
         self._writer.event(kind, **fields)
 
     def track(self, loader):
-        """Wrap a DataLoader so that captures know each batch's dataset indices."""
+        """Wrap a DataLoader so that captures know each batch's dataset indices.
+
+        The first time a dataset is seen, rank 0 also writes its length and a fingerprint
+        of a few sampled items into ``data.json`` (see :mod:`debugkit.recorder.datafp`).
+        """
+        self._record_dataset(getattr(loader, "dataset", None))
         return track_loader(loader, self._set_next_indices)
 
     def checkpoint(self, step=None, extra=None, *, keep_last=None) -> dict | None:
@@ -465,6 +473,7 @@ class Recorder:
             self._watchdog.stop()
         atexit.unregister(self._atexit)
         self._memhist.close(self._last_step)
+        self._write_batch_spec()
         state = fmt.STATE_FAILED if failed else fmt.STATE_FINISHED
         self._writer.event("close", state=state, steps=self._step_no,
                            skipped_batches=self._skipped)
@@ -536,6 +545,30 @@ class Recorder:
         except OSError:  # environment facts are best effort, never break training
             pass
 
+    def _record_dataset(self, dataset):
+        if self.rank != 0 or dataset is None or id(dataset) in self._datasets_seen:
+            return
+        self._datasets_seen[id(dataset)] = dataset  # held, so its id is not reused
+        try:
+            from .datafp import describe_dataset
+
+            entry = describe_dataset(dataset)
+            entry["first_step"] = self._step_no
+            self._data_record["datasets"].append(entry)
+            atomic_write_json(self.run_dir / fmt.DATA_FILE, self._data_record)
+        except Exception:  # dataset facts are best effort, never break training
+            pass
+
+    def _write_batch_spec(self):
+        spec = self._healthy_spec()
+        if spec is None:
+            return
+        try:
+            atomic_write_json(self._writer_dir / fmt.RANK_BATCH_SPEC.format(
+                segment=self._writer.segment), spec)
+        except OSError:
+            pass
+
     def _close_at_exit(self):
         if not self._closed:
             self.close(failed=self._last_failed)
@@ -548,9 +581,9 @@ class Recorder:
                 raise InvalidInputError(
                     f"rec.log({key}=...): expected a Python number or a 0-d tensor, "
                     f"got a tensor of shape {tuple(value.shape)}")
+            if value.device.type == "cpu":  # .item() needs neither detach nor reshape
+                return float(value.item())
             v = value.detach()
-            if v.device.type == "cpu":
-                return float(v.reshape(()).item())
             host = torch.empty((1,), dtype=torch.float64, pin_memory=True)
             host.copy_(v.reshape(1).double(), non_blocking=True)
             ev = torch.cuda.Event()

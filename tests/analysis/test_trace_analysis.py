@@ -80,14 +80,22 @@ def gpu_trace(tmp_path):
 
 
 def test_gpu_idle_share(tmp_path):
-    g = at.compute_gpu_idle(gpu_trace(tmp_path))
-    r = g.iloc[0]
-    # window 0..200 us; busy: 30-74 (40 + 10 overlapping to 74 -> 44), 120-140 (20), 165-175 (10)
-    assert r["device"] == 0
-    assert r["window_ms"] == pytest.approx(0.2)
+    tr = gpu_trace(tmp_path)
+    # HTA's definition: the span from the first to the last device event. By default the
+    # last ProfilerStep (#2, from 100 us) is left out: only the kernels launched before it
+    # (correlations 11, 12: 30-70 and 64-74 us) count, so the span 30-74 is all busy.
+    r = at.compute_gpu_idle(tr).iloc[0]
+    assert r["device"] == 0 and bool(r["last_step_dropped"]) and r["events"] == 2
+    assert r["window_ms"] == pytest.approx(0.044)
+    assert r["busy_ms"] == pytest.approx(0.044)
+    assert r["idle_fraction"] == pytest.approx(0.0)
+    # With the last step: span 30-175 us; busy 30-74 (44), 120-140 (20), 165-175 (10).
+    r = at.compute_gpu_idle(tr, include_last_step=True).iloc[0]
+    assert r["window_ms"] == pytest.approx(0.145)
     assert r["busy_ms"] == pytest.approx(0.074)
     assert r["kernel_ms"] == pytest.approx(0.064)
-    assert r["idle_fraction"] == pytest.approx(1 - 74 / 200)
+    assert r["idle_fraction"] == pytest.approx(1 - 74 / 145)
+    assert not bool(r["last_step_dropped"])
 
 
 def test_kernel_table_and_launchers(tmp_path):
@@ -143,11 +151,11 @@ def test_timeline(tmp_path):
 
 
 def test_summary_contract(tmp_path):
-    s = at.summarize_trace(gpu_trace(tmp_path), top=2)
+    s = at.summarize_trace(gpu_trace(tmp_path), top=2, include_last_step=True)
     assert s["format"] == "chrome-trace" and s["events"] == 19
     assert len(s["top_self"]) == 2 and set(s["top_self"][0]) == {
         "name", "calls", "self_cpu_us", "cpu_total_us", "self_cuda_us", "cuda_total_us", "fraction"}
-    assert s["gpu"]["idle_fraction"] == pytest.approx(1 - 74 / 200, abs=1e-6)
+    assert s["gpu"]["idle_fraction"] == pytest.approx(1 - 74 / 145, abs=1e-6)
     assert s["gpu"]["top_kernels"][0]["name"] == "sgemm_kernel"
     assert {t["kind"] for t in s["threads"]} == {"cpu", "gpu"}
 

@@ -146,6 +146,36 @@ def test_valid_share_link_shows_only_the_audit(ids):
     assert_audit_alone(at, ids[0])
 
 
+def test_a_shared_view_shows_nothing_about_the_recording_machine(ids):
+    """Issue 22: the shared page and its JSON showed the command line, paths and
+    ``Computed by root@vm``. A shared view leaves them out (SHARED_OMITS)."""
+    import json as _json
+
+    from debugkit.audit.store import load_audit
+
+    full = load_audit(SAMPLE_RUNS / SAMPLE, ids[0])
+    prov = full.doc["provenance"]
+    secrets = [prov["created_by"], " ".join(prov["command"]), prov["run"]["path"]]
+    at = shared(SAMPLE, ids[0], token(ids[0]))
+    shown = texts(at) + "\n".join(t.value.to_csv() for t in at.table)
+    for s in secrets:
+        assert s not in shown
+    assert "are not shared" in shown and full.json_sha256 in shown
+    from debugkit.audit.share import shared_view
+
+    view = shared_view(full)
+    raw = view.json_bytes().decode()
+    for s in (prov["created_by"], prov["run"]["path"]) + tuple(prov["command"]):
+        assert s not in raw
+    doc = _json.loads(raw)
+    assert doc["shared_view"]["full_audit_sha256"] == full.json_sha256
+    assert doc["verdict"] == full.doc["verdict"] and doc["sensitive"] == full.doc["sensitive"]
+    from debugkit.audit import report as rep
+
+    html = rep.build_report_html(view)
+    assert prov["created_by"] not in html and view.json_sha256 in html
+
+
 @pytest.mark.parametrize("page", ["pages/overview.py", "pages/home.py", None])
 def test_editing_the_url_to_another_page_keeps_the_audit_alone(ids, page):
     at = shared(SAMPLE, ids[-1], token(ids[-1]), page=page)

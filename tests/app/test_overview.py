@@ -37,7 +37,7 @@ def test_home_lists_the_sample_runs(app):
     # and it leads to every page
     links = {p.label.split("**")[1] for p in at.get("page_link")}
     assert links == {"Overview", "Scalars", "Gradients", "Memory", "Profiler", "Distributed", "Checkpoints", "Replay",
-                     "Bias audit"}
+                     "Bias audit", "Compare"}
 
 
 def test_open_button_goes_to_the_overview(app):

@@ -43,8 +43,12 @@ def test_sampled_profile_view():
     assert kinds[:2] == ["bar", "icicle"]
     assert any("Backward takes the most time: 48% of the training loop." in m.value for m in at.markdown)
     flame = figure(at, 1)["data"][0]
-    assert flame["values"][0] == 12307  # every main-thread sample
+    # Opens at the training loop: the samples the breakdown counts, imports left out.
+    assert flame["labels"][0].startswith("training loop: ") and flame["values"][0] == 3795
     assert HIGHLIGHT not in flame["marker"]["colors"]
+    at.segmented_control(key="sp_scope").set_value("all").run()
+    flame = figure(at, 1)["data"][0]
+    assert flame["values"][0] == 12307  # every main-thread sample
     assert len(at.dataframe) >= 2
 
 
@@ -57,7 +61,7 @@ def test_search_highlights_the_matching_frames():
     hit = [lab for lab, c in zip(flame["labels"], flame["marker"]["colors"]) if c == HIGHLIGHT]
     assert hit and all("backward" in lab.lower() for lab in hit)
     # the zoom picker now offers the matches
-    zoom = at.selectbox(key="sp_zoom_train_function")
+    zoom = at.selectbox(key="sp_zoom_train_function_loop")
     assert all("backward" in o.lower() for o in zoom.options[1:])
     first = zoom.options[1].rsplit(" (", 1)[0]
     zoom.select_index(1).run()
@@ -146,3 +150,51 @@ def test_stack_dump_view(tmp_path, monkeypatch):
     assert metrics(at)["Threads"] == "1" and metrics(at)["Running"] == "0"
     assert any("Every thread is idle: the process looks hung. Most threads are waiting on a queue" in w.value
                for w in at.warning)
+
+
+def test_torchrec_trace_shows_htas_idle_share_and_the_users_phases(tmp_path, monkeypatch):
+    """HTA's public 2-rank TorchRec trace (rank 1): GPU idle is HTA's 54.72 %, the steps are
+    split by the job's own `## forward ##`-style annotations."""
+    from debugkit.io.profile_store import add_profile
+
+    run = tmp_path / "roots" / "torchrec"
+    src = ROOT / "tests" / "data" / "public" / "hta_trace_filter" / "sampled_rank-1.json.gz"
+    add_profile(run, src, format="chrome-trace", name="rank1")
+    monkeypatch.setenv("DEBUGKIT_ROOTS", str(tmp_path / "roots"))
+    at = app(run="torchrec")
+    assert not at.exception and not at.error
+    assert metrics(at)["GPU idle"] == "55%"
+    assert [s.value for s in at.subheader][:1] == ["Steps (your annotations)"]
+    steps = figure(at, 0)["data"]
+    names = [t["name"] for t in steps]
+    assert {"forward", "backward", "optimizer"} <= set(names) and names[-1] == "other"
+    assert any("HTA's definition" in c.value and "last ProfilerStep are left out" in c.value for c in at.caption)
+
+
+def test_data_bound_profile_names_the_workers_hot_function(tmp_path, monkeypatch):
+    """The data-bound job of tests/data/public/pyspy/linux-databound: the flamegraph opens
+    at the training loop, idle frames are out of the self-time table until asked for, the
+    workers' top function is named, and the workers view claims no training loop."""
+    from debugkit.analysis.profile import MSG_WORKERS_VIEW
+
+    shutil.copytree(ROOT / "tests" / "data" / "public" / "pyspy" / "linux-databound" / "run",
+                    tmp_path / "roots" / "databound")
+    monkeypatch.setenv("DEBUGKIT_ROOTS", str(tmp_path / "roots"))
+    at = app(run="databound")
+    assert not at.exception and not at.error
+    assert any("96% is spent waiting for data" in m.value and "`decode_row` (train.py:37)" in m.value
+               for m in at.markdown)
+    flame = figure(at, 1)["data"][0]
+    # Opens at the training loop, not the imports: 960 of the main thread's 2,885 samples.
+    assert flame["labels"][0] == "training loop: main (/tmp/i16b_db/train.py, lines 80-84)"
+    assert flame["values"][0] == 960 and "EncodedWine.__init__" not in flame["labels"]  # set-up left out
+    waits = {"Condition.wait", "socket.accept", "_PollLikeSelector.select", "Connection._recv"}
+    running = set(at.dataframe[0].value.query("self_samples > 0")["name"])
+    assert not running & waits
+    assert any("idle samples" in c.value and "left out of the self time" in c.value for c in at.caption)
+    at.toggle(key="sp_idle").set_value(True).run()
+    assert set(at.dataframe[0].value.query("self_samples > 0")["name"]) & waits
+    at.segmented_control(key="sp_threads").set_value("dataloader").run()
+    assert not at.exception
+    assert any(i.value.startswith(MSG_WORKERS_VIEW) and "`decode_row`" in i.value for i in at.info)
+    assert not any("BaseProcess.run" in m.value for m in [*at.markdown, *at.caption, *at.info])

@@ -56,6 +56,11 @@ CASES = {
                 "refused 'myrun/link': links are not allowed"),
     "bomb": (lambda: _zip_bytes(_run_files() + [("myrun/bomb.bin", b"\0" * (64 << 20))]),
              "this looks like a compression bomb"),
+    # Issue 22: small members were not ratio-checked (each under 1 MiB); 200 x 512 KiB
+    # of zeros is 100 MiB from a ~0.15 MB zip.
+    "small-members-bomb": (lambda: _zip_bytes(_run_files() + [(f"myrun/pad/{i:03d}.bin", b"\0" * (512 << 10))
+                                                              for i in range(200)]),
+                           "this looks like a compression bomb"),
     "backslash": (lambda: _zip_bytes(_run_files() + [("myrun\\..\\evil", b"x")]),
                   "backslashes are not allowed"),
     "not-a-run": (lambda: _zip_bytes([("notes/readme.txt", b"hello")]),
@@ -112,3 +117,23 @@ def test_disguised_pickle_and_os_system_factory_are_stored_inert(fresh_server, p
     assert page.get_by_role("button", name="Replay").first.is_disabled()
     assert not (tmp_path / "pwned").exists() and not (ROOT.parent / "dk-pwned-e2e").exists()
     page.screenshot(path=str(tmp_path / "evil-replay.png"))
+
+
+def test_repeated_uploads_stop_at_the_store_quota(tmp_path_factory, page, tmp_path):
+    """Issue 22: repeated uploads could fill the disk. With DEBUGKIT_STORE_MAX_RUNS=2 the
+    third upload is refused in the page and the store keeps its two runs."""
+    srv = start_server(tmp_path_factory.mktemp("quota"), {"DEBUGKIT_STORE_MAX_RUNS": "2"})
+    try:
+        z = tmp_path / "run.zip"
+        z.write_bytes(_zip_bytes(_run_files()))
+        for n in (1, 2):
+            _upload_zip(page, srv, z)
+            page.get_by_text("Uploaded as", exact=False).first.wait_for(state="visible", timeout=60_000)
+            assert len(_stored(srv)) == n
+        _upload_zip(page, srv, z)
+        page.get_by_text("already holds 2 runs, its limit (DEBUGKIT_STORE_MAX_RUNS)",
+                         exact=False).first.wait_for(state="visible", timeout=60_000)
+        assert len(_stored(srv)) == 2
+    finally:
+        srv.proc.terminate()
+        srv.proc.wait(10)

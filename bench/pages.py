@@ -1,0 +1,137 @@
+"""Every page's time to its first chart on the sample runs, cold and warm, in Chromium.
+
+For each page a fresh ``streamlit run app.py`` server is started (cold: no Streamlit
+cache, no imports done by a page yet; the run-list index in ``$DEBUGKIT_CACHE`` is filled
+first by an earlier server, as on any server started after the first), then Debian's
+chromium (Playwright) opens ``/<page>?run=<sample>`` and the time from navigation to the
+first chart (a Plotly chart; the run table on Home; the app's finished script run on
+Replay, which draws no chart until asked) is taken. The same URL is then opened again in
+a new browser context (a new session: warm, Streamlit's caches hit). Repeated
+``--repeats`` times; medians are printed as a Markdown table.
+
+``--first-home`` also times Home on a server whose index is empty (every sample analysed).
+
+    python bench/pages.py [--repeats 3] [--pages home,profiler] [--first-home]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.e2e.conftest import CHROMIUM_ARGS, chromium_path, start_server  # noqa: E402
+
+PLOT = "[data-testid='stPlotlyChart'] .js-plotly-plot"
+# (url path, sample run, what counts as the first chart)
+PAGES = [
+    ("home", None, "[data-testid='stDataFrame']"),
+    ("overview", "digits-bad-label", PLOT),
+    ("gradients", "digits-exploding", PLOT),
+    ("memory", "memory-leak", PLOT),
+    ("profiler", "digits-profiled", PLOT),
+    ("distributed", "ddp-straggler", PLOT),
+    ("checkpoints", "digits-resumed", PLOT),
+    ("replay", "digits-bad-label", None),
+    ("audit", "credit-audit", PLOT),
+]
+
+
+def _done(page) -> None:
+    page.wait_for_selector("[data-testid='stApp']")
+    page.wait_for_function(
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=300_000)
+
+
+def time_to_chart(browser, url: str, selector: str | None) -> float:
+    ctx = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = ctx.new_page()
+    page.set_default_timeout(300_000)
+    try:
+        t0 = time.perf_counter()
+        page.goto(url)
+        if selector is None:
+            page.wait_for_timeout(200)  # let the script run start
+            _done(page)
+        else:
+            page.wait_for_selector(selector, state="visible")
+        return time.perf_counter() - t0
+    finally:
+        ctx.close()
+
+
+def stop(srv) -> None:
+    srv.proc.terminate()
+    try:
+        srv.proc.wait(10)
+    except subprocess.TimeoutExpired:
+        srv.proc.kill()
+
+
+def main(argv=None):
+    from playwright.sync_api import sync_playwright
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--pages", default=",".join(p for p, _, _ in PAGES))
+    ap.add_argument("--first-home", action="store_true")
+    a = ap.parse_args(argv)
+    wanted = a.pages.split(",")
+    tmp = Path(tempfile.mkdtemp(prefix="dk-pages-"))
+    env = {"DEBUGKIT_ROOTS": str(ROOT / "sample_runs"), "DEBUGKIT_CACHE": str(tmp / "cache")}
+    res: dict[str, tuple[list, list]] = {p: ([], []) for p in wanted}
+    first_home = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS,
+                                     headless=True)
+        if a.first_home:
+            for i in range(a.repeats):
+                shutil.rmtree(tmp / "cache", ignore_errors=True)
+                srv = start_server(tmp / f"first{i}", env)
+                try:
+                    first_home.append(time_to_chart(browser, srv.url + "/home", PAGES[0][2]))
+                finally:
+                    stop(srv)
+        srv = start_server(tmp / "fill", env)  # an earlier server fills the run-list index
+        try:
+            time_to_chart(browser, srv.url + "/home", PAGES[0][2])
+        finally:
+            stop(srv)
+        for r in range(a.repeats):
+            for name, run, sel in PAGES:
+                if name not in wanted:
+                    continue
+                srv = start_server(tmp / f"{name}{r}", env)
+                try:
+                    url = f"{srv.url}/{name}" + (f"?run={run}" if run else "")
+                    res[name][0].append(time_to_chart(browser, url, sel))
+                    res[name][1].append(time_to_chart(browser, url, sel))
+                finally:
+                    stop(srv)
+        browser.close()
+    print(f"load average {os.getloadavg()[0]:.2f}; medians of {a.repeats}; seconds from "
+          "navigation to the first chart\n")
+    print("| page | sample run | cold (new server) | warm (new session) |")
+    print("|---|---|---|---|")
+    for name, run, _ in PAGES:
+        if name in wanted:
+            cold, warm = res[name]
+            print(f"| {name} | {run or '(all samples)'} | {statistics.median(cold):.2f} | "
+                  f"{statistics.median(warm):.2f} |")
+    if first_home:
+        print(f"\nHome with an empty run-list index (every sample analysed): "
+              f"{statistics.median(first_home):.2f} s")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+"""Open two runs and compare them: the engine behind ``debugkit compare`` and the Compare page.
+
+Reading is :mod:`debugkit.io.compare`, the comparison :mod:`debugkit.analysis.compare`,
+the findings of each run :func:`debugkit.diagnose.diagnose`.
+"""
+
+from __future__ import annotations
+
+
+def compare_paths(run_path: str, base_path: str, config: dict | None = None) -> dict:
+    """Open both runs and compare them (the result of
+    :func:`debugkit.analysis.compare.compare_runs`, plus both paths and statuses)."""
+    from .analysis.compare import compare_runs
+    from .diagnose import diagnose
+    from .io.compare import read_compare_facts
+    from .io.run import open_run
+
+    facts = []
+    for p in (run_path, base_path):
+        r = open_run(p)
+        f = read_compare_facts(r)
+        f["findings"] = diagnose(r)
+        facts.append(f)
+    out = compare_runs(facts[0], facts[1], config)
+    out["paths"] = {"run": facts[0]["path"], "base": facts[1]["path"]}
+    out["statuses"] = {"run": facts[0]["status"], "base": facts[1]["status"]}
+    return out

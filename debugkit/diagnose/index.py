@@ -1,0 +1,202 @@
+"""A persisted index of what each run's analyses found, for run lists (the Home page).
+
+Diagnosing a run reads its tables and runs every detector: fine for one run, too slow to
+redo for every run of a store at every page view (or in every new server process). The
+index keeps, per run, the row a run list shows (status, steps, failures, finding counts,
+the most severe finding) in one small JSON file under the cache folder
+(``$DEBUGKIT_CACHE/index/``), keyed on a digest of the run's own files (relative path,
+size, modification stamp of each): a run that changes (a live run's appends, a new
+failure capture, an edited manifest) is analysed again; one that does not is read back.
+Nothing is written into the run folders.
+
+The signatures of all the runs under a root come from one listing of the root
+(:func:`store_signatures`): on an object store (an fsspec URL) that is one ``find``
+instead of one per run.
+
+Only ``running`` depends on more than the files (a writer that stops beating its
+heartbeat becomes ``crashed`` without changing a file), so a row cached as running has
+its status read again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from .. import __version__
+from .. import format as fmt
+from .._fsutil import atomic_write_json
+from ..errors import DebugkitError
+from ..io.fs import as_path, is_local
+
+INDEX_VERSION = 1
+INDEX_DIR = "index"
+# The columns of a run-list row (see :func:`summarize_run`).
+ROW_FIELDS = ("id", "name", "status", "steps", "failures", "path", "error", "errors",
+              "warnings", "top")
+
+
+def index_dir() -> Path:
+    """``$DEBUGKIT_CACHE/index`` (created if missing)."""
+    from ..io.upload import cache_dir
+
+    d = cache_dir() / INDEX_DIR
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def signature_digest(sig: tuple) -> str:
+    """A short digest of a files signature (:func:`debugkit.io.fs.files_signature`)."""
+    return hashlib.sha256(repr(tuple(tuple(x) for x in sig)).encode()).hexdigest()[:32]
+
+
+def store_signatures(root) -> dict[str, tuple]:
+    """``{folder name: files signature}`` of every folder directly under ``root``, from
+    one listing of ``root`` (the same entries :func:`debugkit.io.fs.files_signature`
+    gives for each folder on its own)."""
+    root = as_path(root) if isinstance(root, str) else root
+    out: dict[str, list] = {}
+    if is_local(root):
+        base = str(root)
+        for dirpath, dirs, files in os.walk(base):
+            dirs.sort()
+            rel_dir = os.path.relpath(dirpath, base)
+            if rel_dir == ".":
+                continue
+            top, _, rest = rel_dir.partition(os.sep)
+            sig = out.setdefault(top, [])
+            for name in sorted(files):
+                p = os.path.join(dirpath, name)
+                try:
+                    st = os.stat(p)
+                except OSError:
+                    continue
+                sig.append((os.path.join(rest, name) if rest else name, st.st_size, st.st_mtime_ns))
+        return {k: tuple(v) for k, v in out.items()}
+    fs, base = root.fs, root.path.rstrip("/")
+    try:
+        found = fs.find(base, detail=True)
+    except (OSError, FileNotFoundError):
+        return {}
+    for name, info in sorted(found.items()):
+        rel = name[len(base):].lstrip("/") if name.startswith(base) else name
+        top, _, rest = rel.partition("/")
+        if not rest:
+            continue
+        stamp = next((info.get(k) for k in ("mtime", "LastModified", "updated", "created", "ETag",
+                                            "etag", "generation") if info.get(k) is not None), None)
+        out.setdefault(top, []).append((rest, int(info.get("size") or 0), str(stamp)))
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def _entry_file(folder: Path, path: str) -> Path:
+    return folder / (hashlib.sha256(str(path).encode()).hexdigest()[:32] + ".json")
+
+
+def _read_entry(file: Path, path: str, digest: str) -> dict | None:
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # missing or torn: analyse again
+    if not isinstance(data, dict) or data.get("version") != INDEX_VERSION \
+            or data.get("debugkit") != __version__ or data.get("path") != str(path) \
+            or data.get("signature") != digest or not isinstance(data.get("row"), dict):
+        return None
+    return data["row"]
+
+
+def findings_counts(found) -> dict:
+    """``{errors, warnings, top}`` of a list of findings (``top``: the most severe one's
+    ``"kind: message"``, "" when there is none)."""
+    worst = next((f for sev in ("error", "warning") for f in found if f.severity == sev), None)
+    return {"errors": sum(f.severity == "error" for f in found),
+            "warnings": sum(f.severity == "warning" for f in found),
+            "top": f"{worst.kind}: {worst.message}" if worst else ""}
+
+
+def _analyse(entry) -> dict:
+    from ..io import store
+    from ..io.run import open_run
+    from . import diagnose
+
+    row = store.summarize(entry)
+    row.update({"errors": None, "warnings": None, "top": ""})
+    if row["error"] is not None:
+        row["top"] = f"cannot analyse: {row['error']}"
+        return row
+    try:
+        row.update(findings_counts(diagnose(open_run(entry.path))))
+    except DebugkitError as exc:
+        row["top"] = f"cannot analyse: {exc}"
+    return row
+
+
+def summarize_run(entry, sig: tuple | None = None, *, folder: Path | None = None) -> dict:
+    """The run-list row of one run, from the index when the run's files are unchanged.
+
+    Parameters
+    ----------
+    entry : debugkit.io.store.RunEntry
+        The run.
+    sig : tuple, optional
+        Its files signature (default: read now); :func:`store_signatures` gives them
+        for a whole root at once.
+    folder : Path, optional
+        The index folder (default: :func:`index_dir`).
+
+    Returns
+    -------
+    dict with keys ``id, name, status, steps, failures, path, error`` (as
+    :func:`debugkit.io.store.summarize`), ``errors, warnings`` (finding counts by
+    severity; None when the run cannot be analysed), ``top`` (the most severe finding,
+    or why the run cannot be analysed) and ``cached`` (True when read from the index).
+    """
+    from ..io.fs import files_signature
+
+    if sig is None:
+        sig = files_signature(entry.path)
+    folder = index_dir() if folder is None else folder
+    digest = signature_digest(sig)
+    file = _entry_file(folder, str(entry.path))
+    row = _read_entry(file, str(entry.path), digest)
+    if row is not None:
+        row = {**row, "id": entry.id, "cached": True}
+        if row.get("status") == fmt.STATE_RUNNING:
+            row["status"] = _live_status(entry, row["status"])
+        return row
+    row = _analyse(entry)
+    try:
+        atomic_write_json(file, {"version": INDEX_VERSION, "debugkit": __version__,
+                                 "path": str(entry.path), "signature": digest,
+                                 "row": {k: row.get(k) for k in ROW_FIELDS}})
+    except OSError:
+        pass  # a read-only cache folder: the list still shows, just not faster next time
+    return {**row, "cached": False}
+
+
+def _live_status(entry, cached: str) -> str:
+    from ..io.run import open_run
+
+    try:
+        return open_run(entry.path).status
+    except DebugkitError:
+        return cached
+
+
+def summarize_runs(entries, *, folder: Path | None = None) -> list[dict]:
+    """:func:`summarize_run` for each of ``entries`` (``RunEntry`` objects, as
+    :func:`debugkit.io.store.find_runs` returns), reading each root's signatures once."""
+    by_root: dict[str, dict] = {}
+    rows = []
+    for e in entries:
+        sig = None
+        root = e.root
+        if root is not None and str(e.path) != str(root):
+            key = str(root)
+            if key not in by_root:
+                by_root[key] = store_signatures(root)
+            sig = by_root[key].get(Path(str(e.path)).name)
+        rows.append(summarize_run(e, sig, folder=folder))
+    return rows

@@ -1,0 +1,235 @@
+"""Compare: what differs between this run and the run that worked (``?run=A&base=B``)."""
+
+import pandas as pd
+import streamlit as st
+
+from debugkit.analysis.compare import series_band
+from debugkit.charts.compare import (
+    build_grad_overlay_figure,
+    build_scalar_overlay_figure,
+    run_colours,
+)
+from debugkit.errors import DebugkitError
+from pages import _common
+
+_common.page_guard()
+
+STATUS_ICON = {"equal": ":material/check:", "differs": ":material/difference:",
+               "unknown": ":material/help:"}
+STATUS_COLOUR = {"equal": "green", "differs": "orange", "unknown": "gray", "diverged": "red",
+                 "no divergence": "green"}
+MAX_OVERLAY = 8  # runs drawn on one chart at most (the run, the base and up to 6 more)
+
+path = _common.require_run("a comparison with another run")
+
+
+@st.cache_data(**_common.CACHE, show_spinner=False)
+def _compare(path: str, sig: tuple, base: str, base_sig: tuple) -> dict:
+    from debugkit.compare import compare_paths
+
+    return compare_paths(path, base)
+
+
+def _id_path(entries, rid):
+    return dict(entries).get(rid)
+
+
+def _pick_base(entries, run_id):
+    """The base run: ``?base=<id>`` (validated against the served runs) or the picker."""
+    from debugkit.io import store as run_store
+
+    others = [rid for rid, _ in entries if rid != run_id]
+    wanted = st.query_params.get("base")
+    if wanted:
+        try:
+            run_store.validate_run_id(wanted)
+        except DebugkitError as exc:
+            _common.show_error(exc)
+            wanted = None
+        else:
+            if wanted not in others:
+                st.error(f"base run {_common.md(repr(wanted))}: no such run besides this one; pick one below")
+                wanted = None
+    choice = st.selectbox("Base run (the one that worked)", ["—"] + others,
+                          index=others.index(wanted) + 1 if wanted in others else 0,
+                          key=f"compare_base_{wanted}")
+    if choice == "—":
+        if "base" in st.query_params:
+            del st.query_params["base"]
+        return None
+    if choice != wanted:
+        st.query_params["base"] = choice
+    return choice
+
+
+def _status_line(title: str, status: str) -> None:
+    st.markdown(f"**{title}** {STATUS_ICON.get(status, '')} `{status}`")
+
+
+def _rows_table(rows, key, cols=("name", "run", "base", "status")):
+    if rows:
+        st.dataframe(pd.DataFrame([{c: _cell(r.get(c)) for c in cols} for r in rows]),
+                     hide_index=True, width="stretch", key=key)
+
+
+def _cell(v):
+    return "—" if v is None else str(v)
+
+
+def _summary(res: dict) -> None:
+    """One badge per section: the answer before the details."""
+    b = res["before_step_0"]
+    div = res["divergence"]
+    items = [("config", b["config"]["status"]), ("environment", b["environment"]["status"]),
+             ("code", b["code"]["status"]), ("data", b["data"]["datasets"]["status"]),
+             ("batch spec", b["data"]["batch_spec"]["status"]),
+             ("ranks", b["topology"]["status"])]
+    label = (f"diverges @ step {div['step']}" if div["status"] == "diverged" else div["status"])
+    items.append(("curves", label))
+    st.markdown(" ".join(
+        f":{STATUS_COLOUR.get(status, STATUS_COLOUR['diverged'] if name == 'curves' else 'gray')}"
+        f"-badge[{STATUS_ICON.get(status, ':material/call_split:')} {name}: {status}]"
+        for name, status in items))
+
+
+def _before(before: dict) -> None:
+    st.subheader("1. What differs before step 0")
+    cfg = before["config"]
+    _status_line("Config", cfg["status"])
+    _rows_table(cfg["rows"], "cfg")
+    env = before["environment"]
+    _status_line("Environment", env["status"])
+    _rows_table([r for r in env["fields"] if r["status"] != "equal"], "env")
+    if env["packages"]:
+        st.caption(f"{len(env['packages'])} package(s) differ or are unknown:")
+        _rows_table(env["packages"], "pkgs")
+    if not all(env["packages_complete"].values()):
+        st.caption("A run recorded only a short list of packages (recorded before debugkit "
+                   "listed every installed distribution): the others are unknown, not equal.")
+    pc = env["pip_check"]
+    st.caption(f"pip check: run **{pc['run']['status']}**, base **{pc['base']['status']}**")
+    for side in ("run", "base"):
+        for line in pc[side]["conflicts"]:
+            st.caption(f"{side}: {_common.md(line)}")
+    code = before["code"]
+    _status_line("Code (model factory)", code["status"])
+    _rows_table([r for r in code["rows"] if r["status"] != "equal"], "code")
+    if code["diff"]:
+        st.code(code["diff"], language="diff")
+    elif code["diff_note"]:
+        st.caption(code["diff_note"])
+    data = before["data"]
+    _status_line("Data", data["datasets"]["status"])
+    rows = []
+    for r in data["datasets"]["rows"]:
+        if r["status"] == "equal":
+            continue
+        r = dict(r)
+        if "items_differing" in r:
+            r["status"] += f" ({r['items_differing']} of {r['items_sampled']} sampled items)"
+        rows.append(r)
+    _rows_table(rows, "data", cols=("dataset", "name", "run", "base", "status"))
+    _status_line("Learned batch spec", data["batch_spec"]["status"])
+    _rows_table(data["batch_spec"]["rows"], "spec", cols=("tensor", "field", "run", "base", "status"))
+    topo = before["topology"]
+    _status_line("World size and ranks", topo["status"])
+    _rows_table([r for r in topo["rows"] if r["status"] != "equal"], "topo")
+
+
+def _divergence(res, names, run_name, base_name, paths) -> None:
+    div = res["divergence"]
+    st.subheader("2. Where they diverge")
+    if div["status"] == "diverged":
+        st.warning(_common.md(div["finding"]["message"]), icon=":material/call_split:")
+        follow = div.get("following")
+        if follow:
+            st.caption(f"What follows: {_common.md(follow['source'])} **{_common.md(follow['kind'])}** at step "
+                       f"{follow['step']}: {_common.md(follow.get('message') or '')}")
+    elif div["status"] == "no divergence":
+        st.success("No divergence: the run stays inside the base run's band on the loss and "
+                   "every layer's gradient norm.", icon=":material/check:")
+    else:
+        st.info("Unknown: the runs have no common steps on a common rank to compare.")
+    try:
+        scalars = {n: _common.table(paths[n], "scalars") for n in names}
+        grads = {n: _common.table(paths[n], "grad_norms") for n in names}
+        fails = {n: [f["step"] for f in _common.table(paths[n], "failures")
+                     if isinstance(f.get("step"), int)] for n in names}
+    except DebugkitError as exc:
+        _common.show_error(exc)
+        return
+    colours = run_colours(names)
+    loss_keys = [r["key"] for r in div["series"] if r["series"] == "loss"]
+    for key in loss_keys:
+        band = series_band(scalars[base_name], "loss", key, div["rank"])
+        fig = build_scalar_overlay_figure(scalars, key, colours=colours, band=band,
+                                          divergence_step=div["step"], rank=div["rank"],
+                                          failure_steps=fails)
+        st.plotly_chart(fig, key=f"cmp_loss_{key}")
+    layers = [r["key"] for r in div["series"] if r["series"] == "grad_norm"]
+    if layers:
+        first = div.get("first_layer") or layers[0]
+        layer = st.selectbox("Layer", layers, index=layers.index(first) if first in layers else 0,
+                             help="The layer that diverges first is picked.")
+        band = series_band(grads[base_name], "grad_norm", layer, div["rank"])
+        fig = build_grad_overlay_figure(grads, layer, colours=colours, band=band,
+                                        divergence_step=div["step"], rank=div["rank"],
+                                        failure_steps=fails)
+        st.plotly_chart(fig, key="cmp_grad")
+    with st.expander("Every series compared"):
+        st.dataframe(pd.DataFrame(div["series"]), hide_index=True, width="stretch")
+
+
+def _findings(res) -> None:
+    st.subheader("3. Findings in one and not the other")
+    cols = st.columns(2)
+    for col, side, label in ((cols[0], "run", "Only in this run"), (cols[1], "base", "Only in the base")):
+        with col:
+            found = res["findings"][side]
+            st.markdown(f"**{label}** ({len(found)})")
+            if found:
+                st.dataframe(pd.DataFrame([{k: f[k] for k in ("step", "severity", "kind", "layer", "message")}
+                                           for f in found]), hide_index=True, width="stretch",
+                             key=f"only_{side}")
+
+
+def render() -> None:
+    entries = _common.run_entries()
+    run_id = _common._id_for(path)
+    st.title("Compare runs")
+    _common.about(
+        "What differs between this run and a run that worked (the **base**), in the order "
+        "to check it: what differed before step 0 (config, environment, code, data, world "
+        "size), where the curves part (the first step the loss or a layer's gradient norm "
+        "leaves a band learned from the base's own step-to-step noise), and the findings "
+        "one run has and the other has not. Facts a run did not record are **unknown**, "
+        "never equal. The same comparison: `debugkit compare RUN BASE`.")
+    c1, c2 = st.columns(2)
+    with c1:
+        base_id = _pick_base(entries, run_id)
+    if base_id is None:
+        st.info("Pick the base run: the run that worked, to compare this one with.",
+                icon=":material/compare_arrows:")
+        return
+    base_path = _id_path(entries, base_id)
+    extra = c2.multiselect("More runs on the charts", [rid for rid, _ in entries
+                                                       if rid not in (run_id, base_id)],
+                           max_selections=MAX_OVERLAY - 2, key="compare_extra")
+    try:
+        with st.spinner("Comparing the runs…"):
+            res = _compare(path, _common.signature(path), base_path, _common.signature(base_path))
+    except DebugkitError as exc:
+        _common.show_error(exc)
+        return
+    run_name = run_id or res["run"]
+    st.caption(f"run **{_common.md(run_name)}** ({res['statuses']['run']}) · base **{_common.md(base_id)}** "
+               f"({res['statuses']['base']})")
+    _summary(res)
+    _before(res["before_step_0"])
+    names = [run_name, base_id] + list(extra)
+    paths = {run_name: path, base_id: base_path, **{e: _id_path(entries, e) for e in extra}}
+    _divergence(res, names, run_name, base_id, paths)
+    _findings(res)
+
+
+render()

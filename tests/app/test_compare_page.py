@@ -1,0 +1,97 @@
+"""AppTest of the Compare page (``?run=A&base=B``) and its entry on the Home page."""
+
+from __future__ import annotations
+
+
+def _texts(at):
+    out = []
+    for kind in ("title", "subheader", "markdown", "caption", "error", "warning", "info", "success"):
+        out += [str(e.value) for e in getattr(at, kind)]
+    return "\n".join(out)
+
+
+def _table(at, first_column, value=None):
+    """The records of the dataframe whose first column is ``first_column`` (and whose first
+    row holds ``value`` there, when given)."""
+    for df in at.dataframe:
+        v = df.value
+        if list(v.columns)[:1] == [first_column] and (value is None or v.iloc[0, 0] == value):
+            return v.to_dict("records")
+    raise AssertionError(f"no table starting with column {first_column!r}")
+
+
+def _open(app, **query):
+    at = app(**query)
+    at.switch_page("pages/compare.py")
+    at.run()
+    assert not at.exception
+    return at
+
+
+def test_deep_link_shows_the_sections_in_order(app):
+    at = _open(app, run="digits-compare-lr", base="digits-compare-base")
+    assert [s.value for s in at.subheader] == ["1. What differs before step 0", "2. Where they diverge",
+                                               "3. Findings in one and not the other"]
+    (warning,) = at.warning
+    assert warning.value.startswith("The run leaves the base run's band at step 12; the first layer "
+                                    "to diverge is '0.weight' (step 12); the loss diverges at step 36.")
+    assert _table(at, "name", "lr") == [{"name": "lr", "run": "0.5", "base": "0.1", "status": "differs"}]
+    text = _texts(at)
+    assert ":orange-badge[:material/difference: config: differs]" in text
+    assert "curves: diverges @ step 12]" in text
+    assert "What follows: finding **exploding_grad** at step 14" in text
+    charts = at.get("plotly_chart")
+    assert len(charts) == 2  # the loss and the first diverging layer's gradient norm
+    assert at.selectbox(key="compare_base_digits-compare-base").value == "digits-compare-base"
+    assert at.query_params["base"] == "digits-compare-base"
+
+
+def test_more_runs_are_overlaid(app):
+    at = _open(app, run="digits-compare-lr", base="digits-compare-base")
+    at.multiselect(key="compare_extra").set_value(["digits-compare-unlabelled"]).run()
+    assert not at.exception
+    import json
+
+    fig = json.loads(at.get("plotly_chart")[0].proto.spec)
+    names = [t.get("name") for t in fig["data"]]
+    assert names[2:5] == ["digits-compare-lr", "digits-compare-base", "digits-compare-unlabelled"]
+
+
+def test_label_corrupted_pair_shows_the_batch_spec_difference(app):
+    at = _open(app, run="digits-compare-unlabelled", base="digits-compare-base")
+    spec = _table(at, "tensor")
+    assert spec == [{"tensor": "1", "field": "range", "run": "[-100, 10]", "base": "[0, 10]",
+                     "status": "differs"}]
+    data = _table(at, "dataset")
+    assert data[0]["name"] == "fingerprint" and data[0]["status"] == "differs (3 of 16 sampled items)"
+    assert at.success[0].value.startswith("No divergence")
+
+
+def test_older_run_shows_unknown_not_equal(app):
+    at = _open(app, run="digits-mlp", base="digits-compare-base")
+    text = _texts(at)
+    assert "**Environment** :material/help: `unknown`" in text
+    assert "**Data** :material/help: `unknown`" in text
+    assert "the others are unknown, not equal" in text
+
+
+def test_bad_base_param_is_an_error_and_the_page_stays_up(app):
+    at = _open(app, run="digits-compare-lr", base="../etc")
+    assert "run id '../etc': expected letters" in at.error[0].value
+    assert at.info[0].value.startswith("Pick the base run")
+    at = _open(app, run="digits-compare-lr", base="no-such-run")
+    assert at.error[0].value == "base run 'no-such-run': no such run besides this one; pick one below"
+    at = _open(app, run="digits-compare-lr")
+    assert not at.error and at.info[0].value.startswith("Pick the base run")
+
+
+def test_home_picks_two_runs_and_opens_the_comparison(app):
+    at = app()
+    at.run()
+    at.selectbox(key="home_compare_run").set_value("digits-compare-unlabelled").run()
+    at.selectbox(key="home_compare_base").set_value("digits-compare-base").run()
+    at.button(key="home_compare").click().run()
+    assert not at.exception
+    assert at.title[0].value == "Compare runs"
+    assert at.query_params["run"] == "digits-compare-unlabelled"
+    assert at.query_params["base"] == "digits-compare-base"

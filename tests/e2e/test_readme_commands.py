@@ -1,0 +1,198 @@
+"""Every command of README.md's ``bash`` blocks, run as written (issue 17, acceptance).
+
+The blocks are parsed from the README at test time, so the test follows it as it
+changes. Each command runs through the installed console scripts (``debugkit``,
+``streamlit``) in a subprocess, from a temporary copy of the checkout, and the blocks
+that name no file of the checkout also from an empty user folder; its output is checked.
+Servers (``streamlit run``, ``debugkit ui``) are started, probed over HTTP, stopped with
+SIGTERM, and their port must be free afterwards.
+
+Skipped, and why (nothing else may be):
+
+- ``pip install ...``: it installs from the network into the environment that runs this
+  test; the install it describes is the one under test.
+- ``bash .ci/run``: it runs this whole test suite (this test included) and installs
+  Debian packages.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from .conftest import ROOT, _free_port
+from .test_ui_from_a_folder import port_is_free, untracked_in_checkout
+
+pytestmark = pytest.mark.browser
+
+README = ROOT / "README.md"
+BIN = Path(sys.executable).parent
+
+SKIP = {
+    "pip install": "installs from the network into the environment under test",
+    "bash .ci/run": "runs this whole suite (recursion) and installs Debian packages",
+}
+SERVERS = (("streamlit", "run"), ("debugkit", "ui"))
+# Files of the checkout a command may name; a block naming none runs from a user folder too.
+CHECKOUT_FILES = ("sample_runs/", "app.py", "requirements.txt", "-e .", "examples.")
+# What a run the quick start records is: the real script that records the digits sample.
+RECORD = {"runs/digits-mlp": ["-m", "examples.digits", "--out", "runs/digits-mlp", "--epochs", "1"]}
+
+
+def readme_commands() -> list[tuple[int, list[str]]]:
+    """``(block number, commands)`` of every ```bash block; ``a && b`` are two commands."""
+    blocks = re.findall(r"^```bash\n(.*?)^```", README.read_text(), flags=re.S | re.M)
+    out = []
+    for i, block in enumerate(blocks):
+        cmds = []
+        for line in block.replace("\\\n", " ").splitlines():
+            line = re.sub(r"(^|\s)#.*$", "", line).strip()
+            if line:
+                cmds += [c.strip() for c in line.split(" && ") if c.strip()]
+        out.append((i, cmds))
+    return out
+
+
+def skipped(cmd: str) -> str | None:
+    return next((why for prefix, why in SKIP.items() if cmd.startswith(prefix)), None)
+
+
+# Output checks for the commands the README has now (a new command gets the generic ones:
+# exit 0, output, no traceback).
+CHECKS = [
+    (r"^debugkit info \S+ --json", lambda o: '"status"' in o and '"row_counts"' in o),
+    (r"^debugkit info ", lambda o: "status:" in o and "ranks:" in o),
+    (r"^debugkit diagnose sample_runs/digits-exploding", lambda o: "exploding_grad" in o and "lr grew" in o),
+    (r"^debugkit diagnose ", lambda o: o.strip() != ""),
+    (r"^debugkit replay sample_runs/digits-bad-label", lambda o: "reproduced: yes" in o and "label 12" in o),
+    (r"^debugkit audit list ", lambda o: "verdict" in o),
+    (r"^debugkit share ", lambda o: o.startswith("http://") and "token=v1." in o),
+    (r"^debugkit profile-summary ", lambda o: "samples" in o and "top self" in o),
+]
+
+
+def user_env(tmp: Path, port: int) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DEBUGKIT_STORE", "DEBUGKIT_ROOTS", "DEBUGKIT_SECRET", "PYTHONPATH")}
+    env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", DEBUGKIT_CACHE=str(tmp / "cache"),
+               HOME=str(tmp / "home"),
+               # where a server listens: Streamlit's own settings, not part of the command
+               STREAMLIT_SERVER_PORT=str(port), STREAMLIT_SERVER_HEADLESS="true",
+               STREAMLIT_SERVER_ADDRESS="127.0.0.1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
+    (tmp / "home").mkdir(exist_ok=True)
+    return env
+
+
+def copy_checkout(dest: Path) -> Path:
+    files = subprocess.run(["git", "-C", str(ROOT), "ls-files", "--cached", "--others",
+                            "--exclude-standard"], capture_output=True, text=True, timeout=60,
+                           check=True).stdout.splitlines()
+    for f in files:
+        src = ROOT / f
+        if src.is_file():
+            (dest / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / f)
+    return dest
+
+
+def ensure_inputs(cmd: str, cwd: Path, checkout: Path) -> None:
+    """Record what a quick-start command reads, with the real script, if it is not there."""
+    for path, argv in RECORD.items():
+        if path in cmd and not (cwd / path).exists():
+            env = {**os.environ, "PYTHONPATH": str(checkout)}
+            p = subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True,
+                               text=True, timeout=600)
+            assert p.returncode == 0, p.stderr[-2000:]
+
+
+def run_server(cmd: str, cwd: Path, env: dict, port: int, log: Path) -> None:
+    proc = subprocess.Popen(["bash", "-c", f"exec {cmd}"], cwd=cwd, env=env,
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, f"{cmd!r} exited:\n{log.read_text()[-3000:]}"
+            try:
+                with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                assert time.monotonic() < deadline, f"{cmd!r} did not answer:\n{log.read_text()[-3000:]}"
+                time.sleep(0.5)
+        with urllib.request.urlopen(url + "/", timeout=10) as r:
+            assert r.status == 200 and b"<html" in r.read(4000).lower()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        deadline = time.monotonic() + 15
+        while not port_is_free(port) and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert port_is_free(port), f"{cmd!r}: port {port} still held after SIGTERM"
+        assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+
+def run_command(cmd: str, cwd: Path, env: dict) -> None:
+    p = subprocess.run(["bash", "-c", cmd], cwd=cwd, env=env, capture_output=True, text=True,
+                       timeout=600)
+    out = p.stdout
+    assert p.returncode == 0, f"{cmd!r} in {cwd}: exit {p.returncode}\n{p.stderr[-3000:]}"
+    assert out.strip(), f"{cmd!r}: no output"
+    assert "Traceback" not in out + p.stderr, p.stderr[-3000:]
+    check = next((c for rx, c in CHECKS if re.search(rx, cmd)), None)
+    if check is not None:
+        assert check(out), f"{cmd!r}: unexpected output:\n{out[:3000]}"
+
+
+def run_block(cmds: list[str], cwd: Path, checkout: Path, tmp: Path) -> list[str]:
+    done = []
+    for cmd in cmds:
+        if skipped(cmd):
+            continue
+        ensure_inputs(cmd, cwd, checkout)
+        port = _free_port()
+        env = user_env(tmp, port)
+        if tuple(shlex.split(cmd)[:2]) in SERVERS:
+            run_server(cmd, cwd, env, port, tmp / f"server-{len(done)}.log")
+        else:
+            run_command(cmd, cwd, env)
+        done.append(cmd)
+    return done
+
+
+def test_the_readme_has_runnable_blocks():
+    blocks = readme_commands()
+    cmds = [c for _, b in blocks for c in b]
+    assert len(blocks) >= 3 and len(cmds) >= 8
+    # every skip is one of the justified ones; placeholders are not commands
+    for c in cmds:
+        assert not re.search(r"\b(RUN|PATH|FILE|ID|PID|STEP)\b", c), f"placeholder in a bash block: {c!r}"
+    assert {skipped(c) for c in cmds if skipped(c)} <= set(SKIP.values())
+
+
+@pytest.mark.parametrize("block", [i for i, _ in readme_commands()])
+def test_readme_block_runs_as_written(block, tmp_path_factory):
+    cmds = dict(readme_commands())[block]
+    before = untracked_in_checkout()
+    tmp = tmp_path_factory.mktemp(f"readme-{block}")
+    checkout = copy_checkout(tmp / "checkout")
+    ran = run_block(cmds, checkout, checkout, tmp)
+    if not any(f in " ".join(cmds) for f in CHECKOUT_FILES):
+        user = tmp / "user"
+        user.mkdir()
+        ran += run_block(cmds, user, checkout, tmp)
+    assert ran or all(skipped(c) for c in cmds)
+    assert untracked_in_checkout() == before, "a README command wrote inside the installed checkout"
