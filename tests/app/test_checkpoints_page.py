@@ -143,7 +143,7 @@ def test_replay_page_validates_the_checkpoint_param(project, tmp_path, value, ne
 def test_replay_page_with_a_checkpoint_replays_with_its_weights(project, tmp_path, monkeypatch):
     from tests.replay.test_checkpoint_and_guard import _run_with_checkpoints_then_bad_label
 
-    # An open server's anonymous visitor may trust code only where the operator says so.
+    # The operator allows the project's folder (the fixture) and lets this visitor trust it.
     monkeypatch.setenv("DEBUGKIT_CODE_TRUST", "anyone")
     run = _run_with_checkpoints_then_bad_label(tmp_path / "r")
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
