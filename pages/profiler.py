@@ -190,6 +190,9 @@ def render_sampled(entry: dict, prof):
     c[3].metric("Rate", f"{meta['rate_hz']:.0f} Hz" if meta.get("rate_hz") else "—")
     tool = (entry.get("tool") or meta.get("exporter") or entry["format"]).replace("@", " ")
     c[4].metric("Recorded by", tool.split(" ")[0], help=tool)
+    count = ap.explain_sample_count(opts.get("samples_reported"), prof, opts.get("errors_reported"))
+    if count and (count["launcher"] or count["unexplained"]):
+        st.caption(count["note"])  # numbers and our own words only
     if entry.get("command"):
         cmd = entry["command"] if isinstance(entry["command"], str) else " ".join(entry["command"])
         status = entry.get("exit_status")

@@ -883,3 +883,40 @@ def summarize_profile(profile, top: int = 20, by: str = "frame", thread_ids=None
         "workers": {"samples": int(workers.attrs["worker_samples"]), "busy_samples": int(workers.attrs["busy_samples"]),
                     "top": _worker_rows(workers)},
     }
+
+
+MSG_COUNT_AGREES = "py-spy reported {reported:,} samples; all {shown:,} are shown."
+MSG_COUNT_LAUNCHER = ("py-spy reported {reported:,} samples: {shown:,} of the profiled program are "
+                      "shown, and {launcher:,} of debugkit's own launcher process (the `debugkit "
+                      "profile` wrapper waiting for your script) are left out.")
+MSG_COUNT_UNEXPLAINED = (" {unexplained:,} samples py-spy counted are not in the file it wrote "
+                         "(samples it could not read: it reported {errors:,} errors).")
+MSG_COUNT_UNEXPLAINED_EXTRA = (" The file holds {unexplained:,} samples more than py-spy reported.")
+
+
+def explain_sample_count(reported, profile, errors=None) -> dict | None:
+    """Reconcile the sample count py-spy printed with the one the page shows.
+
+    ``reported`` is py-spy's own "Samples: N" (kept by ``debugkit profile`` as
+    ``pyspy.samples_reported``); ``profile`` the parsed profile, whose ``meta`` records
+    how many samples the file held and how many were debugkit's launcher's. Returns
+    ``{reported, in_file, launcher, shown, unexplained, note}``, or None when py-spy's
+    count was not recorded (an imported file)."""
+    if reported is None:
+        return None
+    reported = int(reported)
+    shown = int(profile.total_samples)
+    in_file = int(profile.meta.get("samples_in_file", shown))
+    launcher = int(profile.meta.get("launcher_samples", in_file - shown))
+    unexplained = reported - in_file
+    if launcher:
+        note = MSG_COUNT_LAUNCHER.format(reported=reported, shown=shown, launcher=launcher)
+    else:
+        note = MSG_COUNT_AGREES.format(reported=reported, shown=shown) if not unexplained else \
+            f"py-spy reported {reported:,} samples; {shown:,} are shown."
+    if unexplained > 0:
+        note += MSG_COUNT_UNEXPLAINED.format(unexplained=unexplained, errors=int(errors or 0))
+    elif unexplained < 0:
+        note += MSG_COUNT_UNEXPLAINED_EXTRA.format(unexplained=-unexplained)
+    return {"reported": reported, "in_file": in_file, "launcher": launcher, "shown": shown,
+            "unexplained": unexplained, "note": note}

@@ -57,11 +57,13 @@ def summarize(path, profile_id=None, top=20, by="frame", threads="all", include_
             entry = entries[-1]
         obj = read_entry(entry)
         where = {"run": str(r.path), "profile": entry["id"]}
+        pyspy = entry.get("pyspy") or {}
     else:
         if profile_id:
             raise InvalidInputError("--profile only applies to a run directory")
         obj = read_any(p)
         where = {"file": str(p)}
+        pyspy = {}
     if isinstance(obj, SampledProfile):
         from ..analysis.profile import summarize_profile
 
@@ -73,6 +75,11 @@ def summarize(path, profile_id=None, top=20, by="frame", threads="all", include_
                                         f"(it has: {', '.join(sorted(set(obj.threads['role'])))})")
         out = summarize_profile(obj, top=top, by=by, thread_ids=ids, include_idle=idle)
         out["threads_counted"] = threads
+        from ..analysis.profile import explain_sample_count
+
+        # py-spy's own "Samples: N" against what is shown (None for an imported file).
+        out["sample_count"] = explain_sample_count(pyspy.get("samples_reported"), obj,
+                                                   pyspy.get("errors_reported"))
     elif isinstance(obj, StackDump):
         out = {"format": "pyspy-dump", "threads": obj.threads.drop(columns=["thread"]).to_dict("records")}
     else:
@@ -112,6 +119,8 @@ def run(args) -> int:
         return 0
     dur = f", {s['duration_s']:.1f} s" if s.get("duration_s") else ""
     print(f"{s['format']}: {s['samples']:,} samples{dur}, {len(s['threads'])} threads")
+    if s.get("sample_count"):
+        print(s["sample_count"]["note"])
     idle = s.get("idle") or {}
     for title, key in (("self", "top_self"), ("total", "top_total")):
         print(f"\ntop {title}:")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .. import __version__
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: meta holds samples_in_file / launcher_samples
 TABLES = ("frames", "counts", "threads")
 ARRAYS = ("stack_frames", "stack_offsets")
 DONE = "profile.json"  # written last: a folder with it is complete

@@ -172,7 +172,9 @@ class SampledProfile:
         ``thread``: another thread of it; ``dataloader``: a thread of a DataLoader worker
         process; ``process``: a thread of another subprocess), ``samples``, ``weight_s``.
     meta : dict
-        ``exporter``, ``name``, ``unit``, ``duration_s``, ``rate_hz`` (when known).
+        ``exporter``, ``name``, ``unit``, ``duration_s``, ``rate_hz`` (when known);
+        ``samples_in_file`` (every sample the file held) and ``launcher_samples`` (those
+        of debugkit's own launcher process, left out of ``counts``).
     """
 
     format: str
@@ -269,7 +271,12 @@ class _Builder:
         threads = _finish_threads(self.threads, counts, frames, flat, offsets,
                                   getattr(self, "drop_pids", ()), getattr(self, "keep_pids", ()))
         keep = threads["thread_id"].to_numpy()
+        in_file = int(counts["samples"].sum())
         counts = counts[counts["thread_id"].isin(keep)].reset_index(drop=True)
+        # What the file held and what was left out as debugkit's own launcher, so that a
+        # count py-spy printed can be reconciled with the one shown.
+        meta = {**meta, "samples_in_file": in_file,
+                "launcher_samples": in_file - int(counts["samples"].sum())}
         prof = SampledProfile(fmt, frames, flat, offsets, counts, threads, meta)
         if prof.total_samples == 0:
             raise ProfileError(MSG_NO_SAMPLES.format(path=path))

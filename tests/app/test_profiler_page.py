@@ -50,6 +50,9 @@ def test_sampled_profile_view():
     flame = figure(at, 1)["data"][0]
     assert flame["values"][0] == 12307  # every main-thread sample
     assert len(at.dataframe) >= 2
+    # py-spy printed 59,614 samples; the page shows 46,959 and says where the rest went.
+    assert any("py-spy reported 59,614 samples: 46,959 of the profiled program are shown, and "
+               "12,655 of debugkit's own launcher" in c.value for c in at.caption)
 
 
 def test_search_highlights_the_matching_frames():

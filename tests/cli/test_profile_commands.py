@@ -239,6 +239,53 @@ def test_profile_summary_json_of_the_sample(capsys):
     assert abs(s["top_self"][0]["fraction"] - s["top_self"][0]["samples"] / 46959) < 1e-6
 
 
+@pytest.mark.parametrize("profile, reported, shown, launcher", [
+    ("train", 59614, 46959, 12655), ("train-no-workers", 26008, 14992, 11016)])
+def test_pyspys_sample_count_is_explained(tmp_path, profile, reported, shown, launcher):
+    """py-spy's own "Samples: N" (kept in the manifest) against the count shown: the
+    difference is exactly debugkit's launcher process, left out. Through the console
+    script, from another folder, with a relative path."""
+    work = tmp_path / "work"
+    shutil.copytree(SAMPLE_RUNS / "digits-profiled", work / "runs" / "p")
+    out = subprocess.run([shutil.which("debugkit") or "debugkit", "profile-summary", "runs/p", "--profile",
+                          profile, "--json", "--top", "1"], cwd=work, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    s = json.loads(out.stdout)
+    assert s["samples"] == shown
+    c = s["sample_count"]
+    assert c == {"reported": reported, "in_file": reported, "launcher": launcher, "shown": shown,
+                 "unexplained": 0, "note": c["note"]}
+    assert c["note"].startswith(f"py-spy reported {reported:,} samples: {shown:,} of the profiled program")
+    text = subprocess.run([shutil.which("debugkit") or "debugkit", "profile-summary", "runs/p", "--profile",
+                           profile, "--top", "1"], cwd=work, capture_output=True, text=True, timeout=300)
+    assert f"{launcher:,} of debugkit's own launcher process" in text.stdout
+
+
+def test_sample_count_differences_are_named():
+    from debugkit.analysis.profile import explain_sample_count
+    from debugkit.io.profile_store import read_any
+
+    prof = read_any(SAMPLE_RUNS / "digits-profiled/profiles/train-no-workers.speedscope.json.gz")
+    assert explain_sample_count(None, prof) is None  # an imported file: py-spy's count unknown
+    c = explain_sample_count(26010, prof, errors=2)
+    assert c["unexplained"] == 2 and "2 samples py-spy counted are not in the file" in c["note"]
+    c = explain_sample_count(26000, prof)
+    assert c["unexplained"] == -8 and "holds 8 samples more than py-spy reported" in c["note"]
+
+
+def test_an_imported_file_has_no_pyspy_count(capsys):
+    import gzip
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "p.json"
+        f.write_bytes(gzip.decompress((SAMPLE_RUNS / "digits-profiled/profiles/train.speedscope.json.gz").read_bytes()))
+        assert main(["profile-summary", str(f), "--json", "--top", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["sample_count"] is None
+
+
 def test_profile_summary_json_of_a_chrome_trace(tmp_path, capsys):
     import gzip
 
