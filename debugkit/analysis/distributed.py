@@ -108,27 +108,86 @@ def compute_straggler_windows(times, window: int = STRAGGLER_WINDOW):
     cols = ["window_start", "window_end", "rank", "busy_s", "data_wait_s", "compute_s", "ratio"]
     if times.empty or times["rank"].nunique() < 2:
         return pd.DataFrame(columns=cols)
+    import numpy as np
+
     n_ranks = times["rank"].nunique()
     counts = times.groupby("step")["rank"].nunique()
     full = counts.index[counts == n_ranks]
     # The first step of a segment has no data wait (nothing before it): leave it out.
     t = times[times["step"].isin(full) & (times["step"] > times["step"].min())]
-    steps = sorted(t["step"].unique())
-    rows = []
-    for i in range(0, len(steps), max(1, int(window))):
-        chunk = steps[i:i + window]
-        if len(chunk) < max(3, window // 2) and rows:
-            break  # a short tail window is too noisy to judge on its own
-        w = t[t["step"].isin(chunk)]
-        med = w.groupby("rank")[["busy_s", "data_wait_s", "compute_s"]].median()
-        for r in med.index:
-            ref = float(med.loc[med.index != r, "busy_s"].median())
-            rows.append({"window_start": int(chunk[0]), "window_end": int(chunk[-1]), "rank": int(r),
-                         "busy_s": float(med.loc[r, "busy_s"]),
-                         "data_wait_s": float(med.loc[r, "data_wait_s"]),
-                         "compute_s": float(med.loc[r, "compute_s"]),
-                         "ratio": float(med.loc[r, "busy_s"]) / ref if ref > 0 else math.nan})
-    return pd.DataFrame(rows, columns=cols)
+    steps = np.sort(t["step"].unique())
+    if not len(steps):
+        return pd.DataFrame(columns=cols)
+    w = max(1, int(window))
+    chunk_of = np.arange(len(steps)) // w
+    n_chunks = int(chunk_of[-1]) + 1
+    # A short window after the first is too noisy to judge on its own: stop before it.
+    lengths = np.bincount(chunk_of, minlength=n_chunks)
+    short = np.flatnonzero(lengths[1:] < max(3, window // 2))
+    keep = int(short[0]) + 1 if len(short) else n_chunks
+    starts = steps[::w][:keep]
+    ends = steps[np.minimum(np.arange(keep) * w + w, len(steps)) - 1]
+    chunk = pd.Series(chunk_of, index=steps)
+    t = t.assign(_chunk=t["step"].map(chunk))
+    t = t[t["_chunk"] < keep]
+    # Medians per (window, rank): one grouped pass, not one per window.
+    med = t.groupby(["_chunk", "rank"], sort=True)[["busy_s", "data_wait_s", "compute_s"]].median()
+    busy = med["busy_s"].unstack("rank").sort_index()
+    ranks = busy.columns.to_numpy()
+    ref = _median_of_others(busy.to_numpy(dtype=float))
+    own = busy.to_numpy(dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(ref > 0, own / ref, np.nan)
+    wi = busy.index.to_numpy()
+    out = pd.DataFrame({
+        "window_start": np.repeat(starts[wi], len(ranks)).astype(np.int64),
+        "window_end": np.repeat(ends[wi], len(ranks)).astype(np.int64),
+        "rank": np.tile(ranks, len(wi)).astype(np.int64),
+        "busy_s": own.ravel(),
+        "ratio": ratio.ravel(),
+    })
+    idx = pd.MultiIndex.from_arrays([np.repeat(wi, len(ranks)), np.tile(ranks, len(wi))])
+    for c in ("data_wait_s", "compute_s"):
+        out[c] = med[c].reindex(idx).to_numpy(dtype=float)
+    # Only steps every rank recorded are used, so every rank is in every window.
+    return out[cols]
+
+
+def _median_of_others(m):
+    """Row-wise: for every column j, the median of the row's other columns (NaN skipped).
+
+    Sorting each row once gives every leave-one-out median: with the row sorted and
+    element j at sorted position p, the remaining n-1 values are the sorted row without
+    position p."""
+    import numpy as np
+
+    n_rows, n = m.shape
+    out = np.full((n_rows, n), np.nan)
+    if n < 2:
+        return out
+    finite = ~np.isnan(m).any(axis=1)
+    a = m[finite]
+    if len(a):
+        order = np.argsort(a, axis=1, kind="stable")
+        s = np.take_along_axis(a, order, axis=1)
+        pos = np.empty_like(order)
+        np.put_along_axis(pos, order, np.arange(n)[None, :].repeat(len(a), 0), axis=1)
+        k = n - 1  # values left
+
+        def rem(i):  # the i-th smallest of the row without position pos
+            return np.take_along_axis(s, np.where(i < pos, i, i + 1), axis=1)
+
+        if k % 2:
+            res = rem(np.full_like(pos, k // 2))
+        else:
+            res = (rem(np.full_like(pos, k // 2 - 1)) + rem(np.full_like(pos, k // 2))) / 2
+        out[finite] = res
+    for i in np.flatnonzero(~finite):  # rows with a missing median: the plain way
+        row = m[i]
+        for j in range(n):
+            rest = np.delete(row, j)
+            out[i, j] = np.nanmedian(rest) if (~np.isnan(rest)).any() else np.nan
+    return out
 
 
 def detect_stragglers(times, *, window: int = STRAGGLER_WINDOW, ratio: float = STRAGGLER_RATIO,
