@@ -12,7 +12,6 @@ from .._fsutil import read_json
 from .. import format as fmt
 from ..errors import RunDirError
 
-HANGS_DIR = "hangs"
 _DUMP = re.compile(r"^(?P<seg>\d+)-s(?P<step>\d+)-(?P<n>\d+)\.json$")
 _SAFE_NAME = re.compile(r"^[0-9]+-s[0-9]+-[0-9]+(\.pyspy)?\.(txt|json)$")
 
@@ -80,7 +79,7 @@ def read_hangs(run) -> list[dict]:
     """
     out = []
     for r in run.ranks:
-        d = run.path / fmt.RANKS_DIR / str(r) / HANGS_DIR
+        d = run.path / fmt.RANKS_DIR / str(r) / fmt.HANGS_DIR
         try:
             if not d.is_dir():
                 continue
@@ -110,7 +109,7 @@ def read_hang_file(run, rank: int, name: str) -> str:
     ``<stem>.pyspy.txt``); ``name`` is checked against the dump naming scheme."""
     if not isinstance(name, str) or not _SAFE_NAME.match(name):
         raise RunDirError(f"hang dump file {name!r}: expected a name like '000-s0000012-1.txt'")
-    p = run.path / fmt.RANKS_DIR / str(int(rank)) / HANGS_DIR / name
+    p = run.path / fmt.RANKS_DIR / str(int(rank)) / fmt.HANGS_DIR / name
     try:
         return p.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:

@@ -504,7 +504,7 @@ def read_snapshot(path: str | os.PathLike, *, cache: bool = True) -> MemorySnaps
 def _cache_entry(p: Path) -> Path | None:
     import hashlib
 
-    from .upload import cache_dir
+    from .._fsutil import cache_dir
 
     try:
         st = p.stat()
@@ -617,14 +617,11 @@ def summarize(snap: MemorySnapshot) -> dict:
 def _create_run_if_missing(run_dir: Path) -> None:
     """A new run for an imported snapshot, as the other importers make one: a missing or
     empty folder gets a minimal manifest (a folder holding other files is left to
-    :func:`open_run`, which refuses it)."""
-    from .._fsutil import atomic_write_json
-    from .profile_store import _new_manifest
-
+    :func:`debugkit.format.read_manifest`, which refuses it)."""
     if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
         return
     run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(run_dir / fmt.MANIFEST, _new_manifest(run_dir))
+    fmt.update_manifest(run_dir, lambda old: old or fmt.minimal_manifest(run_dir))
 
 
 def import_snapshot(src: str | os.PathLike, run_dir: str | os.PathLike, *, rank: int = 0,
@@ -640,8 +637,6 @@ def import_snapshot(src: str | os.PathLike, run_dir: str | os.PathLike, *, rank:
     dict
         The sidecar record plus ``summary`` (see :func:`summarize`).
     """
-    from .run import open_run
-
     src = Path(src)
     if Path(run_dir).expanduser().is_file():
         raise RunDirError(f"{run_dir}: a zipped run is read-only; unzip it to add a snapshot")
@@ -650,14 +645,15 @@ def import_snapshot(src: str | os.PathLike, run_dir: str | os.PathLike, *, rank:
     if step is not None and (not isinstance(step, int) or step < 0):
         raise InvalidInputError(f"--step {step!r}: expected an integer >= 0")
     snap = read_snapshot(src)  # checked before anything is written
-    _create_run_if_missing(Path(run_dir).expanduser())
-    run = open_run(run_dir)
+    run_path = Path(run_dir).expanduser()
+    _create_run_if_missing(run_path)
+    fmt.read_manifest(run_path)  # the format's check: a run this debugkit can read
     if name is None:
         stem = re.sub(r"[^A-Za-z0-9._-]+", "-", src.name[: -len(src.suffix)] if src.suffix else src.name)
         name = f"r{rank}-imported-{stem.strip('-.') or 'snapshot'}"[:100]
     if not _NAME.match(name):
         raise InvalidInputError(MSG_BAD_NAME.format(name=name))
-    d = run.path / fmt.MEMORY_SNAPSHOTS_DIR
+    d = run_path / fmt.MEMORY_SNAPSHOTS_DIR
     d.mkdir(parents=True, exist_ok=True)
     final = d / f"{name}{fmt.SNAPSHOT_SUFFIX}"
     if final.exists():

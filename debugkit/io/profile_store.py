@@ -14,14 +14,13 @@ import json
 import os
 import re
 import shutil
-import socket
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 from .. import format as fmt
-from .._fsutil import atomic_write_json, check_regular_file, read_json, sha256_file
+from .._fsutil import check_regular_file, sha256_file
 from ..errors import InvalidInputError, ProfileError, RunDirError
 
 FORMATS = ("speedscope", "raw", "chrome-trace", "pyspy-dump")
@@ -92,49 +91,6 @@ def _run_dir(path: str | os.PathLike) -> Path:
     return p
 
 
-@contextlib.contextmanager
-def _locked(run_dir: Path):
-    """An exclusive advisory lock on the run directory itself (no lock file left behind)
-    while the manifest is read, changed and replaced."""
-    (run_dir / fmt.PROFILES_DIR).mkdir(parents=True, exist_ok=True)
-    try:
-        import fcntl
-    except ImportError:  # Windows: no advisory locks; a lone writer is still fine
-        yield
-        return
-    fd = os.open(run_dir, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
-
-
-def _read_manifest(run_dir: Path) -> dict | None:
-    mpath = run_dir / fmt.MANIFEST
-    if not mpath.exists():
-        return None
-    try:
-        m = read_json(mpath)
-    except (OSError, ValueError) as exc:
-        raise RunDirError(f"{mpath}: manifest.json is not valid JSON ({exc}); "
-                          "not adding a profile to it") from exc
-    if not isinstance(m, dict):
-        raise RunDirError(f"{mpath}: manifest.json is not a JSON object; not adding a profile to it")
-    return m
-
-
-def _new_manifest(run_dir: Path) -> dict:
-    """A minimal manifest for a run folder that only holds profiles (the profiled program
-    did not record a debugkit run)."""
-    return {"schema_version": fmt.SCHEMA_VERSION, "run_id": uuid.uuid4().hex[:12],
-            "name": run_dir.name, "created_at": time.time(), "config": {},
-            "env": {"host": socket.gethostname()}}
-
-
 def add_profile(run_dir: str | os.PathLike, source: str | os.PathLike, *, format: str | None = None,
                 name: str | None = None, origin: str = "import", info: dict | None = None,
                 parsed=None) -> dict:
@@ -182,10 +138,14 @@ def add_profile(run_dir: str | os.PathLike, source: str | os.PathLike, *, format
     base = validate_profile_id(name) if name else f"{format.split('-')[0]}-{time.strftime('%Y%m%d-%H%M%S')}"
     run.mkdir(parents=True, exist_ok=True)
     pdir = run / fmt.PROFILES_DIR
-    with _locked(run):
-        manifest = _read_manifest(run)
-        created = manifest is None
-        manifest = manifest or _new_manifest(run)
+    pdir.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Any] = {}
+
+    def change(manifest: dict | None) -> dict:
+        # Runs under the run's lock (format.update_manifest): the id is chosen, the file
+        # copied and the entry listed while no other writer can change the manifest.
+        written["created"] = manifest is None
+        manifest = manifest or fmt.minimal_manifest(run)
         listed = manifest.get(fmt.PROFILES_FIELD)
         listed = list(listed) if isinstance(listed, list) else []
         taken = {e.get("id") for e in listed if isinstance(e, dict)}
@@ -211,17 +171,22 @@ def add_profile(run_dir: str | os.PathLike, source: str | os.PathLike, *, format
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise
-        entry = {"id": pid, "kind": KIND[format], "format": format,
-                 "file": f"{fmt.PROFILES_DIR}/{final.name}", "bytes": final.stat().st_size,
-                 "sha256": sha256_file(final), "created_at": time.time(), "origin": origin,
-                 "original_name": src.name, "summary": summary, **(info or {})}
-        listed.append(entry)
+        written["final"] = final
+        written["entry"] = {"id": pid, "kind": KIND[format], "format": format,
+                            "file": f"{fmt.PROFILES_DIR}/{final.name}", "bytes": final.stat().st_size,
+                            "sha256": sha256_file(final), "created_at": time.time(), "origin": origin,
+                            "original_name": src.name, "summary": summary, **(info or {})}
+        listed.append(written["entry"])
         manifest[fmt.PROFILES_FIELD] = listed
-        try:
-            atomic_write_json(run / fmt.MANIFEST, manifest)
-        except BaseException:
-            final.unlink(missing_ok=True)
-            raise
+        return manifest
+
+    try:
+        fmt.update_manifest(run, change, action="adding a profile to it")
+    except BaseException:
+        if "entry" in written:  # copied but not listed: remove the file again
+            written["final"].unlink(missing_ok=True)
+        raise
+    entry, final, created = written["entry"], written["final"], written["created"]
     entry["path"] = str(final)
     entry["created_run"] = created
     return entry

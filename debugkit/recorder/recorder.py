@@ -138,6 +138,19 @@ class _Step:
         return False
 
 
+
+def _resumed(manifest: dict, old: dict | None, now: float) -> dict:
+    """The manifest a starting Recorder writes over ``old`` (None for a new run): a
+    resumed run keeps its identity and whatever other writers added (profiles, ...)."""
+    if old is None:
+        return manifest
+    manifest["run_id"] = old.get("run_id", manifest["run_id"])
+    manifest["created_at"] = old.get("created_at", now)
+    manifest["resumed_at"] = old.get("resumed_at", []) + [now]
+    for k, v in old.items():
+        manifest.setdefault(k, v)
+    return manifest
+
 class Recorder:
     """Record a training run into a debugkit run directory.
 
@@ -243,7 +256,6 @@ class Recorder:
                       (("model_factory", model_factory), ("step_fn", step_fn)) if v}
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        manifest_path = self.run_dir / fmt.MANIFEST
         self.run_id = uuid.uuid4().hex[:12]
         now = time.time()
         if self.rank == 0:
@@ -269,28 +281,16 @@ class Recorder:
                 "guard": None if self._guard is None else
                 {"action": guard_action, "spec": self._guard.to_dict()},
             }
-            if manifest_path.exists():  # a resumed run keeps its identity
-                try:
-                    import json
-
-                    old = json.loads(manifest_path.read_text())
-                    manifest["run_id"] = old.get("run_id", manifest["run_id"])
-                    manifest["created_at"] = old.get("created_at", now)
-                    manifest["resumed_at"] = old.get("resumed_at", []) + [now]
-                    # Keep what other writers added (profiles, ...).
-                    for k, v in old.items():
-                        manifest.setdefault(k, v)
-                except (OSError, ValueError):
-                    pass
+            manifest = fmt.update_manifest(self.run_dir, lambda old: _resumed(manifest, old, now),
+                                           unreadable="replace")
             self.run_id = manifest["run_id"]
-            atomic_write_json(manifest_path, manifest)
             self._start_pip_check()
 
         rank_dir = self.run_dir / fmt.RANKS_DIR / str(self.rank)
         rank_dir.mkdir(parents=True, exist_ok=True)
         self._writer = RankWriter(rank_dir, n_layers=len(self.layers) + 1,
                                   flush_every_s=flush_every_s)
-        atomic_write_json(rank_dir / f"meta-{self._writer.segment:03d}.json", {
+        atomic_write_json(rank_dir / fmt.RANK_META.format(segment=self._writer.segment), {
             "rank": self.rank, "world_size": self.world_size, "local_rank": dist["local_rank"],
             "host": dist["host"], "pid": os.getpid(), "device": str(self.device),
             "local_world_size": dist["local_world_size"], "node_rank": dist["node_rank"],

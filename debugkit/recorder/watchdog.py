@@ -35,8 +35,8 @@ import traceback
 from pathlib import Path
 
 from .._fsutil import atomic_write_json
+from ..format import HANGS_DIR
 
-HANGS_DIR = "hangs"           # ranks/<rank>/hangs/ (dumps) and <run>/hangs/ (requests)
 REQUEST_MAX_AGE_S = 600.0     # older dump requests are ignored
 PYSPY_TIMEOUT_S = 20.0
 MAX_FRAMES = 200

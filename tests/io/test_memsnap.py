@@ -270,7 +270,7 @@ def test_second_read_comes_from_the_parsed_cache_and_is_identical(tmp_path):
 
 
 def test_a_damaged_cache_entry_is_parsed_again(tmp_path):
-    from debugkit.io.upload import cache_dir
+    from debugkit._fsutil import cache_dir
 
     p = tmp_path / "s.pickle"
     leaky_training(4).dump(p)
@@ -283,7 +283,7 @@ def test_a_damaged_cache_entry_is_parsed_again(tmp_path):
 
 
 def test_cache_can_be_skipped(tmp_path):
-    from debugkit.io.upload import cache_dir
+    from debugkit._fsutil import cache_dir
 
     p = tmp_path / "s.pickle"
     leaky_training(2).dump(p)
