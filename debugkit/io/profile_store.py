@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import json
 import os
 import re
 import shutil
@@ -21,7 +20,7 @@ from typing import Any
 
 from .. import format as fmt
 from .._fsutil import check_regular_file, sha256_file
-from ..errors import InvalidInputError, ProfileError, RunDirError
+from ..errors import InvalidInputError, ProfileFileError, RunDirError
 
 FORMATS = ("speedscope", "raw", "chrome-trace", "pyspy-dump")
 KIND = {"speedscope": "sampled", "raw": "sampled", "chrome-trace": "trace", "pyspy-dump": "stacks"}
@@ -59,7 +58,7 @@ def read_any(path: str | os.PathLike, format: str | None = None, *, drop_pids=()
         return chrome_trace.read_chrome_trace(path)
     if format == "pyspy-dump":
         return profiles.read_stack_dump(path)
-    raise ProfileError(f"{path}: unknown profile format {format!r}")
+    raise ProfileFileError(f"{path}: unknown profile format {format!r}")
 
 
 def summary_of(obj) -> dict:
@@ -128,10 +127,10 @@ def add_profile(run_dir: str | os.PathLike, source: str | os.PathLike, *, format
     run = _run_dir(run_dir)
     src = Path(source)
     if not src.is_file():
-        raise ProfileError(f"{src}: no such file")
+        raise ProfileFileError(f"{src}: no such file")
     format = format or profiles.sniff_format(src)
     if format not in FORMATS:
-        raise ProfileError(f"{src}: unknown profile format {format!r}")
+        raise ProfileFileError(f"{src}: unknown profile format {format!r}")
     obj = parsed if parsed is not None else read_any(
         src, format, drop_pids=[(info or {}).get("launcher_pid")], keep_pids=[(info or {}).get("pid")])
     summary = summary_of(obj)

@@ -10,7 +10,7 @@ only the distinct stacks are parsed.
 py-spy's pseudo-frames are taken out of the stacks and kept as thread facts:
 ``process PID:"command"`` (``--subprocesses``) and ``thread (TID): name`` (raw output
 with ``--threads``). Threads of debugkit's own launcher process (see
-:mod:`debugkit.recorder.pyspy`) are dropped.
+:mod:`debugkit.cli._pyspy`) are dropped.
 
 Every reader accepts the file gzip-compressed (detected by its magic bytes).
 """
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .._fsutil import check_regular_file
-from ..errors import ProfileError
+from ..errors import ProfileFileError
 from . import jsonscan
 
 # Message templates (tests match on these).
@@ -56,7 +56,13 @@ _SPEEDSCOPE_THREAD = re.compile(
     r'^(?:Process (?P<pid>\d+) )?Thread (?P<tid>0[xX][0-9a-fA-F]+|\d+)(?: "(?P<name>.*)")?$', re.S)
 MAIN_THREAD_NAME = "MainThread"  # threading's name for the interpreter's main thread
 # debugkit's launcher (debugkit profile RUN -- cmd): its own threads are not the user's.
-LAUNCHER_MARK = "debugkit/recorder/_pyspy_child.py"
+#: The launcher `debugkit profile` runs under py-spy (its samples are not the program's):
+#: where it lives now, and where profiles recorded before issue 21 name it.
+LAUNCHER_MARKS = ("debugkit/cli/_pyspy_child.py", "debugkit/recorder/_pyspy_child.py")
+
+
+def _is_launcher(text: str) -> bool:
+    return any(mark in text for mark in LAUNCHER_MARKS)
 # A DataLoader worker process runs this loop.
 WORKER_LOOP_FILE = "torch/utils/data/_utils/worker.py"
 WORKER_LOOP = "_worker_loop"
@@ -77,14 +83,14 @@ def read_bytes(path: str | os.PathLike) -> bytes:
                 try:
                     return gzip.GzipFile(fileobj=f).read()
                 except (OSError, EOFError) as exc:
-                    raise ProfileError(MSG_TRUNCATED.format(
+                    raise ProfileFileError(MSG_TRUNCATED.format(
                         path=p, offset=f.tell(), line="?",
                         detail=f" (gzip stream: {exc})")) from exc
             return f.read()
     except FileNotFoundError as exc:
-        raise ProfileError(f"{p}: no such file") from exc
+        raise ProfileFileError(f"{p}: no such file") from exc
     except IsADirectoryError as exc:
-        raise ProfileError(f"{p}: is a directory, expected a profile file") from exc
+        raise ProfileFileError(f"{p}: is a directory, expected a profile file") from exc
 
 
 def open_binary(path: str | os.PathLike):
@@ -94,9 +100,9 @@ def open_binary(path: str | os.PathLike):
         check_regular_file(p)  # a FIFO would block open() forever
         f = open(p, "rb")
     except FileNotFoundError as exc:
-        raise ProfileError(f"{p}: no such file") from exc
+        raise ProfileFileError(f"{p}: no such file") from exc
     except IsADirectoryError as exc:
-        raise ProfileError(f"{p}: is a directory, expected a profile file") from exc
+        raise ProfileFileError(f"{p}: is a directory, expected a profile file") from exc
     if f.read(2) == GZIP_MAGIC:
         f.seek(0)
         return gzip.GzipFile(fileobj=f, mode="rb")
@@ -109,14 +115,14 @@ def sniff_format(path: str | os.PathLike) -> str:
 
     Raises
     ------
-    ProfileError
+    ProfileFileError
         The file is empty or none of those.
     """
     with open_binary(path) as f:
         try:
             head = f.read(1 << 16)
         except (OSError, EOFError) as exc:
-            raise ProfileError(MSG_TRUNCATED.format(path=path, offset=0, line=1,
+            raise ProfileFileError(MSG_TRUNCATED.format(path=path, offset=0, line=1,
                                                     detail=f" (gzip stream: {exc})")) from exc
     return sniff_bytes(head, path)
 
@@ -124,7 +130,7 @@ def sniff_format(path: str | os.PathLike) -> str:
 def sniff_bytes(head: bytes, path: Any = "<bytes>") -> str:
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if not text:
-        raise ProfileError(MSG_EMPTY_FILE.format(path=path))
+        raise ProfileFileError(MSG_EMPTY_FILE.format(path=path))
     if text[:1] == b"{":
         if SPEEDSCOPE_SCHEMA.encode() in head or (b'"shared"' in head and b'"profiles"' in head):
             return "speedscope"
@@ -132,7 +138,7 @@ def sniff_bytes(head: bytes, path: Any = "<bytes>") -> str:
             return "chrome-trace"
         if b'"debugkit-stacks"' in head:
             return "pyspy-dump"
-        raise ProfileError(MSG_UNKNOWN_FORMAT.format(path=path))
+        raise ProfileFileError(MSG_UNKNOWN_FORMAT.format(path=path))
     if text[:1] == b"[":
         body = text[1:].lstrip()
         if body[:1] in (b"{", b"]", b""):
@@ -140,11 +146,11 @@ def sniff_bytes(head: bytes, path: Any = "<bytes>") -> str:
                 return "pyspy-dump"
             if b'"ph"' in head or body[:1] in (b"]", b""):
                 return "chrome-trace"
-        raise ProfileError(MSG_UNKNOWN_FORMAT.format(path=path))
+        raise ProfileFileError(MSG_UNKNOWN_FORMAT.format(path=path))
     first = text.split(b"\n", 1)[0].rstrip(b"\r")
     if re.match(rb"^.+ \d+$", first):
         return "raw"
-    raise ProfileError(MSG_UNKNOWN_FORMAT.format(path=path))
+    raise ProfileFileError(MSG_UNKNOWN_FORMAT.format(path=path))
 
 
 # ---------------------------------------------------------------------------- the model
@@ -279,7 +285,7 @@ class _Builder:
                 "launcher_samples": in_file - int(counts["samples"].sum())}
         prof = SampledProfile(fmt, frames, flat, offsets, counts, threads, meta)
         if prof.total_samples == 0:
-            raise ProfileError(MSG_NO_SAMPLES.format(path=path))
+            raise ProfileFileError(MSG_NO_SAMPLES.format(path=path))
         return prof
 
 
@@ -292,13 +298,13 @@ def _finish_threads(threads: list[dict], counts, frames, flat, offsets, drop_pid
     import pandas as pd
 
     rows = []
-    launcher = {t.get("pid") for t in threads if LAUNCHER_MARK in (t.get("process") or "")}
+    launcher = {t.get("pid") for t in threads if _is_launcher(t.get("process") or "")}
     launcher |= {p for p in drop_pids if p is not None}
     # ...and from the process chains (the launcher has no threads left when py-spy did
     # not sample it, but it still heads every chain).
     for t in threads:
         for pid, cmd in t.get("chain_cmds") or []:
-            if LAUNCHER_MARK in cmd:
+            if _is_launcher(cmd):
                 launcher.add(pid)
     # The profiled program itself (``keep_pids``: its pid, recorded by ``debugkit profile``)
     # is never the launcher, even when py-spy read its command line between the
@@ -306,7 +312,7 @@ def _finish_threads(threads: list[dict], counts, frames, flat, offsets, drop_pid
     keep = {p for p in keep_pids if p is not None}
     launcher -= keep
     for t in threads:
-        if t.get("pid") in keep and LAUNCHER_MARK in (t.get("process") or ""):
+        if t.get("pid") in keep and _is_launcher(t.get("process") or ""):
             t = {**t, "process": ""}
         if t.get("pid") in launcher and t.get("pid") is not None:
             continue
@@ -452,7 +458,7 @@ def read_collapsed(path: str | os.PathLike, data: bytes | None = None, *,
     """
     data = read_bytes(path) if data is None else data
     if not data.strip():
-        raise ProfileError(MSG_EMPTY_FILE.format(path=path))
+        raise ProfileFileError(MSG_EMPTY_FILE.format(path=path))
     b = _Builder()
     b.drop_pids = tuple(drop_pids)
     b.keep_pids = tuple(keep_pids)
@@ -464,7 +470,7 @@ def read_collapsed(path: str | os.PathLike, data: bytes | None = None, *,
             continue
         stack_text, sep, count_text = line.rpartition(" ")
         if not sep or not count_text.isdigit() or not stack_text:
-            raise ProfileError(MSG_RAW_LINE.format(path=path, line=lineno, text=line[:120]))
+            raise ProfileFileError(MSG_RAW_LINE.format(path=path, line=lineno, text=line[:120]))
         count = int(count_text)
         chain, thread, rest = _split_pseudo(stack_text)
         real = rest.split(";") if rest else []
@@ -502,7 +508,7 @@ def read_speedscope(path: str | os.PathLike, data: bytes | None = None,
 
     data = read_bytes(path) if data is None else data
     if not data.strip():
-        raise ProfileError(MSG_EMPTY_FILE.format(path=path))
+        raise ProfileFileError(MSG_EMPTY_FILE.format(path=path))
     places, doc = None, None
     found = _locate_compact(data)
     if found is not None:
@@ -516,18 +522,18 @@ def read_speedscope(path: str | os.PathLike, data: bytes | None = None,
         try:
             doc = orjson.loads(skeleton)
         except orjson.JSONDecodeError as exc:
-            raise ProfileError(MSG_BAD_JSON.format(path=path, detail=exc)) from exc
+            raise ProfileFileError(MSG_BAD_JSON.format(path=path, detail=exc)) from exc
     else:
         samples_of, weights_of = places
     if not isinstance(doc, dict):
-        raise ProfileError(MSG_SCHEMA.format(path=path, where="(root)", detail="expected a JSON object"))
+        raise ProfileFileError(MSG_SCHEMA.format(path=path, where="(root)", detail="expected a JSON object"))
     frames_doc = (doc.get("shared") or {}).get("frames") if isinstance(doc.get("shared"), dict) else None
     if not isinstance(frames_doc, list):
-        raise ProfileError(MSG_SCHEMA.format(path=path, where="shared.frames",
+        raise ProfileFileError(MSG_SCHEMA.format(path=path, where="shared.frames",
                                              detail="missing or not a list"))
     profiles = doc.get("profiles")
     if not isinstance(profiles, list) or not profiles:
-        raise ProfileError(MSG_NO_SAMPLES.format(path=path))
+        raise ProfileFileError(MSG_NO_SAMPLES.format(path=path))
     b = _Builder()
     b.drop_pids = tuple(drop_pids)
     b.keep_pids = tuple(keep_pids)
@@ -536,7 +542,7 @@ def read_speedscope(path: str | os.PathLike, data: bytes | None = None,
     pseudo: dict[int, tuple[int, str]] = {}
     for i, fr in enumerate(frames_doc):
         if not isinstance(fr, dict) or not isinstance(fr.get("name"), str):
-            raise ProfileError(MSG_SCHEMA.format(path=path, where=f"shared.frames[{i}]",
+            raise ProfileFileError(MSG_SCHEMA.format(path=path, where=f"shared.frames[{i}]",
                                                  detail="expected an object with a string 'name'"))
         m = _PROCESS_FRAME.match(fr["name"])
         if m and not fr.get("file") and not fr.get("line"):
@@ -552,24 +558,24 @@ def read_speedscope(path: str | os.PathLike, data: bytes | None = None,
     for i, prof in enumerate(profiles):
         where = f"profiles[{i}]"
         if not isinstance(prof, dict):
-            raise ProfileError(MSG_SCHEMA.format(path=path, where=where, detail="not an object"))
+            raise ProfileFileError(MSG_SCHEMA.format(path=path, where=where, detail="not an object"))
         if prof.get("type") == "evented":
-            raise ProfileError(MSG_EVENTED.format(path=path, i=i))
+            raise ProfileFileError(MSG_EVENTED.format(path=path, i=i))
         if prof.get("type") != "sampled":
-            raise ProfileError(MSG_SCHEMA.format(path=path, where=where + ".type",
+            raise ProfileFileError(MSG_SCHEMA.format(path=path, where=where + ".type",
                                                  detail=f"{prof.get('type')!r}, expected 'sampled'"))
         punit = str(prof.get("unit") or "none")
         unit = unit or punit
         scale = _TIME_UNITS.get(punit)
         if i not in samples_of:
-            raise ProfileError(MSG_SCHEMA.format(path=path, where=where + ".samples",
+            raise ProfileFileError(MSG_SCHEMA.format(path=path, where=where + ".samples",
                                                  detail="missing or not a list of stacks"))
         n, blocks = samples_of[i]
         if i in weights_of:
             wo, wc = weights_of[i]
             w = _read_numbers(data, wo, wc, path, where + ".weights")
             if w.ndim != 1 or len(w) != n:
-                raise ProfileError(MSG_SCHEMA.format(
+                raise ProfileFileError(MSG_SCHEMA.format(
                     path=path, where=where,
                     detail=f"{n} samples but {len(w) if w.ndim == 1 else '?'} weights"))
         else:
@@ -583,7 +589,7 @@ def read_speedscope(path: str | os.PathLike, data: bytes | None = None,
             ids[a:z] = _dedup_block(parts, local)
             a = z
         if a != n:
-            raise ProfileError(MSG_SCHEMA.format(path=path, where=where + ".samples",
+            raise ProfileFileError(MSG_SCHEMA.format(path=path, where=where + ".samples",
                                                  detail="expected a list of lists of frame indices"))
         cnt = np.bincount(ids, minlength=len(local))
         wsum = np.bincount(ids, weights=w * (scale if scale else 1.0), minlength=len(local))
@@ -757,7 +763,7 @@ def _locate_scanned(data: bytes, path, block: int):
     partner = jsonscan.match_pairs(s)
     root = _root_keys(data, s, partner, path)
     if "profiles" not in root or s.kind[root["profiles"]] != jsonscan.LBRACKET:
-        raise ProfileError(MSG_SCHEMA.format(path=path, where="(root)",
+        raise ProfileFileError(MSG_SCHEMA.format(path=path, where="(root)",
                                              detail="no 'profiles' array (not a speedscope file?)"))
     p_open = root["profiles"]
     p_close = partner[p_open]
@@ -796,10 +802,10 @@ def _locate_scanned(data: bytes, path, block: int):
         inner_open = inner_all[lo_i:hi_i]
         inner_close = partner[inner_open]
         if (inner_close < 0).any():
-            raise ProfileError(MSG_SCHEMA.format(path=path, where=where + ".samples",
+            raise ProfileFileError(MSG_SCHEMA.format(path=path, where=where + ".samples",
                                                  detail="a sample is not a list of frame indices"))
         if _has_scalars(data, s, so, sc, inner_open, inner_close):
-            raise ProfileError(MSG_SCHEMA.format(path=path, where=where + ".samples",
+            raise ProfileFileError(MSG_SCHEMA.format(path=path, where=where + ".samples",
                                                  detail="expected a list of lists of frame indices"))
         starts = s.pos[inner_open] + 1
         ends = s.pos[inner_close]
@@ -825,10 +831,10 @@ def _read_numbers(data: bytes, o: int, c: int, path, where: str) -> np.ndarray:
     try:
         w = np.asarray(orjson.loads(data[o:c + 1]), dtype=np.float64)
     except (orjson.JSONDecodeError, TypeError, ValueError) as exc:
-        raise ProfileError(MSG_SCHEMA.format(path=path, where=where,
+        raise ProfileFileError(MSG_SCHEMA.format(path=path, where=where,
                                              detail=f"not a list of numbers ({exc})")) from exc
     if w.ndim != 1:
-        raise ProfileError(MSG_SCHEMA.format(path=path, where=where, detail="not a flat list of numbers"))
+        raise ProfileFileError(MSG_SCHEMA.format(path=path, where=where, detail="not a flat list of numbers"))
     return w
 
 
@@ -842,10 +848,10 @@ def _parse_stacks(raw_stacks: list[bytes], ss_map, pseudo, n_frames, path, where
     try:  # one parse for all distinct stacks
         lists = orjson.loads(b"[[" + b"],[".join(raw_stacks) + b"]]") if raw_stacks else []
     except orjson.JSONDecodeError as exc:
-        raise ProfileError(MSG_SCHEMA.format(path=path, where=where + ".samples",
+        raise ProfileFileError(MSG_SCHEMA.format(path=path, where=where + ".samples",
                                              detail=f"unreadable stack ({exc})")) from exc
     if len(lists) != len(raw_stacks):
-        raise ProfileError(MSG_SCHEMA.format(path=path, where=where + ".samples",
+        raise ProfileFileError(MSG_SCHEMA.format(path=path, where=where + ".samples",
                                              detail="a sample is not a flat list of frame indices"))
     lens = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
     # Only digits, signs, commas and blanks in the raw stacks means only integers (a
@@ -855,12 +861,12 @@ def _parse_stacks(raw_stacks: list[bytes], ss_map, pseudo, n_frames, path, where
         all(type(v) is int for v in itertools.chain.from_iterable(lists))
     if not ints:
         bad = next(v for v in itertools.chain.from_iterable(lists) if type(v) is not int)
-        raise ProfileError(MSG_SCHEMA.format(path=path, where=where + ".samples",
+        raise ProfileFileError(MSG_SCHEMA.format(path=path, where=where + ".samples",
                                              detail=f"frame index {bad!r} is not an integer"))
     flat = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64, count=int(lens.sum()))
     if len(flat) and (flat.min() < 0 or flat.max() >= n_frames):
         bad = int(flat[(flat < 0) | (flat >= n_frames)][0])
-        raise ProfileError(MSG_SCHEMA.format(path=path, where=where + ".samples",
+        raise ProfileFileError(MSG_SCHEMA.format(path=path, where=where + ".samples",
                                              detail=f"frame index {bad} outside 0..{n_frames - 1}"))
     mapped = ss_map[flat] if len(flat) else flat
     chain = None
@@ -911,19 +917,19 @@ def _has_scalars(data, s, so, sc, inner_open, inner_close) -> bool:
 def _check_complete(data, s: jsonscan.Structure, path) -> None:
     first = jsonscan.skip_ws(data, 0)
     if first >= len(data):
-        raise ProfileError(MSG_EMPTY_FILE.format(path=path))
+        raise ProfileFileError(MSG_EMPTY_FILE.format(path=path))
     if s.end_in_string or s.end_level > 0:
         line, _ = jsonscan.line_col(data, len(data))
         detail = " inside a string" if s.end_in_string else f" with {s.end_level} bracket(s) still open"
-        raise ProfileError(MSG_TRUNCATED.format(path=path, offset=len(data), line=line, detail=detail))
+        raise ProfileFileError(MSG_TRUNCATED.format(path=path, offset=len(data), line=line, detail=detail))
     if s.min_level < 0:
-        raise ProfileError(MSG_BAD_JSON.format(path=path, detail="more closing than opening brackets"))
+        raise ProfileFileError(MSG_BAD_JSON.format(path=path, detail="more closing than opening brackets"))
 
 
 def _root_keys(data, s: jsonscan.Structure, partner, path) -> dict[str, int]:
     """Key -> index of the value's opening bracket (or -1 for a scalar) of the root object."""
     if not len(s.pos) or s.kind[0] != jsonscan.LBRACE or s.pos[0] != jsonscan.skip_ws(data, 0):
-        raise ProfileError(MSG_SCHEMA.format(path=path, where="(root)", detail="expected a JSON object"))
+        raise ProfileFileError(MSG_SCHEMA.format(path=path, where="(root)", detail="expected a JSON object"))
     out = {}
     for c in np.flatnonzero((s.kind == jsonscan.COLON) & (s.level == 1)):
         key = jsonscan.key_before(data, s, int(c))
@@ -945,7 +951,7 @@ def read_sampled(path: str | os.PathLike) -> SampledProfile:
         return read_speedscope(path, data)
     if fmt == "raw":
         return read_collapsed(path, data)
-    raise ProfileError(f"{path}: a {fmt} file, not a sampled profile (speedscope or raw)")
+    raise ProfileFileError(f"{path}: a {fmt} file, not a sampled profile (speedscope or raw)")
 
 
 # ---------------------------------------------------------------------------- stack dumps
@@ -1006,41 +1012,41 @@ def read_stack_dump(path: str | os.PathLike) -> StackDump:
 
     data = read_bytes(path)
     if not data.strip():
-        raise ProfileError(MSG_EMPTY_FILE.format(path=path))
+        raise ProfileFileError(MSG_EMPTY_FILE.format(path=path))
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         s = jsonscan.scan(data)
         if s.end_in_string or s.end_level > 0:
             _check_complete(data, s, path)
-        raise ProfileError(MSG_BAD_JSON.format(path=path, detail=exc)) from exc
+        raise ProfileFileError(MSG_BAD_JSON.format(path=path, detail=exc)) from exc
     if isinstance(doc, list):
         procs = [{"pid": None, "cmdline": "", "threads": doc}]
         meta = {}
     elif isinstance(doc, dict) and doc.get("format") == "debugkit-stacks":
         procs = doc.get("processes")
         if not isinstance(procs, list):
-            raise ProfileError(MSG_SCHEMA.format(path=path, where="processes", detail="not a list"))
+            raise ProfileFileError(MSG_SCHEMA.format(path=path, where="processes", detail="not a list"))
         meta = {k: doc.get(k) for k in ("created_at", "host", "pid", "errors")}
     else:
-        raise ProfileError(MSG_SCHEMA.format(path=path, where="(root)",
+        raise ProfileFileError(MSG_SCHEMA.format(path=path, where="(root)",
                                              detail="expected py-spy dump JSON (a list of threads)"))
     trows, frows = [], []
     for pi, proc in enumerate(procs):
         threads = proc.get("threads") if isinstance(proc, dict) else None
         if not isinstance(threads, list):
-            raise ProfileError(MSG_SCHEMA.format(path=path, where=f"processes[{pi}].threads",
+            raise ProfileFileError(MSG_SCHEMA.format(path=path, where=f"processes[{pi}].threads",
                                                  detail="not a list"))
         for ti, t in enumerate(threads):
             where = f"threads[{ti}]" if proc.get("pid") is None else f"processes[{pi}].threads[{ti}]"
             if not isinstance(t, dict) or not isinstance(t.get("frames"), list):
-                raise ProfileError(MSG_SCHEMA.format(path=path, where=where,
+                raise ProfileFileError(MSG_SCHEMA.format(path=path, where=where,
                                                      detail="expected an object with 'frames'"))
             k = len(trows)
             fr = []
             for level, f in enumerate(t["frames"]):
                 if not isinstance(f, dict):
-                    raise ProfileError(MSG_SCHEMA.format(path=path, where=f"{where}.frames[{level}]",
+                    raise ProfileFileError(MSG_SCHEMA.format(path=path, where=f"{where}.frames[{level}]",
                                                          detail="not an object"))
                 name = str(f.get("name") or "?")
                 file = str(f.get("filename") or f.get("short_filename") or "")
@@ -1057,7 +1063,7 @@ def read_stack_dump(path: str | os.PathLike) -> StackDump:
                           "owns_gil": bool(t.get("owns_gil")), "depth": len(fr), "leaf": leaf,
                           "waiting_in": "" if active else classify_wait([(a, b) for a, b, _ in fr])})
     if not trows:
-        raise ProfileError(f"{path}: the stack dump holds no threads")
+        raise ProfileFileError(f"{path}: the stack dump holds no threads")
     threads = pd.DataFrame(trows)
     for c in ("pid", "tid"):
         threads[c] = threads[c].astype("Int64")

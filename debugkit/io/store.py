@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .. import format as fmt
 from ..errors import DebugkitError, InvalidInputError
+from .access import is_allowed
 from .fs import as_path, is_local, split_roots
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")

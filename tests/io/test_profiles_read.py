@@ -13,7 +13,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from debugkit.errors import ProfileError
+from debugkit.errors import ProfileFileError
 from debugkit.io import profiles as P
 
 TARGET = textwrap.dedent('''
@@ -222,7 +222,7 @@ def test_bad_speedscope(tmp_path, content, match):
     f = tmp_path / "bad.json"
     f.write_text(content)
     before = f.read_bytes()
-    with pytest.raises(ProfileError, match=match):
+    with pytest.raises(ProfileFileError, match=match):
         P.read_speedscope(f)
     assert f.read_bytes() == before  # never changed
 
@@ -236,7 +236,7 @@ def test_bad_speedscope(tmp_path, content, match):
 def test_bad_raw(tmp_path, content, match):
     f = tmp_path / "bad.txt"
     f.write_text(content)
-    with pytest.raises(ProfileError, match=match):
+    with pytest.raises(ProfileFileError, match=match):
         P.read_collapsed(f)
 
 
@@ -249,7 +249,7 @@ def test_bad_raw(tmp_path, content, match):
 def test_sniff_refuses_other_files(tmp_path, content, match):
     f = tmp_path / "x.bin"
     f.write_bytes(content)
-    with pytest.raises(ProfileError, match=match):
+    with pytest.raises(ProfileFileError, match=match):
         P.sniff_format(f)
 
 
@@ -257,7 +257,7 @@ def test_truncated_gzip(tmp_path, speedscope_file):
     path, _ = speedscope_file
     f = tmp_path / "cut.json.gz"
     f.write_bytes(gzip.compress(path.read_bytes())[:200])
-    with pytest.raises(ProfileError, match="ends early"):
+    with pytest.raises(ProfileFileError, match="ends early"):
         P.read_sampled(f)
 
 
@@ -307,7 +307,7 @@ def test_pyspy_dump_json_of_a_hung_process(tmp_path):
 def test_bad_stack_dump(tmp_path, content, match):
     f = tmp_path / "d.json"
     f.write_text(content)
-    with pytest.raises(ProfileError, match=match):
+    with pytest.raises(ProfileFileError, match=match):
         P.read_stack_dump(f)
 
 
@@ -380,5 +380,5 @@ def test_fast_path_keeps_the_errors(tmp_path, samples, match):
     p = tmp_path / "s.json"
     p.write_text('{"profiles":[{"type":"sampled","name":"T","unit":"none","startValue":0,"endValue":1,'
                  f'"samples":{samples}}}],"shared":{{"frames":[{{"name":"f"}}]}}}}')
-    with pytest.raises(ProfileError, match=match):
+    with pytest.raises(ProfileFileError, match=match):
         P.read_speedscope(p)
