@@ -67,7 +67,7 @@ def _load(folder: Path):
     import pyarrow as pa
     import pyarrow.ipc
 
-    from .profiles import SampledProfile
+    from .profile_model import SampledProfile
 
     head = json.loads((folder / DONE).read_text())
     tables = {}

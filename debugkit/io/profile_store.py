@@ -41,9 +41,9 @@ def validate_profile_id(value: str) -> str:
 
 
 def read_any(path: str | os.PathLike, format: str | None = None, *, drop_pids=(), keep_pids=()):
-    """Read a profile file as :class:`~debugkit.io.profiles.SampledProfile`,
-    :class:`~debugkit.io.chrome_trace.ChromeTrace` or :class:`~debugkit.io.profiles.StackDump`."""
-    from . import chrome_trace, profiles
+    """Read a profile file as :class:`~debugkit.io.profile_model.SampledProfile`,
+    :class:`~debugkit.io.chrome_trace.ChromeTrace` or :class:`~debugkit.io.stackdump.StackDump`."""
+    from . import chrome_trace, collapsed, profiles, speedscope, stackdump
 
     try:
         check_regular_file(path)  # a FIFO or a device is refused, never opened (it would block)
@@ -52,19 +52,36 @@ def read_any(path: str | os.PathLike, format: str | None = None, *, drop_pids=()
     format = format or profiles.sniff_format(path)
     if format in ("speedscope", "raw"):
         data = profiles.read_bytes(path)
-        return (profiles.read_speedscope if format == "speedscope" else profiles.read_collapsed)(
+        return (speedscope.read_speedscope if format == "speedscope" else collapsed.read_collapsed)(
             path, data, drop_pids=drop_pids, keep_pids=keep_pids)
     if format == "chrome-trace":
         return chrome_trace.read_chrome_trace(path)
     if format == "pyspy-dump":
-        return profiles.read_stack_dump(path)
+        return stackdump.read_stack_dump(path)
     raise ProfileFileError(f"{path}: unknown profile format {format!r}")
+
+
+def read_sampled(path: str | os.PathLike):
+    """Read a speedscope or raw profile, whichever the file is, as a
+    :class:`~debugkit.io.profile_model.SampledProfile`."""
+    from .collapsed import read_collapsed
+    from .profiles import read_bytes, sniff_bytes
+    from .speedscope import read_speedscope
+
+    data = read_bytes(path)
+    format_name = sniff_bytes(data[: 1 << 16], path)
+    if format_name == "speedscope":
+        return read_speedscope(path, data)
+    if format_name == "raw":
+        return read_collapsed(path, data)
+    raise ProfileFileError(f"{path}: a {format_name} file, not a sampled profile (speedscope or raw)")
 
 
 def summary_of(obj) -> dict:
     """The few numbers the manifest lists for a profile."""
     from .chrome_trace import GPU_CATS, ChromeTrace
-    from .profiles import SampledProfile, StackDump
+    from .profile_model import SampledProfile
+    from .stackdump import StackDump
 
     if isinstance(obj, SampledProfile):
         return {"samples": obj.total_samples, "threads": int(len(obj.threads)),

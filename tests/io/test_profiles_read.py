@@ -14,7 +14,11 @@ import numpy as np
 import pytest
 
 from debugkit.errors import ProfileFileError
+from debugkit.io import collapsed as C
+from debugkit.io import profile_store as PS
 from debugkit.io import profiles as P
+from debugkit.io import speedscope as SS
+from debugkit.io import stackdump as SD
 
 TARGET = textwrap.dedent('''
     import threading, time
@@ -79,7 +83,7 @@ def self_counts(prof) -> dict:
 
 def test_speedscope_counts_equal_pyspys_file(speedscope_file):
     path, reported = speedscope_file
-    prof = P.read_speedscope(path)
+    prof = SS.read_speedscope(path)
     doc = json.loads(path.read_text())
     frames = doc["shared"]["frames"]
     expected = collections.Counter()
@@ -107,7 +111,7 @@ def test_speedscope_total_counts_count_recursion_once(speedscope_file):
     from debugkit.analysis.profile import compute_function_table
 
     path, _ = speedscope_file
-    prof = P.read_speedscope(path)
+    prof = SS.read_speedscope(path)
     doc = json.loads(path.read_text())
     frames = doc["shared"]["frames"]
     total = collections.Counter()
@@ -122,7 +126,7 @@ def test_speedscope_total_counts_count_recursion_once(speedscope_file):
 
 def test_raw_counts_equal_pyspys_file(raw_file):
     path, reported = raw_file
-    prof = P.read_collapsed(path)
+    prof = C.read_collapsed(path)
     expected = collections.Counter()
     n = 0
     threads = set()
@@ -147,14 +151,14 @@ def test_gzip_is_read_transparently(speedscope_file, tmp_path):
     gz = tmp_path / "p.json.gz"
     gz.write_bytes(gzip.compress(path.read_bytes()))
     assert P.sniff_format(gz) == "speedscope"
-    assert P.read_sampled(gz).total_samples == reported
+    assert PS.read_sampled(gz).total_samples == reported
 
 
 def test_pretty_printed_speedscope_reads_the_same(speedscope_file, tmp_path):
     path, reported = speedscope_file
     pretty = tmp_path / "pretty.json"
     pretty.write_text(json.dumps(json.loads(path.read_text()), indent=3))
-    a, b = P.read_speedscope(path), P.read_speedscope(pretty)
+    a, b = SS.read_speedscope(path), SS.read_speedscope(pretty)
     assert self_counts(a) == self_counts(b)
     assert b.total_samples == reported
 
@@ -168,7 +172,7 @@ def test_raw_process_and_thread_frames_become_thread_facts(tmp_path):
         'process 10:"python train.py --tag a;b \\"x\\"";process 11:"python train.py";thread (11): MainThread;'
         '_worker_loop (torch/utils/data/_utils/worker.py:300);fetch (torch/utils/data/_utils/fetch.py:52) 5\n'
         'process 10:"python train.py --tag a;b \\"x\\"";thread (12): pin;run (threading.py:982) 1\n')
-    prof = P.read_collapsed(f)
+    prof = C.read_collapsed(f)
     t = prof.threads.set_index("tid")
     assert t.loc[10, "role"] == "main" and t.loc[10, "samples"] == 9
     assert t.loc[10, "process"] == 'python train.py --tag a;b \\"x\\"'
@@ -184,7 +188,7 @@ def test_launcher_threads_are_dropped(tmp_path):
         'main (_pyspy_child.py:30);wait (subprocess.py:1264) 40\n'
         'process 5:"python /x/debugkit/recorder/_pyspy_child.py /tmp/s -- python t.py";process 6:"python t.py";'
         'thread (6): MainThread;work (t.py:3) 12\n')
-    prof = P.read_collapsed(f)
+    prof = C.read_collapsed(f)
     assert prof.total_samples == 12
     assert prof.threads["pid"].tolist() == [6] and prof.threads["role"].tolist() == ["main"]
 
@@ -223,7 +227,7 @@ def test_bad_speedscope(tmp_path, content, match):
     f.write_text(content)
     before = f.read_bytes()
     with pytest.raises(ProfileFileError, match=match):
-        P.read_speedscope(f)
+        SS.read_speedscope(f)
     assert f.read_bytes() == before  # never changed
 
 
@@ -237,7 +241,7 @@ def test_bad_raw(tmp_path, content, match):
     f = tmp_path / "bad.txt"
     f.write_text(content)
     with pytest.raises(ProfileFileError, match=match):
-        P.read_collapsed(f)
+        C.read_collapsed(f)
 
 
 @pytest.mark.parametrize("content, match", [
@@ -258,7 +262,7 @@ def test_truncated_gzip(tmp_path, speedscope_file):
     f = tmp_path / "cut.json.gz"
     f.write_bytes(gzip.compress(path.read_bytes())[:200])
     with pytest.raises(ProfileFileError, match="ends early"):
-        P.read_sampled(f)
+        PS.read_sampled(f)
 
 
 # ---------------------------------------------------------------------------- stack dumps
@@ -286,7 +290,7 @@ def test_pyspy_dump_json_of_a_hung_process(tmp_path):
     f = tmp_path / "dump.json"
     f.write_text(out.stdout)
     assert P.sniff_format(f) == "pyspy-dump"
-    d = P.read_stack_dump(f)
+    d = SD.read_stack_dump(f)
     t = d.threads.set_index("name")
     assert t.loc["MainThread", "depth"] == 5  # deep(0..3) + <module>
     # time.sleep is C code: no Python frame says what the thread waits on
@@ -295,7 +299,7 @@ def test_pyspy_dump_json_of_a_hung_process(tmp_path):
     assert not d.threads["active"].any()
     main = d.frames[d.frames["thread"] == t.loc["MainThread", "thread"]]
     assert main["name"].tolist() == ["deep"] * 4 + ["<module>"]
-    assert "deep (" in P.stack_dump_text(d)
+    assert "deep (" in SD.stack_dump_text(d)
 
 
 @pytest.mark.parametrize("content, match", [
@@ -308,19 +312,19 @@ def test_bad_stack_dump(tmp_path, content, match):
     f = tmp_path / "d.json"
     f.write_text(content)
     with pytest.raises(ProfileFileError, match=match):
-        P.read_stack_dump(f)
+        SD.read_stack_dump(f)
 
 
 def test_classify_wait_prefers_the_innermost_meaningful_frame():
-    assert P.classify_wait([("wait", "torch/distributed/distributed_c10d.py"), ("train", "t.py")]) == "collective"
-    assert P.classify_wait([("Condition.wait", "threading.py"), ("_get_data", "torch/utils/data/dataloader.py")]) \
+    assert SD.classify_wait([("wait", "torch/distributed/distributed_c10d.py"), ("train", "t.py")]) == "collective"
+    assert SD.classify_wait([("Condition.wait", "threading.py"), ("_get_data", "torch/utils/data/dataloader.py")]) \
         == "dataloader"
-    assert P.classify_wait([("compute", "t.py")]) == ""
+    assert SD.classify_wait([("compute", "t.py")]) == ""
 
 
 def test_stack_arrays_are_consistent(speedscope_file):
     path, _ = speedscope_file
-    prof = P.read_speedscope(path)
+    prof = SS.read_speedscope(path)
     assert prof.stack_offsets[0] == 0 and prof.stack_offsets[-1] == len(prof.stack_frames)
     assert np.all(np.diff(prof.stack_offsets) >= 0)
     assert prof.stack_frames.max() < len(prof.frames)
@@ -329,18 +333,18 @@ def test_stack_arrays_are_consistent(speedscope_file):
 # ---------------------------------------------------------------------------- compact fast path
 def _both_ways(path, monkeypatch):
     """The profile read by the key-search fast path and by the full structural scan."""
-    fast = P.read_speedscope(path)
+    fast = SS.read_speedscope(path)
     with monkeypatch.context() as m:
         m.setattr(P, "_locate_compact", lambda data: None)
-        scanned = P.read_speedscope(path)
+        scanned = SS.read_speedscope(path)
     return fast, scanned
 
 
 def test_pyspys_compact_file_takes_the_fast_path_and_reads_the_same(speedscope_file, monkeypatch):
     path, reported = speedscope_file
     data = P.read_bytes(path)
-    found = P._locate_compact(data)
-    assert found is not None and P._compact_places(json.loads(found.skeleton), found, data) is not None
+    found = SS._locate_compact(data)
+    assert found is not None and SS._compact_places(json.loads(found.skeleton), found, data) is not None
     fast, scanned = _both_ways(path, monkeypatch)
     assert self_counts(fast) == self_counts(scanned) and fast.total_samples == reported
 
@@ -381,4 +385,4 @@ def test_fast_path_keeps_the_errors(tmp_path, samples, match):
     p.write_text('{"profiles":[{"type":"sampled","name":"T","unit":"none","startValue":0,"endValue":1,'
                  f'"samples":{samples}}}],"shared":{{"frames":[{{"name":"f"}}]}}}}')
     with pytest.raises(ProfileFileError, match=match):
-        P.read_speedscope(p)
+        SS.read_speedscope(p)
