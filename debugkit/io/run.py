@@ -573,8 +573,8 @@ class Run:
 
     def memory_snapshots(self) -> list[dict]:
         """PyTorch memory snapshots in ``memory_snapshots/`` (see
-        :func:`debugkit.io.memsnap.list_snapshots`)."""
-        from .memsnap import list_snapshots
+        :func:`debugkit.io.memsnap_store.list_snapshots`)."""
+        from .memsnap_store import list_snapshots
 
         return list_snapshots(self.path)
 

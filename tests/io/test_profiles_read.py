@@ -335,7 +335,7 @@ def _both_ways(path, monkeypatch):
     """The profile read by the key-search fast path and by the full structural scan."""
     fast = SS.read_speedscope(path)
     with monkeypatch.context() as m:
-        m.setattr(P, "_locate_compact", lambda data: None)
+        m.setattr(SS, "_locate_compact", lambda data: None)
         scanned = SS.read_speedscope(path)
     return fast, scanned
 
