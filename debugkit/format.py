@@ -60,6 +60,14 @@ PROFILES_DIR = "profiles"
 PROFILES_FIELD = "profiles"
 # ranks/<rank>/hangs/ (the watchdog's stack dumps) and <run>/hangs/ (dump requests).
 HANGS_DIR = "hangs"
+# ranks/<rank>/hangs/<seg>-s<step>-<n>.{json,txt,pyspy.txt}: one hang dump (a stem).
+HANG_DUMP = "{segment:03d}-s{step:07d}-{n}"
+HANG_DUMP_FILE = re.compile(r"^(?P<seg>\d+)-s(?P<step>\d+)-(?P<n>\d+)\.json$")
+# <run>/hangs/r<rank>-<seg>-s<step>.json: a rank's request that its peers dump too.
+HANG_REQUEST = "r{rank}-{segment:03d}-s{step:07d}.json"
+# ranks/<rank>/fatal-<seg>.txt: the stacks faulthandler wrote when a signal killed a rank.
+FATAL_FILE = "fatal-{segment:03d}.txt"
+FATAL_FILE_RE = re.compile(r"^fatal-(?P<seg>\d+)\.txt$")
 # checkpoints/index.json + checkpoints/<step:09d>/ (see debugkit.checkpoints).
 CHECKPOINTS_DIR = "checkpoints"
 # audits/<id>/audit.json (see debugkit.audit.store).

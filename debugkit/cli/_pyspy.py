@@ -24,6 +24,7 @@ import time
 from collections import deque
 from pathlib import Path
 
+from .. import format as fmt
 from ..errors import InvalidInputError, MissingDependencyError, ProfilerFailedError
 
 YAMA = "/proc/sys/kernel/yama/ptrace_scope"
@@ -359,7 +360,7 @@ def find_run_of_pid(pid: int, roots) -> Path | None:
         chain.add(p)
         p = _ppid(p)
     for entry in find_runs([Path(r) for r in roots]):
-        ranks = entry.path / "ranks"
+        ranks = entry.path / fmt.RANKS_DIR
         if not ranks.is_dir():
             continue
         for hb in ranks.glob("*/heartbeat.json"):
