@@ -181,12 +181,13 @@ def test_raw_process_and_thread_frames_become_thread_facts(tmp_path):
     assert set(prof.frames["name"]) == {"main", "step", "_worker_loop", "fetch", "run"}
 
 
-def test_launcher_threads_are_dropped(tmp_path):
+@pytest.mark.parametrize("where", ["cli", "recorder"])  # where it lives; where older profiles name it
+def test_launcher_threads_are_dropped(tmp_path, where):
     f = tmp_path / "l.txt"
     f.write_text(
-        'process 5:"python /x/debugkit/recorder/_pyspy_child.py /tmp/s -- python t.py";thread (5): MainThread;'
+        f'process 5:"python /x/debugkit/{where}/_pyspy_child.py /tmp/s -- python t.py";thread (5): MainThread;'
         'main (_pyspy_child.py:30);wait (subprocess.py:1264) 40\n'
-        'process 5:"python /x/debugkit/recorder/_pyspy_child.py /tmp/s -- python t.py";process 6:"python t.py";'
+        f'process 5:"python /x/debugkit/{where}/_pyspy_child.py /tmp/s -- python t.py";process 6:"python t.py";'
         'thread (6): MainThread;work (t.py:3) 12\n')
     prof = C.read_collapsed(f)
     assert prof.total_samples == 12
