@@ -171,7 +171,7 @@ def naive_speedscope(path: str) -> dict:
 
 def debugkit_speedscope(path: str) -> dict:
     from debugkit.analysis.profile import compute_flame_tree, compute_function_table
-    from debugkit.io.profiles import read_speedscope
+    from debugkit.io.speedscope import read_speedscope
 
     prof = read_speedscope(path)
     table = compute_function_table(prof, by="frame")
@@ -234,7 +234,7 @@ def child(kind: str, variant: str, path: str) -> None:
     import debugkit.analysis.profile  # noqa: F401
     import debugkit.analysis.trace  # noqa: F401
     import debugkit.io.chrome_trace  # noqa: F401
-    import debugkit.io.profiles  # noqa: F401
+    import debugkit.io.speedscope  # noqa: F401
 
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     t0, c0 = time.perf_counter(), time.process_time()

@@ -23,7 +23,7 @@ from .errors import (
 # (torch is imported when retry() is called with the default ``on``).
 from .retry import retry
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "Recorder", "BatchSpec", "resume_latest", "watch", "retry", "open_run", "Run", "DebugkitError", "RunDirError", "SchemaVersionError",

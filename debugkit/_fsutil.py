@@ -140,3 +140,26 @@ def read_json(path, *, max_bytes: int = MAX_JSON_BYTES) -> Any:
     already handle.
     """
     return json.loads(read_bytes_capped(path, max_bytes, "a JSON file"))
+
+
+def cache_dir() -> Path:
+    """Where debugkit keeps derived files (unpacked zips, converted imports, parsed
+    profiles and snapshots): ``$DEBUGKIT_CACHE``, default ``~/.cache/debugkit``."""
+    d = Path(os.environ.get("DEBUGKIT_CACHE", Path.home() / ".cache" / "debugkit"))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """Start time of a process in clock ticks since boot (Linux), to tell a reused pid.
+
+    The writer stores it in each heartbeat; the reader compares it to tell a live writer
+    from a pid reused by another process. ``None`` where ``/proc`` is not readable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        # The command name (field 2) may contain spaces; fields after ')' are fixed.
+        rest = data[data.rindex(b")") + 2 :].split()
+        return int(rest[19])
+    except (OSError, ValueError, IndexError):
+        return None

@@ -30,8 +30,11 @@ from pathlib import Path
 from ._fsutil import atomic_write_json, read_json
 from ._fsutil import fsync_dir as _fsync_dir
 from .errors import DebugkitError, DebugkitWarning, InvalidInputError, RunDirError
+from .format import CHECKPOINTS_DIR
 
-DIR = "checkpoints"
+# The folder's name is the format's; ``DIR`` stays as the public name users and
+# examples/ read checkpoints by (``run_dir / DIR / entry["dir"]``).
+DIR = CHECKPOINTS_DIR
 INDEX = "index.json"
 FORMAT = "debugkit-checkpoints"
 USER_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin")

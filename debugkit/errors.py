@@ -19,8 +19,8 @@ __all__ = [
     "MissingDependencyError",
     "AuditError",
     "ShareTokenError",
-    "ProfileError",
-    "ProfilerError",
+    "ProfileFileError",
+    "ProfilerFailedError",
     "DebugkitWarning",
     "TruncatedRecordWarning",
 ]
@@ -88,13 +88,17 @@ class AuditError(DebugkitError):
 
 class ShareTokenError(DebugkitError):
     """A share link's token is malformed, altered, expired, or for another run or audit."""
-class ProfileError(InvalidInputError):
-    """A profile or trace file (speedscope, raw stacks, chrome trace, stack dump) is
-    truncated, malformed or empty."""
 
 
-class ProfilerError(DebugkitError):
-    """py-spy could not record or dump a process (not installed, ptrace refused, ...)."""
+class ProfileFileError(InvalidInputError):
+    """A profile or trace *file* (speedscope, raw stacks, chrome trace, stack dump) is
+    truncated, malformed or empty: bad input, raised by the readers in :mod:`debugkit.io`.
+    (Was ``ProfileError``.)"""
+
+
+class ProfilerFailedError(DebugkitError):
+    """The profiler *tool* failed: py-spy could not record or dump a process (not
+    installed, ptrace refused, no output). (Was ``ProfilerError``.)"""
 
 
 class DebugkitWarning(UserWarning):

@@ -318,7 +318,7 @@ def _handle_upload(files) -> None:
 
 def _open_typed(path_text: str) -> None:
     from debugkit.io.run import open_run
-    from debugkit.io.store import check_allowed
+    from debugkit.io.access import check_allowed
 
     try:
         path = check_allowed(path_text.strip())  # a local path or an fsspec URL

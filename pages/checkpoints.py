@@ -97,7 +97,7 @@ def _param_step(name: str, steps: list) -> int | None:
 
 
 def _pick_folder() -> None:
-    from debugkit.io.store import check_allowed
+    from debugkit.io.access import check_allowed
 
     with st.expander("Also read state_dict files from a folder", expanded=bool(_folder())):
         with st.form("ckpt_folder_form", border=False):

@@ -538,7 +538,7 @@ def render():
         _common.show_error(exc)
         return
     from debugkit.io.chrome_trace import ChromeTrace
-    from debugkit.io.profiles import SampledProfile
+    from debugkit.io.profile_model import SampledProfile
 
     try:
         if isinstance(obj, SampledProfile):

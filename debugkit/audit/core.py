@@ -54,7 +54,7 @@ def _nrows(X) -> int:
 def _versions(adapter: ModelAdapter) -> dict[str, str | None]:
     from importlib import metadata
 
-    from .. import __version__
+    from .._version import __version__
 
     out: dict[str, str | None] = {"debugkit": __version__,
                                   "python": sys.version.split()[0]}

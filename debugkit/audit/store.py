@@ -24,7 +24,7 @@ from typing import Any
 from .._fsutil import MAX_JSON_BYTES, read_bytes_capped, read_json, sha256_file
 from ..errors import AuditError, InvalidInputError, RunDirError
 
-AUDITS_DIR = "audits"
+from ..format import AUDITS_DIR
 AUDIT_JSON = "audit.json"
 ROWS_FILE = "rows.parquet"
 AUDIT_FORMAT = "1.0"

@@ -35,7 +35,7 @@ EXIT_ERROR = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .. import __version__
+    from .._version import __version__
 
     parser = argparse.ArgumentParser(
         prog="debugkit",

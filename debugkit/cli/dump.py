@@ -31,9 +31,9 @@ def run(args) -> int:
     from pathlib import Path
 
     from ..io.profile_store import add_profile
-    from ..io.profiles import read_stack_dump, stack_dump_text
+    from ..io.stackdump import read_stack_dump, stack_dump_text
     from ..io.store import default_roots
-    from ..recorder.pyspy import dump_process, find_run_of_pid
+    from ._pyspy import dump_process, find_run_of_pid
     from ._output import print_json
 
     doc = dump_process(args.pid, subprocesses=args.subprocesses, native=args.native, locals_=args.locals_)

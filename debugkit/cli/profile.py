@@ -71,7 +71,7 @@ def split_rest(args) -> list[str]:
 
 
 def run(args) -> int:
-    from ..recorder import pyspy
+    from . import _pyspy as pyspy
 
     command = split_rest(args)
     if args.pid is not None and command:
@@ -81,7 +81,7 @@ def run(args) -> int:
                                 "(debugkit profile RUN_DIR -- python train.py) or --pid PID")
     if args.duration is not None and args.duration <= 0:
         raise InvalidInputError(f"--duration {args.duration}: expected a positive number of seconds")
-    common = dict(name=args.name, fmt=args.format, rate=args.rate, idle=args.idle, native=args.native,
+    common = dict(name=args.name, format_name=args.format, rate=args.rate, idle=args.idle, native=args.native,
                   gil=args.gil, label=args.label)
     if args.pid is not None:
         entry = pyspy.record_pid(args.run, args.pid, duration=args.duration or 30,

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from ..errors import InvalidInputError
-from ..io.store import check_allowed
+from ..io.access import check_allowed
 
 
 def register(sub) -> None:

@@ -25,7 +25,7 @@ import json
 import os
 from pathlib import Path
 
-from .. import __version__
+from .._version import __version__
 from .. import format as fmt
 from .._fsutil import atomic_write_json
 from ..errors import DebugkitError
@@ -40,7 +40,7 @@ ROW_FIELDS = ("id", "name", "status", "steps", "failures", "path", "error", "err
 
 def index_dir() -> Path:
     """``$DEBUGKIT_CACHE/index`` (created if missing)."""
-    from ..io.upload import cache_dir
+    from .._fsutil import cache_dir
 
     d = cache_dir() / INDEX_DIR
     d.mkdir(parents=True, exist_ok=True)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ProfileError
+from ..errors import ProfileFileError
 from . import jsonscan
 from .profiles import MSG_BAD_JSON, MSG_EMPTY_FILE, MSG_SCHEMA, open_binary
 
@@ -137,19 +137,19 @@ class _EventSink:
         base = self.n
         for j, ev in enumerate(batch):
             if type(ev) is not dict:
-                raise ProfileError(MSG_BAD_EVENT.format(path=self.path, index=base + j,
+                raise ProfileFileError(MSG_BAD_EVENT.format(path=self.path, index=base + j,
                                                         detail="not an object"))
             ph = ev.get("ph")
             if ph in timed:
                 ts = ev.get("ts")
                 if type(ts) is not float and type(ts) is not int:
-                    raise ProfileError(MSG_BAD_EVENT.format(
+                    raise ProfileFileError(MSG_BAD_EVENT.format(
                         path=self.path, index=base + j, detail=f"'ts' is {ts!r}, expected a number"))
                 pid, tid = ev.get("pid"), ev.get("tid")
                 if ph == "X":
                     dur = ev.get("dur", 0.0)
                     if type(dur) is not float and type(dur) is not int:
-                        raise ProfileError(MSG_BAD_EVENT.format(
+                        raise ProfileFileError(MSG_BAD_EVENT.format(
                             path=self.path, index=base + j,
                             detail=f"'dur' is {dur!r}, expected a number"))
                 elif ph == "B":
@@ -229,7 +229,7 @@ class _EventSink:
                 elif name == "thread_name":
                     self.threads[(_as_text(ev.get("pid")), _as_text(ev.get("tid")))] = _as_text(args.get("name"))
             elif ph is None:
-                raise ProfileError(MSG_BAD_EVENT.format(path=self.path, index=base + j,
+                raise ProfileFileError(MSG_BAD_EVENT.format(path=self.path, index=base + j,
                                                         detail="no 'ph' (event type)"))
         self.n += len(batch)
 
@@ -275,7 +275,7 @@ def read_chrome_trace(path: str | os.PathLike, chunk_size: int = CHUNK) -> Chrom
 
     Raises
     ------
-    ProfileError
+    ProfileFileError
         Truncated JSON, an event that is not an object or lacks ``ph``/``ts``, no
         ``traceEvents``, or no events at all.
     """
@@ -292,10 +292,10 @@ def read_chrome_trace(path: str | os.PathLike, chunk_size: int = CHUNK) -> Chrom
         try:
             doc = orjson.loads(prefix + b"]" + tail)
         except orjson.JSONDecodeError as exc:
-            raise ProfileError(MSG_BAD_JSON.format(path=path, detail=f"after traceEvents: {exc}")) from exc
+            raise ProfileFileError(MSG_BAD_JSON.format(path=path, detail=f"after traceEvents: {exc}")) from exc
         meta = {k: v for k, v in doc.items() if k != "traceEvents"}
     if sink.n == 0:
-        raise ProfileError(MSG_NO_EVENTS.format(path=path))
+        raise ProfileFileError(MSG_NO_EVENTS.format(path=path))
     events = sink.frame()
     return ChromeTrace(events, sink.processes, sink.threads, sink.n, meta)
 
@@ -315,7 +315,7 @@ class _ChunkReader:
         try:
             data = self.f.read(max(self.chunk_size, at_least or 0))
         except (OSError, EOFError) as exc:
-            raise ProfileError(MSG_TRACE_TRUNCATED.format(
+            raise ProfileFileError(MSG_TRACE_TRUNCATED.format(
                 path=self.path, offset=self.offset + len(self.buf), events="?")
                 + f" (gzip stream: {exc})") from exc
         if not data:
@@ -334,12 +334,12 @@ class _ChunkReader:
             if start < len(self.buf):
                 break
             if not self.more():
-                raise ProfileError(MSG_EMPTY_FILE.format(path=self.path))
+                raise ProfileFileError(MSG_EMPTY_FILE.format(path=self.path))
         first = self.buf[start:start + 1]
         if first == b"[":
             return self.take(start + 1), 1, True
         if first != b"{":
-            raise ProfileError(MSG_NOT_TRACE.format(path=self.path))
+            raise ProfileFileError(MSG_NOT_TRACE.format(path=self.path))
         while True:
             s = jsonscan.scan(self.buf, start, len(self.buf))
             for c in np.flatnonzero((s.kind == jsonscan.COLON) & (s.level == 1)):
@@ -349,13 +349,13 @@ class _ChunkReader:
                 if v >= len(self.buf):
                     break  # need more bytes to see the value
                 if self.buf[v:v + 1] != b"[":
-                    raise ProfileError(MSG_SCHEMA.format(path=self.path, where="traceEvents",
+                    raise ProfileFileError(MSG_SCHEMA.format(path=self.path, where="traceEvents",
                                                          detail="not an array"))
                 return self.take(v + 1), 2, False
             if s.end_level <= 0 and len(s.pos) and not s.end_in_string:
-                raise ProfileError(MSG_NOT_TRACE.format(path=self.path))
+                raise ProfileFileError(MSG_NOT_TRACE.format(path=self.path))
             if not self.more():
-                raise ProfileError(MSG_TRACE_TRUNCATED.format(
+                raise ProfileFileError(MSG_TRACE_TRUNCATED.format(
                     path=self.path, offset=self.offset + len(self.buf), events=0))
 
     def take(self, n: int) -> bytes:
@@ -384,7 +384,7 @@ class _ChunkReader:
                 try:
                     batch = orjson.loads(b"[" + self.buf[first:last + 1] + b"]")
                 except orjson.JSONDecodeError as exc:
-                    raise ProfileError(MSG_BAD_JSON.format(
+                    raise ProfileFileError(MSG_BAD_JSON.format(
                         path=self.path, detail=f"in traceEvents near byte {self.offset + first}: {exc}")) from exc
                 sink.add_batch(batch)
                 del batch
@@ -397,17 +397,17 @@ class _ChunkReader:
                     pass
                 return self.buf
             if s.min_level < level:
-                raise ProfileError(MSG_BAD_JSON.format(
+                raise ProfileFileError(MSG_BAD_JSON.format(
                     path=self.path, detail=f"unbalanced brackets in traceEvents near byte {self.offset}"))
             if not self.more(at_least=len(self.buf)):
                 rest = self.buf.strip(b" \t\r\n,")
                 if array_root and not rest:
                     return b""  # the array format may omit its closing bracket
-                raise ProfileError(MSG_TRACE_TRUNCATED.format(
+                raise ProfileFileError(MSG_TRACE_TRUNCATED.format(
                     path=self.path, offset=self.offset + len(self.buf), events=sink.n))
 
     def _check_gap(self, a: int, b: int) -> None:
         gap = self.buf[a:b]
         if gap.strip(b" \t\r\n,"):
-            raise ProfileError(MSG_BETWEEN.format(path=self.path, offset=self.offset + a,
+            raise ProfileFileError(MSG_BETWEEN.format(path=self.path, offset=self.offset + a,
                                                   text=gap.strip(b" \t\r\n,").decode("utf-8", "replace")[:40]))

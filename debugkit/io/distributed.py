@@ -12,8 +12,6 @@ from .._fsutil import read_json
 from .. import format as fmt
 from ..errors import RunDirError
 
-HANGS_DIR = "hangs"
-_DUMP = re.compile(r"^(?P<seg>\d+)-s(?P<step>\d+)-(?P<n>\d+)\.json$")
 _SAFE_NAME = re.compile(r"^[0-9]+-s[0-9]+-[0-9]+(\.pyspy)?\.(txt|json)$")
 
 
@@ -38,7 +36,7 @@ def read_rank_info(run):
         meta = run.rank_meta(r)
         hb = hbs.get(r, {})
         segs = [p.name for p in (run.path / fmt.RANKS_DIR / str(r)).iterdir()
-                if p.name.startswith("meta-")]
+                if fmt.META_FILE.match(p.name)]
         rows.append({
             "rank": r, "host": meta.get("host") or hb.get("host"),
             "local_rank": meta.get("local_rank"), "node_rank": meta.get("node_rank"),
@@ -80,7 +78,7 @@ def read_hangs(run) -> list[dict]:
     """
     out = []
     for r in run.ranks:
-        d = run.path / fmt.RANKS_DIR / str(r) / HANGS_DIR
+        d = run.path / fmt.RANKS_DIR / str(r) / fmt.HANGS_DIR
         try:
             if not d.is_dir():
                 continue
@@ -88,7 +86,7 @@ def read_hangs(run) -> list[dict]:
         except OSError:
             continue
         for name in names:
-            if not _DUMP.match(name):
+            if not fmt.HANG_DUMP_FILE.match(name):
                 continue
             try:
                 rec = read_json(d / name)
@@ -110,14 +108,13 @@ def read_hang_file(run, rank: int, name: str) -> str:
     ``<stem>.pyspy.txt``); ``name`` is checked against the dump naming scheme."""
     if not isinstance(name, str) or not _SAFE_NAME.match(name):
         raise RunDirError(f"hang dump file {name!r}: expected a name like '000-s0000012-1.txt'")
-    p = run.path / fmt.RANKS_DIR / str(int(rank)) / HANGS_DIR / name
+    p = run.path / fmt.RANKS_DIR / str(int(rank)) / fmt.HANGS_DIR / name
     try:
         return p.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
         raise RunDirError(f"{p}: cannot read the hang dump ({exc})") from exc
 
 
-_FATAL_NAME = re.compile(r"^fatal-(?P<seg>\d+)\.txt$")
 _FH_THREAD = re.compile(r"^(?P<current>Current thread|Thread) (?P<id>0x[0-9a-fA-F]+)")
 _FH_FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 
@@ -160,7 +157,7 @@ def read_fatal_stacks(run) -> dict[int, dict]:
     for r in run.ranks:
         d = run.path / fmt.RANKS_DIR / str(r)
         try:
-            names = sorted(p.name for p in d.iterdir() if _FATAL_NAME.match(p.name))
+            names = sorted(p.name for p in d.iterdir() if fmt.FATAL_FILE_RE.match(p.name))
         except OSError:
             continue
         for name in reversed(names):
@@ -171,7 +168,7 @@ def read_fatal_stacks(run) -> dict[int, dict]:
             if not text.strip():
                 continue
             rec = parse_faulthandler(text)
-            rec.update(segment=int(_FATAL_NAME.match(name).group("seg")), file=name)
+            rec.update(segment=int(fmt.FATAL_FILE_RE.match(name).group("seg")), file=name)
             out[r] = rec
             break
     return out

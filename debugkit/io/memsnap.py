@@ -20,38 +20,32 @@ Files are read only through :func:`debugkit.io.safepickle.load_plain`, which ref
 every global, so a hostile file cannot run code. The nested dicts become a few
 columnar tables (:class:`MemorySnapshot`); the analyses in
 :mod:`debugkit.analysis.memsnap` aggregate those, and nothing per-allocation ever goes
-to the browser.
+to the browser. Parsed tables are cached by :mod:`debugkit.io.memsnap_cache`; the
+snapshots of a run (listing, importing) are :mod:`debugkit.io.memsnap_store`'s.
 """
 
 from __future__ import annotations
 
 import gc
-import json
 import os
-import re
 import shutil
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from operator import itemgetter, methodcaller
 from typing import Any
 
-from .. import format as fmt
-from .._fsutil import atomic_write_json, fsync_dir, read_json, sha256_file
-from ..errors import InvalidInputError, RunDirError
+from ..errors import InvalidInputError
+from . import memsnap_cache
 from .safepickle import load_plain
 
 MSG_TOP = ("{where}: not a PyTorch memory snapshot: expected a dict with 'segments' (and "
            "'device_traces'), as torch.cuda.memory._dump_snapshot writes, got {got}")
 MSG_FIELD = "{where}: {path}: {detail}"
-MSG_EXISTS = "{path}: a memory snapshot named {name!r} is already in this run"
-MSG_BAD_NAME = "snapshot name {name!r}: expected letters, digits, '.', '_' or '-' (at most 100)"
 
 ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
            "segment_map", "segment_unmap", "snapshot", "oom", "free")
 BLOCK_STATES = ("active_allocated", "active_pending_free", "inactive")
 _STATE_ALIASES = {"active_awaiting_free": "active_pending_free"}
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _INT64_MAX = (1 << 63) - 1
 
 Frame = tuple  # (filename, line, name)
@@ -483,10 +477,15 @@ def read_snapshot(path: str | os.PathLike, *, cache: bool = True) -> MemorySnaps
     p = Path(path)
     if not p.is_file():
         raise InvalidInputError(f"{p}: no such file")
-    entry = _cache_entry(p) if cache else None
+    entry = memsnap_cache.entry_for(p, PARSE_VERSION) if cache else None
     if entry is not None and entry.is_dir():
         try:
-            return _read_cached(entry, str(p))
+            tables, meta = memsnap_cache.load(entry, PARSE_VERSION)
+            return MemorySnapshot(
+                source=str(p), format=meta["format"],
+                stacks=[tuple(tuple(f) for f in st) for st in meta["stacks"]],
+                allocator_settings=meta.get("allocator_settings") or {},
+                annotations=meta.get("annotations") or [], from_cache=True, **tables)
         except (OSError, ValueError, KeyError, ImportError) as exc:  # a damaged entry: parse again
             shutil.rmtree(entry, ignore_errors=True)
             del exc
@@ -495,106 +494,13 @@ def read_snapshot(path: str | os.PathLike, *, cache: bool = True) -> MemorySnaps
     del data
     if entry is not None:
         try:
-            _write_cached(entry, snap)
+            memsnap_cache.save(entry, {name: getattr(snap, name) for name in memsnap_cache.TABLES}, {
+                "format": snap.format, "stacks": snap.stacks,
+                "allocator_settings": snap.allocator_settings, "annotations": snap.annotations,
+            }, PARSE_VERSION)
         except OSError:
             pass  # a read-only or full cache only costs speed
     return snap
-
-
-def _cache_entry(p: Path) -> Path | None:
-    import hashlib
-
-    from .upload import cache_dir
-
-    try:
-        st = p.stat()
-        key = f"{p.resolve()}|{st.st_size}|{st.st_mtime_ns}|{PARSE_VERSION}"
-        return cache_dir() / "memsnap" / hashlib.sha256(key.encode()).hexdigest()[:32]
-    except OSError:
-        return None
-
-
-_TABLES = ("segments", "blocks", "events")
-
-
-def _write_cached(entry: Path, snap: MemorySnapshot) -> None:
-    import uuid
-
-    import pyarrow as pa
-    import pyarrow.feather as feather
-
-    tmp = entry.parent / f".tmp-{entry.name}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir(parents=True)
-    try:
-        for name in _TABLES:
-            feather.write_feather(pa.Table.from_pandas(getattr(snap, name), preserve_index=False),
-                                  str(tmp / f"{name}.arrow"), compression="uncompressed")
-        (tmp / "meta.json").write_text(json.dumps({
-            "format": snap.format, "stacks": snap.stacks, "allocator_settings": snap.allocator_settings,
-            "annotations": snap.annotations, "version": PARSE_VERSION}, default=repr))
-        try:
-            os.replace(tmp, entry)
-        except OSError:  # another process wrote it first
-            shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
-def _read_cached(entry: Path, where: str) -> MemorySnapshot:
-    import pyarrow.feather as feather
-
-    meta = read_json(entry / "meta.json")
-    if meta.get("version") != PARSE_VERSION:
-        raise ValueError("old cache entry")
-    tables = {name: feather.read_table(str(entry / f"{name}.arrow"), memory_map=True).to_pandas()
-              for name in _TABLES}
-    return MemorySnapshot(
-        source=where, format=meta["format"],
-        stacks=[tuple(tuple(f) for f in st) for st in meta["stacks"]],
-        allocator_settings=meta.get("allocator_settings") or {},
-        annotations=meta.get("annotations") or [], from_cache=True, **tables)
-
-
-# ---------------------------------------------------------------------------- in a run
-def list_snapshots(run_path: str | os.PathLike) -> list[dict]:
-    """The memory snapshots of a run, by rank then step.
-
-    Each record has ``id``, ``path`` (the pickle), ``rank``, ``step``, ``reason``
-    (``oom``, ``failure``, ``close``, ``imported``), ``failure`` (a failure capture id or
-    None), ``time``, ``size_bytes``, ``source`` plus whatever the sidecar adds. A pickle
-    without a sidecar (copied in by hand) is listed with what its name tells.
-    """
-    d = Path(run_path) / fmt.MEMORY_SNAPSHOTS_DIR
-    if not d.is_dir():
-        return []
-    out = []
-    for p in sorted(d.iterdir()):
-        if p.name.startswith(".") or not p.name.endswith(fmt.SNAPSHOT_SUFFIX) or not p.is_file():
-            continue
-        sid = p.name[: -len(fmt.SNAPSHOT_SUFFIX)]
-        rec: dict[str, Any] = {}
-        meta = d / f"{sid}{fmt.SNAPSHOT_META_SUFFIX}"
-        if meta.is_file():
-            try:
-                rec = read_json(meta)
-                if not isinstance(rec, dict):
-                    rec = {}
-            except (OSError, ValueError):
-                rec = {}
-        m = re.match(r"^r(\d+)-s(\d{7}|-{7})-([a-z]+)", sid)
-        rec.setdefault("rank", int(m.group(1)) if m else None)
-        rec.setdefault("step", int(m.group(2)) if m and m.group(2).isdigit() else None)
-        rec.setdefault("reason", m.group(3) if m else "imported")
-        rec.setdefault("failure", None)
-        rec.setdefault("time", p.stat().st_mtime)
-        rec["id"] = sid
-        rec["path"] = str(p)
-        rec["size_bytes"] = p.stat().st_size
-        out.append(rec)
-    out.sort(key=lambda r: (r["rank"] if isinstance(r.get("rank"), int) else 1 << 30,
-                            r["step"] if isinstance(r.get("step"), int) else 1 << 62, r["id"]))
-    return out
 
 
 def summarize(snap: MemorySnapshot) -> dict:
@@ -612,68 +518,3 @@ def summarize(snap: MemorySnapshot) -> dict:
         "oom_events": int(len(oom)),
         "stacks": len(snap.stacks),
     }
-
-
-def _create_run_if_missing(run_dir: Path) -> None:
-    """A new run for an imported snapshot, as the other importers make one: a missing or
-    empty folder gets a minimal manifest (a folder holding other files is left to
-    :func:`open_run`, which refuses it)."""
-    from .._fsutil import atomic_write_json
-    from .profile_store import _new_manifest
-
-    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
-        return
-    run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(run_dir / fmt.MANIFEST, _new_manifest(run_dir))
-
-
-def import_snapshot(src: str | os.PathLike, run_dir: str | os.PathLike, *, rank: int = 0,
-                    step: int | None = None, name: str | None = None) -> dict:
-    """Add a snapshot file to a run's ``memory_snapshots/`` (the source is only read).
-
-    The file is checked first (restricted unpickler, snapshot structure); then its bytes
-    are copied unchanged under a temporary name and renamed into place, and the JSON
-    sidecar is written last.
-
-    Returns
-    -------
-    dict
-        The sidecar record plus ``summary`` (see :func:`summarize`).
-    """
-    from .run import open_run
-
-    src = Path(src)
-    if Path(run_dir).expanduser().is_file():
-        raise RunDirError(f"{run_dir}: a zipped run is read-only; unzip it to add a snapshot")
-    if not isinstance(rank, int) or rank < 0:
-        raise InvalidInputError(f"--rank {rank!r}: expected an integer >= 0")
-    if step is not None and (not isinstance(step, int) or step < 0):
-        raise InvalidInputError(f"--step {step!r}: expected an integer >= 0")
-    snap = read_snapshot(src)  # checked before anything is written
-    _create_run_if_missing(Path(run_dir).expanduser())
-    run = open_run(run_dir)
-    if name is None:
-        stem = re.sub(r"[^A-Za-z0-9._-]+", "-", src.name[: -len(src.suffix)] if src.suffix else src.name)
-        name = f"r{rank}-imported-{stem.strip('-.') or 'snapshot'}"[:100]
-    if not _NAME.match(name):
-        raise InvalidInputError(MSG_BAD_NAME.format(name=name))
-    d = run.path / fmt.MEMORY_SNAPSHOTS_DIR
-    d.mkdir(parents=True, exist_ok=True)
-    final = d / f"{name}{fmt.SNAPSHOT_SUFFIX}"
-    if final.exists():
-        raise InvalidInputError(MSG_EXISTS.format(path=d, name=name))
-    tmp = d / f".tmp-{name}-{os.getpid()}{fmt.SNAPSHOT_SUFFIX}"
-    try:
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, final)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    fsync_dir(d)
-    summary = summarize(snap)
-    rec = {"id": name, "rank": rank, "step": step, "reason": "imported", "failure": None,
-           "time": time.time(), "source": str(src.resolve()), "size_bytes": final.stat().st_size,
-           "sha256": sha256_file(final), "format": snap.format,
-           "device": f"cuda:{summary['devices'][0]}" if summary["devices"] else None}
-    atomic_write_json(d / f"{name}{fmt.SNAPSHOT_META_SUFFIX}", rec)
-    return {**rec, "path": str(final), "summary": summary}

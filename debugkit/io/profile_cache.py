@@ -19,7 +19,7 @@ import shutil
 import uuid
 from pathlib import Path
 
-from .. import __version__
+from .._version import __version__
 
 CACHE_VERSION = 2  # 2: meta holds samples_in_file / launcher_samples
 TABLES = ("frames", "counts", "threads")
@@ -67,7 +67,7 @@ def _load(folder: Path):
     import pyarrow as pa
     import pyarrow.ipc
 
-    from .profiles import SampledProfile
+    from .profile_model import SampledProfile
 
     head = json.loads((folder / DONE).read_text())
     tables = {}
@@ -82,7 +82,7 @@ def read_entry_cached(entry: dict):
     """:func:`debugkit.io.profile_store.read_entry`, with sampled profiles kept parsed in
     the cache folder (see the module docstring)."""
     from .profile_store import read_entry
-    from .upload import cache_dir
+    from .._fsutil import cache_dir
 
     key = _key(entry) if entry.get("format") in ("speedscope", "raw") else None
     if key is None:

@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import json
 import os
 import re
 import shutil
-import socket
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 from .. import format as fmt
-from .._fsutil import atomic_write_json, check_regular_file, read_json, sha256_file
-from ..errors import InvalidInputError, ProfileError, RunDirError
+from .._fsutil import check_regular_file, sha256_file
+from ..errors import InvalidInputError, ProfileFileError, RunDirError
 
 FORMATS = ("speedscope", "raw", "chrome-trace", "pyspy-dump")
 KIND = {"speedscope": "sampled", "raw": "sampled", "chrome-trace": "trace", "pyspy-dump": "stacks"}
@@ -43,9 +41,9 @@ def validate_profile_id(value: str) -> str:
 
 
 def read_any(path: str | os.PathLike, format: str | None = None, *, drop_pids=(), keep_pids=()):
-    """Read a profile file as :class:`~debugkit.io.profiles.SampledProfile`,
-    :class:`~debugkit.io.chrome_trace.ChromeTrace` or :class:`~debugkit.io.profiles.StackDump`."""
-    from . import chrome_trace, profiles
+    """Read a profile file as :class:`~debugkit.io.profile_model.SampledProfile`,
+    :class:`~debugkit.io.chrome_trace.ChromeTrace` or :class:`~debugkit.io.stackdump.StackDump`."""
+    from . import chrome_trace, collapsed, profiles, speedscope, stackdump
 
     try:
         check_regular_file(path)  # a FIFO or a device is refused, never opened (it would block)
@@ -54,19 +52,36 @@ def read_any(path: str | os.PathLike, format: str | None = None, *, drop_pids=()
     format = format or profiles.sniff_format(path)
     if format in ("speedscope", "raw"):
         data = profiles.read_bytes(path)
-        return (profiles.read_speedscope if format == "speedscope" else profiles.read_collapsed)(
+        return (speedscope.read_speedscope if format == "speedscope" else collapsed.read_collapsed)(
             path, data, drop_pids=drop_pids, keep_pids=keep_pids)
     if format == "chrome-trace":
         return chrome_trace.read_chrome_trace(path)
     if format == "pyspy-dump":
-        return profiles.read_stack_dump(path)
-    raise ProfileError(f"{path}: unknown profile format {format!r}")
+        return stackdump.read_stack_dump(path)
+    raise ProfileFileError(f"{path}: unknown profile format {format!r}")
+
+
+def read_sampled(path: str | os.PathLike):
+    """Read a speedscope or raw profile, whichever the file is, as a
+    :class:`~debugkit.io.profile_model.SampledProfile`."""
+    from .collapsed import read_collapsed
+    from .profiles import read_bytes, sniff_bytes
+    from .speedscope import read_speedscope
+
+    data = read_bytes(path)
+    format_name = sniff_bytes(data[: 1 << 16], path)
+    if format_name == "speedscope":
+        return read_speedscope(path, data)
+    if format_name == "raw":
+        return read_collapsed(path, data)
+    raise ProfileFileError(f"{path}: a {format_name} file, not a sampled profile (speedscope or raw)")
 
 
 def summary_of(obj) -> dict:
     """The few numbers the manifest lists for a profile."""
     from .chrome_trace import GPU_CATS, ChromeTrace
-    from .profiles import SampledProfile, StackDump
+    from .profile_model import SampledProfile
+    from .stackdump import StackDump
 
     if isinstance(obj, SampledProfile):
         return {"samples": obj.total_samples, "threads": int(len(obj.threads)),
@@ -90,49 +105,6 @@ def _run_dir(path: str | os.PathLike) -> Path:
             raise RunDirError(MSG_ZIP_RUN.format(path=p))
         raise RunDirError(MSG_NOT_DIR.format(path=p))
     return p
-
-
-@contextlib.contextmanager
-def _locked(run_dir: Path):
-    """An exclusive advisory lock on the run directory itself (no lock file left behind)
-    while the manifest is read, changed and replaced."""
-    (run_dir / fmt.PROFILES_DIR).mkdir(parents=True, exist_ok=True)
-    try:
-        import fcntl
-    except ImportError:  # Windows: no advisory locks; a lone writer is still fine
-        yield
-        return
-    fd = os.open(run_dir, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
-
-
-def _read_manifest(run_dir: Path) -> dict | None:
-    mpath = run_dir / fmt.MANIFEST
-    if not mpath.exists():
-        return None
-    try:
-        m = read_json(mpath)
-    except (OSError, ValueError) as exc:
-        raise RunDirError(f"{mpath}: manifest.json is not valid JSON ({exc}); "
-                          "not adding a profile to it") from exc
-    if not isinstance(m, dict):
-        raise RunDirError(f"{mpath}: manifest.json is not a JSON object; not adding a profile to it")
-    return m
-
-
-def _new_manifest(run_dir: Path) -> dict:
-    """A minimal manifest for a run folder that only holds profiles (the profiled program
-    did not record a debugkit run)."""
-    return {"schema_version": fmt.SCHEMA_VERSION, "run_id": uuid.uuid4().hex[:12],
-            "name": run_dir.name, "created_at": time.time(), "config": {},
-            "env": {"host": socket.gethostname()}}
 
 
 def add_profile(run_dir: str | os.PathLike, source: str | os.PathLike, *, format: str | None = None,
@@ -172,20 +144,24 @@ def add_profile(run_dir: str | os.PathLike, source: str | os.PathLike, *, format
     run = _run_dir(run_dir)
     src = Path(source)
     if not src.is_file():
-        raise ProfileError(f"{src}: no such file")
+        raise ProfileFileError(f"{src}: no such file")
     format = format or profiles.sniff_format(src)
     if format not in FORMATS:
-        raise ProfileError(f"{src}: unknown profile format {format!r}")
+        raise ProfileFileError(f"{src}: unknown profile format {format!r}")
     obj = parsed if parsed is not None else read_any(
         src, format, drop_pids=[(info or {}).get("launcher_pid")], keep_pids=[(info or {}).get("pid")])
     summary = summary_of(obj)
     base = validate_profile_id(name) if name else f"{format.split('-')[0]}-{time.strftime('%Y%m%d-%H%M%S')}"
     run.mkdir(parents=True, exist_ok=True)
     pdir = run / fmt.PROFILES_DIR
-    with _locked(run):
-        manifest = _read_manifest(run)
-        created = manifest is None
-        manifest = manifest or _new_manifest(run)
+    pdir.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Any] = {}
+
+    def change(manifest: dict | None) -> dict:
+        # Runs under the run's lock (format.update_manifest): the id is chosen, the file
+        # copied and the entry listed while no other writer can change the manifest.
+        written["created"] = manifest is None
+        manifest = manifest or fmt.minimal_manifest(run)
         listed = manifest.get(fmt.PROFILES_FIELD)
         listed = list(listed) if isinstance(listed, list) else []
         taken = {e.get("id") for e in listed if isinstance(e, dict)}
@@ -211,17 +187,22 @@ def add_profile(run_dir: str | os.PathLike, source: str | os.PathLike, *, format
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise
-        entry = {"id": pid, "kind": KIND[format], "format": format,
-                 "file": f"{fmt.PROFILES_DIR}/{final.name}", "bytes": final.stat().st_size,
-                 "sha256": sha256_file(final), "created_at": time.time(), "origin": origin,
-                 "original_name": src.name, "summary": summary, **(info or {})}
-        listed.append(entry)
+        written["final"] = final
+        written["entry"] = {"id": pid, "kind": KIND[format], "format": format,
+                            "file": f"{fmt.PROFILES_DIR}/{final.name}", "bytes": final.stat().st_size,
+                            "sha256": sha256_file(final), "created_at": time.time(), "origin": origin,
+                            "original_name": src.name, "summary": summary, **(info or {})}
+        listed.append(written["entry"])
         manifest[fmt.PROFILES_FIELD] = listed
-        try:
-            atomic_write_json(run / fmt.MANIFEST, manifest)
-        except BaseException:
-            final.unlink(missing_ok=True)
-            raise
+        return manifest
+
+    try:
+        fmt.update_manifest(run, change, action="adding a profile to it")
+    except BaseException:
+        if "entry" in written:  # copied but not listed: remove the file again
+            written["final"].unlink(missing_ok=True)
+        raise
+    entry, final, created = written["entry"], written["final"], written["created"]
     entry["path"] = str(final)
     entry["created_run"] = created
     return entry

@@ -17,9 +17,9 @@ import json
 import re
 from dataclasses import dataclass
 
+from .. import format as fmt
 from ..errors import InvalidInputError
 
-TRACES_DIR = "traces"
 _STEP = re.compile(r"^ProfilerStep\s*#\s*(\d+)$")
 _DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 _LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "runtime"}
@@ -194,7 +194,7 @@ def find_rank_traces(run) -> list:
     before that field, the ``torch.profiler (distributed)`` tool), one per rank (the
     newest import of a rank wins).
     """
-    d = run.path / TRACES_DIR
+    d = run.path / fmt.TRACES_DIR
     try:
         if d.is_dir():
             found = sorted((p for p in d.iterdir() if p.name.endswith((".json", ".json.gz"))),

@@ -8,71 +8,20 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import time
 import warnings
 from pathlib import Path
-from typing import Any
 
-from .._fsutil import read_json
+from .._fsutil import process_start_ticks, read_json
 from .. import format as fmt
-from ..errors import (
-    MSG_BAD_MANIFEST,
-    MSG_BAD_VERSION,
-    MSG_MANIFEST_FIELD,
-    MSG_NEWER_MAJOR,
-    MSG_NO_SUCH_PATH,
-    MSG_NOT_A_RUN,
-    MSG_TABLE_UNREADABLE,
-    FileLimitError,
-    RunDirError,
-    SchemaVersionError,
-    TruncatedRecordWarning,
-)
+from ..errors import MSG_TABLE_UNREADABLE, RunDirError, TruncatedRecordWarning
 from .arrowio import read_stream
-from .fs import as_path, files_signature, is_local
-
-_SEG_FILE = re.compile(r"^(?P<table>[a-z]+)-(?P<seg>\d+)\.arrows$")
-_META_FILE = re.compile(r"^meta-(?P<seg>\d+)\.json$")
-
-# Upgrade steps for older minor versions of the current major: {(major, minor): fn}.
-# Each takes a manifest dict and returns it at the next minor version. 1.0 is the first
-# version, so there is nothing to upgrade yet; a 1.1 writer adds its step here.
-UPGRADES: dict[tuple[int, int], Any] = {}
-
-
-def parse_version(value: Any, where: str) -> tuple[int, int]:
-    """Parse a ``'MAJOR.MINOR'`` schema version, raising :class:`SchemaVersionError`."""
-    m = re.fullmatch(r"(\d+)\.(\d+)", str(value)) if isinstance(value, (str, int, float)) else None
-    if not m:
-        raise SchemaVersionError(MSG_BAD_VERSION.format(path=where, found=value))
-    return int(m.group(1)), int(m.group(2))
-
-
-def upgrade_manifest(manifest: dict, where: str) -> dict:
-    """Check a manifest's schema version and bring an older minor up to date."""
-    major, minor = parse_version(manifest.get("schema_version"), where)
-    if major > fmt.SCHEMA_MAJOR:
-        raise SchemaVersionError(MSG_NEWER_MAJOR.format(
-            path=where, found=manifest.get("schema_version"), known=fmt.SCHEMA_MAJOR))
-    if major < fmt.SCHEMA_MAJOR:
-        raise SchemaVersionError(
-            f"{where}: schema_version {manifest.get('schema_version')!r} is from an older major "
-            f"version that this debugkit ({fmt.SCHEMA_MAJOR}.x) cannot read")
-    while minor < fmt.SCHEMA_MINOR:
-        step = UPGRADES.get((major, minor))
-        if step is None:
-            raise SchemaVersionError(f"{where}: no upgrade step from schema {major}.{minor}")
-        manifest = step(manifest)
-        minor += 1
-    manifest["_read_as_version"] = f"{major}.{max(minor, fmt.SCHEMA_MINOR)}"
-    return manifest
+from .fs import files_signature, is_local
+from .resolve import resolve_run_path
 
 
 def _pid_alive(pid: int, start_ticks: int | None) -> bool:
-    from ..recorder.writer import process_start_ticks
-
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -149,8 +98,8 @@ class Run:
         d = self._rank_dir(rank)
         if d.is_dir():
             for p in d.iterdir():
-                m = _SEG_FILE.match(p.name)
-                if m and m.group("table") == table:
+                m = fmt.SEGMENT_FILE.match(p.name)
+                if m and m.group("table") == table and m.group("suffix") == fmt.TABLE_SUFFIX:
                     out.append((int(m.group("seg")), p))
         return sorted(out)
 
@@ -160,7 +109,7 @@ class Run:
         d = self._rank_dir(rank)
         if d.is_dir():
             for p in d.iterdir():
-                m = _META_FILE.match(p.name)
+                m = fmt.META_FILE.match(p.name)
                 if m:
                     metas[int(m.group("seg"))] = p
         if not metas:
@@ -323,7 +272,7 @@ class Run:
         if not d.is_dir():
             return []
         return sorted(int(m.group(1)) for p in d.iterdir()
-                      if (m := re.match(r"^meta-(\d+)\.json$", p.name)))
+                      if (m := fmt.META_FILE.match(p.name)))
 
     def _read_raw(self, table: str, rank: int):
         """(segment, pyarrow.Table) pairs of one rank's table as stored, in segment order."""
@@ -624,8 +573,8 @@ class Run:
 
     def memory_snapshots(self) -> list[dict]:
         """PyTorch memory snapshots in ``memory_snapshots/`` (see
-        :func:`debugkit.io.memsnap.list_snapshots`)."""
-        from .memsnap import list_snapshots
+        :func:`debugkit.io.memsnap_store.list_snapshots`)."""
+        from .memsnap_store import list_snapshots
 
         return list_snapshots(self.path)
 
@@ -670,58 +619,6 @@ def open_run(path: str | os.PathLike) -> Run:
     SchemaVersionError
         The run was written by a newer major version of the format.
     """
-    from .store import check_run_tree
+    p, source = resolve_run_path(path)  # a zip, a TensorBoard folder or a URL: a local folder
+    return Run(p, fmt.read_manifest(p), source=source)
 
-    p = as_path(path)
-    if not p.exists():
-        raise RunDirError(MSG_NO_SUCH_PATH.format(path=p))
-    source = p
-    check_run_tree(p)  # with DEBUGKIT_ALLOWED_ROOTS set: the run and every link inside it
-    if p.is_file():
-        if p.suffix.lower() != ".zip":
-            raise RunDirError(f"{p}: expected a run directory or a .zip of one")
-        from .upload import open_zip_cached
-
-        p = open_zip_cached(p if is_local(p) else _fetch_remote(p))
-    mpath = p / fmt.MANIFEST
-    if not mpath.is_file():
-        from .tensorboard import is_tensorboard_dir, open_tensorboard_cached
-
-        if not is_tensorboard_dir(p):
-            raise RunDirError(MSG_NOT_A_RUN.format(path=p))
-        p = open_tensorboard_cached(p)  # converted once per version of its event files
-        mpath = p / fmt.MANIFEST
-    try:
-        manifest = read_json(mpath)
-    except FileLimitError as exc:  # a 2 GB manifest is refused before it is read
-        raise RunDirError(str(exc)) from exc
-    except (OSError, ValueError) as exc:
-        raise RunDirError(MSG_BAD_MANIFEST.format(path=mpath, detail=exc)) from exc
-    if not isinstance(manifest, dict):
-        raise RunDirError(MSG_MANIFEST_FIELD.format(path=mpath, field="(root)",
-                                                    detail="must be a JSON object"))
-    manifest = upgrade_manifest(manifest, str(mpath))
-    for field, kind in (("name", str), ("config", dict)):
-        if field in manifest and manifest[field] is not None and not isinstance(manifest[field], kind):
-            raise RunDirError(MSG_MANIFEST_FIELD.format(
-                path=mpath, field=field, detail=f"must be a {kind.__name__}"))
-    return Run(p, manifest, source=source)
-
-
-def _fetch_remote(p) -> Path:
-    """Copy a remote file (a zipped run) into the local cache, keyed by its URL and size."""
-    import hashlib
-
-    from .upload import cache_dir
-
-    st = p.stat()
-    key = hashlib.sha256(f"{p}|{st.st_size}".encode()).hexdigest()[:24]
-    local = cache_dir() / "remote" / key / p.name
-    if not local.is_file():
-        local.parent.mkdir(parents=True, exist_ok=True)
-        tmp = local.with_name(f".{local.name}.tmp")
-        with p.open("rb") as src, open(tmp, "wb") as dst:
-            for chunk in iter(lambda: src.read(1 << 20), b""):
-                dst.write(chunk)
-        os.replace(tmp, local)
-    return local

@@ -339,29 +339,28 @@ def write_run(series: ScalarSeries, out: Path, *, name: str, source: Path, grad_
     s_tags = [t for t, g in zip(tags, is_grad) if not g]
     rank_dir = out / fmt.RANKS_DIR / "0"
     rank_dir.mkdir(parents=True)
-    seg = "000"
-    _write_stream(rank_dir / f"scalars-{seg}{fmt.TABLE_SUFFIX}", "scalars", [
+    _write_stream(rank_dir / fmt.segment_name("scalars", 0), "scalars", [
         pa.array(steps[s_mask][s_order], pa.int64()),
         pa.array([s_tags[i] for i in s_order], pa.string()),
         pa.array(values[s_mask][s_order], pa.float64()),
         pa.array(walls[s_mask][s_order], pa.float64())])
-    _write_stream(rank_dir / f"grads-{seg}{fmt.TABLE_SUFFIX}", "grads", [
+    _write_stream(rank_dir / fmt.segment_name("grads", 0), "grads", [
         pa.array(g_steps, pa.int64()), pa.array(g_ids, pa.int32()), pa.array(g_vals, pa.float64())])
     all_steps = np.unique(steps)
     step_wall = np.full(len(all_steps), np.inf)  # the first wall time seen at each step
     if len(steps):
         np.minimum.at(step_wall, np.searchsorted(all_steps, steps), walls)
     n = len(all_steps)
-    _write_stream(rank_dir / f"steps-{seg}{fmt.TABLE_SUFFIX}", "steps", [
+    _write_stream(rank_dir / fmt.segment_name("steps", 0), "steps", [
         pa.array(all_steps, pa.int64()), pa.array(step_wall, pa.float64()),
         pa.nulls(n, pa.float64()), pa.nulls(n, pa.float64()), pa.nulls(n, pa.float64()),
         pa.array(np.ones(n, bool), pa.bool_())])
     now = time.time()
     created = float(walls.min()) if len(walls) else now
-    atomic_write_json(rank_dir / f"meta-{seg}.json", {
+    atomic_write_json(rank_dir / fmt.RANK_META.format(segment=0), {
         "rank": 0, "world_size": 1, "local_rank": 0, "host": None, "pid": None, "device": None,
         "backend": None, "layers": layers, "started_at": created, "segment": 0})
-    with open(rank_dir / f"{fmt.EVENTS_PREFIX}-{seg}{fmt.EVENTS_SUFFIX}", "w", encoding="utf-8") as f:
+    with open(rank_dir / fmt.segment_name(fmt.EVENTS_PREFIX, 0), "w", encoding="utf-8") as f:
         f.write(json.dumps({"time": now, "kind": "import", "source": "tensorboard",
                             "path": str(source), "files": series.files}) + "\n")
     atomic_write_json(rank_dir / fmt.HEARTBEAT, {
@@ -369,7 +368,7 @@ def write_run(series: ScalarSeries, out: Path, *, name: str, source: Path, grad_
         "time": float(walls.max()) if len(walls) else now,
         "step": int(all_steps[-1]) if n else None, "flush_every_s": None})
     run_id = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:12]
-    atomic_write_json(out / fmt.MANIFEST, {
+    manifest = {
         "schema_version": fmt.SCHEMA_VERSION, "run_id": run_id, "name": name,
         "created_at": created, "config": {}, "model_factory": None, "factory_kwargs": {},
         "step_fn": None, "num_classes": None, "log_every": None, "flush_every_s": None,
@@ -378,7 +377,8 @@ def write_run(series: ScalarSeries, out: Path, *, name: str, source: Path, grad_
         "imported_from": {"kind": "tensorboard", "path": str(source), "files": series.files,
                           "truncated_files": series.truncated_files,
                           "grad_pattern": rx.pattern, "imported_at": now},
-    })
+    }
+    fmt.update_manifest(out, lambda old: manifest)  # a new folder: nothing to keep
     return {"path": str(out), "layers": layers, "grad_rows": int(len(g_steps)),
             "scalar_rows": int(s_mask.sum()), "steps": n}
 
@@ -460,7 +460,7 @@ def open_tensorboard_cached(tb_dir: str | os.PathLike, grad_pattern: str | None 
     RunDirError
         No event files, or several TensorBoard runs (the message names them).
     """
-    from .upload import cache_dir
+    from .._fsutil import cache_dir
 
     tb = Path(tb_dir)
     runs = find_tensorboard_runs(tb)

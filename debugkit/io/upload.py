@@ -24,7 +24,9 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Iterable
 
 from .. import format as fmt
+from .._fsutil import cache_dir
 from ..errors import UploadError
+from .access import check_run_tree
 
 MSG_BAD_NAME = "upload: refused file name {name!r}: {why}"
 MSG_LINK = "upload: refused {name!r}: links are not allowed in an upload"
@@ -261,10 +263,9 @@ def _find_run_root(staging: Path) -> Path:
 def _publish(staging: Path, store: Path, preferred: str, quota: StoreQuota | None = None) -> Path:
     """Validate the staged run and move it into the store under a fresh name (under a
     lock that re-checks the store's quota, so two uploads at once cannot both pass it)."""
-    from .run import open_run
-
     root = _find_run_root(staging)
-    open_run(root)  # raises a clear DebugkitError for a broken or too-new run
+    check_run_tree(root)  # with DEBUGKIT_ALLOWED_ROOTS set, as the reader would check it
+    fmt.read_manifest(root)  # the format's validator: a clear error for a broken or too-new run
     with _store_lock(store):
         if quota is not None:
             used, runs = store_usage(store)  # the staged files are inside the store too
@@ -395,13 +396,6 @@ def unpack_zip(source: str | os.PathLike | BinaryIO, store: str | os.PathLike, *
         return _publish(staging / "x", Path(store), preferred, budget.quota)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def cache_dir() -> Path:
-    """Where debugkit keeps derived files (unpacked zips, converted imports)."""
-    d = Path(os.environ.get("DEBUGKIT_CACHE", Path.home() / ".cache" / "debugkit"))
-    d.mkdir(parents=True, exist_ok=True)
-    return d
 
 
 def open_zip_cached(path: Path) -> Path:

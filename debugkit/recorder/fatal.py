@@ -14,14 +14,14 @@ from __future__ import annotations
 import faulthandler
 from pathlib import Path
 
-FATAL_PREFIX = "fatal-"
+from ..format import FATAL_FILE
 
 
 class FatalStackFile:
     """Route faulthandler's fatal-signal dump into ``rank_dir`` for one writer segment."""
 
     def __init__(self, rank_dir: Path, segment: int):
-        self.path = Path(rank_dir) / f"{FATAL_PREFIX}{segment:03d}.txt"
+        self.path = Path(rank_dir) / FATAL_FILE.format(segment=segment)
         self._file = None
         if faulthandler.is_enabled():
             return

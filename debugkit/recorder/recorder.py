@@ -20,17 +20,16 @@ from .capture import describe_callable, take_rng_state, write_capture
 from .comm import CommTimer
 from .dist import process_group_info
 from .env import collect_env
-from .guard import SpecBuilder, coerce_spec, format_violations
+from .guard import coerce_spec, format_violations
 from .memhistory import MemoryHistory, memory_capacity
 from .memhistory import parse_option as parse_memory_option
 from .fatal import FatalStackFile
+from .nonfinite import NonFiniteMonitor, is_loss_key
 from .norms import GradNormComputer
+from .spec_sampler import SpecSampler
 from .tracking import track_loader
 from .writer import PendingTensor, RankWriter
 
-SPEC_DENSE = 256  # healthy batches observed at every step...
-SPEC_EVERY = 16   # ...then every SPEC_EVERY-th step
-SPEC_MAX = 4096   # and no more than this many in all
 MSG_GUARD_ACTION = "guard_action={value!r}: expected 'raise' or 'skip'"
 MSG_SKIPPED_BODY_RAN = (
     "debugkit: the body of a step whose batch the guard skipped ran an optimizer step; "
@@ -101,10 +100,6 @@ def _unwrap(model):
 _dist_info = process_group_info  # rank, world size, local rank, host, backend...
 
 
-def _is_loss_key(key: str) -> bool:
-    return "loss" in key.rsplit("/", 1)[-1].lower()
-
-
 class _Step:
     """Context manager around one training step (returned by :meth:`Recorder.step`).
 
@@ -137,6 +132,19 @@ class _Step:
         self.rec._end_step(self, exc)
         return False
 
+
+
+def _resumed(manifest: dict, old: dict | None, now: float) -> dict:
+    """The manifest a starting Recorder writes over ``old`` (None for a new run): a
+    resumed run keeps its identity and whatever other writers added (profiles, ...)."""
+    if old is None:
+        return manifest
+    manifest["run_id"] = old.get("run_id", manifest["run_id"])
+    manifest["created_at"] = old.get("created_at", now)
+    manifest["resumed_at"] = old.get("resumed_at", []) + [now]
+    for k, v in old.items():
+        manifest.setdefault(k, v)
+    return manifest
 
 class Recorder:
     """Record a training run into a debugkit run directory.
@@ -243,7 +251,6 @@ class Recorder:
                       (("model_factory", model_factory), ("step_fn", step_fn)) if v}
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        manifest_path = self.run_dir / fmt.MANIFEST
         self.run_id = uuid.uuid4().hex[:12]
         now = time.time()
         if self.rank == 0:
@@ -269,28 +276,16 @@ class Recorder:
                 "guard": None if self._guard is None else
                 {"action": guard_action, "spec": self._guard.to_dict()},
             }
-            if manifest_path.exists():  # a resumed run keeps its identity
-                try:
-                    import json
-
-                    old = json.loads(manifest_path.read_text())
-                    manifest["run_id"] = old.get("run_id", manifest["run_id"])
-                    manifest["created_at"] = old.get("created_at", now)
-                    manifest["resumed_at"] = old.get("resumed_at", []) + [now]
-                    # Keep what other writers added (profiles, ...).
-                    for k, v in old.items():
-                        manifest.setdefault(k, v)
-                except (OSError, ValueError):
-                    pass
+            manifest = fmt.update_manifest(self.run_dir, lambda old: _resumed(manifest, old, now),
+                                           unreadable="replace")
             self.run_id = manifest["run_id"]
-            atomic_write_json(manifest_path, manifest)
             self._start_pip_check()
 
         rank_dir = self.run_dir / fmt.RANKS_DIR / str(self.rank)
         rank_dir.mkdir(parents=True, exist_ok=True)
         self._writer = RankWriter(rank_dir, n_layers=len(self.layers) + 1,
                                   flush_every_s=flush_every_s)
-        atomic_write_json(rank_dir / f"meta-{self._writer.segment:03d}.json", {
+        atomic_write_json(rank_dir / fmt.RANK_META.format(segment=self._writer.segment), {
             "rank": self.rank, "world_size": self.world_size, "local_rank": dist["local_rank"],
             "host": dist["host"], "pid": os.getpid(), "device": str(self.device),
             "local_world_size": dist["local_world_size"], "node_rank": dist["node_rank"],
@@ -320,17 +315,14 @@ class Recorder:
         self._grads_taken = False
         self._opt_stepped = False
         self._rng = None
-        self._nonfinite_captured = False
-        self._pending_checks: list = []
+        self._nonfinite = NonFiniteMonitor(self.layers, defer=self._cuda and not self.halt_on_nonfinite,
+                                           halt=self.halt_on_nonfinite, on_found=self._nonfinite_found)
         self._next_indices = None
         self._last_failed = False
         self._closed = False
-        # The spec of the healthy batches seen so far (every step up to SPEC_DENSE
-        # batches, then every SPEC_EVERY-th): a failure capture stores it, so the Replay
-        # page can say which guard would have stopped the failing batch.
-        self._specs = SpecBuilder()
-        self._spec_obs = None
-        self._spec_steps = [None, None]  # first and last step observed
+        # The spec of the healthy batches seen so far: a failure capture stores it, so
+        # the Replay page can say which guard would have stopped the failing batch.
+        self._specs = SpecSampler()
         self._datasets_seen: dict = {}
         self._data_record = {"datasets": []}
         self._writer_dir = rank_dir
@@ -466,7 +458,7 @@ class Recorder:
         if self._closed:
             return
         self._closed = True
-        self._resolve_pending(block=True)
+        self._nonfinite.resolve_pending(block=True)
         for h in self._hooks:
             h.remove()
         if self._watchdog is not None:
@@ -560,7 +552,7 @@ class Recorder:
             pass
 
     def _write_batch_spec(self):
-        spec = self._healthy_spec()
+        spec = self._specs.spec(self.num_classes)
         if spec is None:
             return
         try:
@@ -599,7 +591,7 @@ class Recorder:
         if self._closed:
             raise InvalidInputError("Recorder.step(): the recorder is closed")
         now = time.perf_counter()
-        self._resolve_pending(block=False)
+        self._nonfinite.resolve_pending(block=False)
         st.indices = st.indices if st.indices is not None else self._next_indices
         self._next_indices = None
         bad = self._guard.check(st.batch, st.indices) if self._guard is not None else None
@@ -617,37 +609,12 @@ class Recorder:
         self._comm.begin_step()
         if self._watchdog is not None:
             self._watchdog.step_started(st.step)
-        self._observe_batch(st)
+        self._specs.observe(st.step, st.batch)
         if bad:  # guard_action="raise": a failure of this step, captured with its batch
             err = InvalidInputError(f"step {st.step}: " + format_violations(bad))
             self._end_step(st, err)
             err._debugkit_captured = True
             raise err
-
-    def _observe_batch(self, st: _Step):
-        self._spec_obs = None
-        sb = self._specs
-        if sb is None or st.batch is None or sb.n >= SPEC_MAX or (
-                sb.n >= SPEC_DENSE and st.step % SPEC_EVERY):
-            return
-        try:
-            self._spec_obs = sb.observe(st.batch)
-        except InvalidInputError:
-            self._specs = None  # batches of changing structure: no spec to learn
-        except Exception:  # never break a step for an optional observation
-            self._specs = None
-
-    def _healthy_spec(self) -> dict | None:
-        sb = self._specs
-        if sb is None or not sb.n:
-            return None
-        try:
-            spec = sb.build(self.num_classes).to_dict()
-        except Exception:
-            return None
-        spec["inferred_from"] = {"healthy_batches": sb.n, "first_step": self._spec_steps[0],
-                                 "last_step": self._spec_steps[-1], "num_classes": self.num_classes}
-        return spec
 
     def _skip_step(self, st: _Step, bad):
         st.skipped = True
@@ -670,62 +637,12 @@ class Recorder:
             return
         values = self._norms.compute()
         self._writer.add("grads", (st.step, values))
-        self._check_nonfinite(st, values, where)
+        loss = [(k, v) for k, v in self._step_scalars if is_loss_key(k)]
+        self._nonfinite.check(st, values, loss, where, after_optimizer_step=self._opt_stepped)
 
-    def _check_nonfinite(self, st: _Step, values, where: str):
-        if self._nonfinite_captured:
-            return
-        loss = [(k, v) for k, v in self._step_scalars if _is_loss_key(k)]
-        if self._cuda and not self.halt_on_nonfinite:
-            # No blocking sync: decide when the copies have landed (next step or close).
-            self._pending_checks.append((st, values, loss, where))
-            return
-        vals = values.resolve().tolist() if isinstance(values, PendingTensor) else values
-        lvals = [(k, v.resolve().item() if isinstance(v, PendingTensor) else v) for k, v in loss]
-        self._judge(st, vals, lvals, where, post_step=False)
-
-    def _judge(self, st, vals, loss, where, *, post_step: bool):
-        bad_loss = [k for k, v in loss if not math.isfinite(v)]
-        bad_layers = []
-        # A non-finite layer norm makes the total non-finite, so the total is checked first.
-        if vals is not None and not math.isfinite(vals[-1]):
-            bad_layers = [self.layers[i] for i, v in enumerate(vals[:-1]) if not math.isfinite(v)]
-            if not bad_layers:
-                bad_layers = [fmt.TOTAL_LAYER]
-        if not bad_loss and not bad_layers:
-            return
-        self._nonfinite_captured = True
-        parts = []
-        if bad_loss:
-            parts.append(f"loss {bad_loss[0]!r} is {dict(loss)[bad_loss[0]]}")
-        if bad_layers:
-            parts.append(f"gradient norm of {bad_layers[0]!r} is non-finite"
-                         + (f" ({len(bad_layers)} layers in all)" if len(bad_layers) > 1 else ""))
-        msg = f"step {st.step}: " + "; ".join(parts)
-        fid = self._capture(st, "nonfinite", None, message=msg, extra={
-            "nonfinite": {"loss_keys": bad_loss, "layers": bad_layers, "detected": where,
-                          "loss_finite": not bad_loss,
-                          "state_after_optimizer_step": post_step or self._opt_stepped}})
+    def _nonfinite_found(self, st: _Step, msg: str, info: dict) -> None:
+        fid = self._capture(st, "nonfinite", None, message=msg, extra={"nonfinite": info})
         self._writer.event("nonfinite", step=st.step, failure=fid, message=msg)
-        if self.halt_on_nonfinite:
-            err = NonFiniteError(msg)
-            err._debugkit_captured = True
-            raise err
-
-    def _resolve_pending(self, *, block: bool):
-        keep = []
-        for item in self._pending_checks:
-            st, values, loss, where = item
-            ready = [values.event] + [v.event for _, v in loss if isinstance(v, PendingTensor)]
-            if not block and not all(e.query() for e in ready):
-                keep.append(item)
-                continue
-            if self._nonfinite_captured:
-                continue
-            vals = values.resolve().tolist()
-            lvals = [(k, v.resolve().item() if isinstance(v, PendingTensor) else v) for k, v in loss]
-            self._judge(st, vals, lvals, where + " (checked after the step)", post_step=True)
-        self._pending_checks = keep
 
     def _pre_optimizer_step(self, optimizer, args, kwargs):
         if self._cur is not None and not self._grads_taken:
@@ -743,7 +660,7 @@ class Recorder:
             self.run_dir, kind=kind, step=st.step, rank=self.rank, world_size=self.world_size,
             device=str(self.device), exc=exc, batch=st.batch, model=self._module,
             optimizer=self.optimizer, rng_state=self._rng, code=self._code,
-            dataset_indices=st.indices, message=message, batch_spec=self._healthy_spec(),
+            dataset_indices=st.indices, message=message, batch_spec=self._specs.spec(self.num_classes),
             extra={"num_classes": self.num_classes,
                    "optimizer_stepped": self._opt_stepped, **(extra or {})})
         return fid
@@ -754,13 +671,10 @@ class Recorder:
         try:
             if ok and not self._grads_taken:
                 self._take_grads("end of step")
-            elif ok and self._step_scalars and not self._nonfinite_captured:
+            elif ok and self._step_scalars:
                 # Loss logged after the optimizer step: judge it on its own.
-                loss = [(k, v) for k, v in self._step_scalars if _is_loss_key(k)]
-                if loss and not (self._cuda and not self.halt_on_nonfinite):
-                    lv = [(k, v.resolve().item() if isinstance(v, PendingTensor) else v)
-                          for k, v in loss]
-                    self._judge(st, None, lv, "end of step", post_step=self._opt_stepped)
+                loss = [(k, v) for k, v in self._step_scalars if is_loss_key(k)]
+                self._nonfinite.check_loss(st, loss, "end of step", after_optimizer_step=self._opt_stepped)
         except NonFiniteError as err:
             ok, exc = False, err
             raise
@@ -776,11 +690,8 @@ class Recorder:
             self._finish_step_rows(st, t1, ok)
             if ok:
                 self._memhist.step_ok(st.step)
-                if self._spec_obs is not None and self._specs is not None:
-                    self._specs.commit(self._spec_obs)
-                    self._spec_steps = [self._spec_steps[0] if self._spec_steps[0] is not None
-                                        else st.step, st.step]
-            self._spec_obs = None
+                self._specs.commit(st.step)
+            self._specs.discard()
 
     def _finish_step_rows(self, st: _Step, t1: float, ok: bool):
         import torch

@@ -35,8 +35,8 @@ import traceback
 from pathlib import Path
 
 from .._fsutil import atomic_write_json
+from ..format import HANG_DUMP, HANG_REQUEST, HANGS_DIR
 
-HANGS_DIR = "hangs"           # ranks/<rank>/hangs/ (dumps) and <run>/hangs/ (requests)
 REQUEST_MAX_AGE_S = 600.0     # older dump requests are ignored
 PYSPY_TIMEOUT_S = 20.0
 MAX_FRAMES = 200
@@ -195,7 +195,7 @@ class HangWatchdog:
 
     def _request(self, step: int) -> None:
         self.request_dir.mkdir(parents=True, exist_ok=True)
-        name = f"r{self.rank}-{self.segment:03d}-s{step:07d}.json"
+        name = HANG_REQUEST.format(rank=self.rank, segment=self.segment, step=step)
         self._seen.add(name)
         atomic_write_json(self.request_dir / name, {"rank": self.rank, "step": step, "time": time.time(),
                                                     "timeout_s": self.timeout_s})
@@ -212,7 +212,7 @@ class HangWatchdog:
             n = self._n
         self.dump_dir.mkdir(parents=True, exist_ok=True)
         label = step if in_step else (last_step if last_step is not None else 0)
-        stem = f"{self.segment:03d}-s{label:07d}-{n}"
+        stem = HANG_DUMP.format(segment=self.segment, step=label, n=n)
         now = time.time()
         threads = thread_stacks(skip_idents=(threading.get_ident(),))
         with open(self.dump_dir / f"{stem}.txt", "w", encoding="utf-8") as f:

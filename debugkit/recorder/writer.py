@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import threading
 import time
@@ -18,10 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import format as fmt
-from .._fsutil import atomic_write_json
-
-_SEGMENT_RE = re.compile(r"^[a-z]+-(\d+)\.(?:arrows|jsonl)$")
-
+from .._fsutil import atomic_write_json, process_start_ticks
 
 class PendingTensor:
     """A device->host copy in flight: a pinned CPU tensor and the CUDA event after it."""
@@ -35,28 +31,6 @@ class PendingTensor:
     def resolve(self):
         self.event.synchronize()
         return self.host.numpy()
-
-
-def process_start_ticks(pid: int) -> int | None:
-    """Start time of a process in clock ticks since boot (Linux), to tell a reused pid."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-        # The command name (field 2) may contain spaces; fields after ')' are fixed.
-        rest = data[data.rindex(b")") + 2 :].split()
-        return int(rest[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def next_segment(rank_dir: Path) -> int:
-    """The first segment number not used by any table file in ``rank_dir``."""
-    used = [-1]
-    for p in rank_dir.iterdir() if rank_dir.exists() else ():
-        m = _SEGMENT_RE.match(p.name)
-        if m:
-            used.append(int(m.group(1)))
-    return max(used) + 1
 
 
 class RankWriter:
@@ -80,7 +54,7 @@ class RankWriter:
 
         self.rank_dir = Path(rank_dir)
         self.rank_dir.mkdir(parents=True, exist_ok=True)
-        self.segment = next_segment(self.rank_dir)
+        self.segment = fmt.next_segment(self.rank_dir)
         self.n_layers = n_layers
         self.flush_every_s = max(0.05, float(flush_every_s))
         self._lock = threading.Lock()
@@ -96,7 +70,7 @@ class RankWriter:
         self._pid = os.getpid()
         self._host = socket.gethostname()
         self._start_ticks = process_start_ticks(self._pid)
-        self._events_path = self.rank_dir / f"{fmt.EVENTS_PREFIX}-{self.segment:03d}{fmt.EVENTS_SUFFIX}"
+        self._events_path = self.rank_dir / fmt.segment_name(fmt.EVENTS_PREFIX, self.segment)
         self._write_heartbeat()
         self._thread = threading.Thread(target=self._loop, name="debugkit-writer", daemon=True)
         self._thread.start()
@@ -180,7 +154,7 @@ class RankWriter:
         if w is None:
             import pyarrow as pa
 
-            path = self.rank_dir / f"{table}-{self.segment:03d}{fmt.TABLE_SUFFIX}"
+            path = self.rank_dir / fmt.segment_name(table, self.segment)
             sink = pa.OSFile(str(path), mode="w")
             w = pa.ipc.new_stream(sink, fmt.table_schema(table))
             self._sinks[table] = sink

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from debugkit.analysis import profile as ap
-from debugkit.io.profiles import read_collapsed
+from debugkit.io.collapsed import read_collapsed
 
 from ..conftest import SAMPLE_RUNS
 

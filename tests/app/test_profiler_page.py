@@ -121,7 +121,7 @@ def test_empty_state_without_profiles():
 
 def test_stack_dump_view(tmp_path, monkeypatch):
     from debugkit.io.profile_store import add_profile
-    from debugkit.recorder.pyspy import dump_process
+    from debugkit.cli._pyspy import dump_process
 
     run = tmp_path / "roots" / "hung"
     shutil.copytree(SAMPLE_RUNS / "digits-mlp", run)

@@ -8,7 +8,7 @@ import pytest
 
 from debugkit.analysis import profile as ap
 from debugkit.charts import profile as cp
-from debugkit.io.profiles import read_collapsed
+from debugkit.io.collapsed import read_collapsed
 
 RAW = ("main (train.py:1);train (train.py:5);Tensor.backward (torch/_tensor.py:623) 60\n"
        "main (train.py:1);train (train.py:7);Module._call_impl (torch/nn/modules/module.py:1761) 30\n"

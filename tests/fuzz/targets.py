@@ -171,7 +171,7 @@ def _tensorboard(data: bytes, tmp: Path) -> None:
 def _profile(suffix: str):
     def target(data: bytes, tmp: Path) -> None:
         from debugkit.analysis.profile import compute_function_table
-        from debugkit.io.profiles import read_sampled
+        from debugkit.io.profile_store import read_sampled
 
         f = tmp / f"input{suffix}"
         f.write_bytes(data)
@@ -189,7 +189,7 @@ def _chrome_trace(data: bytes, tmp: Path) -> None:
 
 
 def _stack_dump(data: bytes, tmp: Path) -> None:
-    from debugkit.io.profiles import read_stack_dump
+    from debugkit.io.stackdump import read_stack_dump
 
     f = tmp / "dump.txt"
     f.write_bytes(data)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from debugkit.errors import ProfileError
+from debugkit.errors import ProfileFileError
 from debugkit.io.chrome_trace import INT_ARGS, read_chrome_trace
 
 from ..conftest import SAMPLE_RUNS
@@ -156,14 +156,14 @@ GOOD_EV = '{"ph": "X", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1.5, "dur":
 def test_bad_traces(tmp_path, content, match):
     f = tmp_path / "bad.json"
     f.write_text(content)
-    with pytest.raises(ProfileError, match=match):
+    with pytest.raises(ProfileFileError, match=match):
         read_chrome_trace(f)
 
 
 def test_truncated_gzip_trace(real_trace, tmp_path):
     f = tmp_path / "cut.json.gz"
     f.write_bytes(gzip.compress(real_trace.read_bytes())[:3000])
-    with pytest.raises(ProfileError, match="ends early"):
+    with pytest.raises(ProfileFileError, match="ends early"):
         read_chrome_trace(f)
 
 

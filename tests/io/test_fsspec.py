@@ -10,7 +10,7 @@ import pytest
 
 from debugkit import open_run
 from debugkit.errors import InvalidInputError, RunDirError
-from debugkit.io import store
+from debugkit.io import access, store
 from debugkit.io.distributed import read_hangs
 from debugkit.io.fs import as_path, files_signature, split_roots
 from debugkit.io.rank_traces import find_rank_traces, read_rank_traces
@@ -69,9 +69,9 @@ def test_file_url_is_a_plain_local_path(tmp_path, sample_runs):
 
 def test_allow_list_applies_to_urls(memory_root, monkeypatch):
     monkeypatch.setenv("DEBUGKIT_ALLOWED_ROOTS", memory_root)
-    assert str(store.check_allowed(f"{memory_root}/ddp-hang")) == f"{memory_root}/ddp-hang"
+    assert str(access.check_allowed(f"{memory_root}/ddp-hang")) == f"{memory_root}/ddp-hang"
     with pytest.raises(InvalidInputError, match="outside the folders this server may open"):
-        store.check_allowed("memory://elsewhere/run")
+        access.check_allowed("memory://elsewhere/run")
 
 
 def test_split_roots_keeps_urls_whole():

@@ -14,7 +14,8 @@ import pytest
 
 from debugkit import open_run
 from debugkit.errors import InvalidInputError, RunDirError
-from debugkit.io.memsnap import import_snapshot, list_snapshots, parse_snapshot, read_snapshot, summarize
+from debugkit.io.memsnap import parse_snapshot, read_snapshot, summarize
+from debugkit.io.memsnap_store import import_snapshot, list_snapshots
 from debugkit.io.safepickle import UnsafePickleError
 from tests.conftest import SAMPLE_RUNS
 from tests.memsnap_factory import MiB, SnapshotBuilder, leaky_training
@@ -270,7 +271,7 @@ def test_second_read_comes_from_the_parsed_cache_and_is_identical(tmp_path):
 
 
 def test_a_damaged_cache_entry_is_parsed_again(tmp_path):
-    from debugkit.io.upload import cache_dir
+    from debugkit._fsutil import cache_dir
 
     p = tmp_path / "s.pickle"
     leaky_training(4).dump(p)
@@ -283,7 +284,7 @@ def test_a_damaged_cache_entry_is_parsed_again(tmp_path):
 
 
 def test_cache_can_be_skipped(tmp_path):
-    from debugkit.io.upload import cache_dir
+    from debugkit._fsutil import cache_dir
 
     p = tmp_path / "s.pickle"
     leaky_training(2).dump(p)

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from debugkit.errors import InvalidInputError, ProfileError, RunDirError
+from debugkit.errors import InvalidInputError, ProfileFileError, RunDirError
 from debugkit.io import profile_store as ps
 from debugkit.io.run import open_run
 
@@ -63,7 +63,7 @@ def test_a_broken_file_is_refused_before_anything_is_written(run_dir, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"$schema": "https://www.speedscope.app/file-format-schema.json", "profiles": [')
     m = (run_dir / "manifest.json").read_bytes()
-    with pytest.raises(ProfileError, match="ends early"):
+    with pytest.raises(ProfileFileError, match="ends early"):
         ps.add_profile(run_dir, bad)
     assert (run_dir / "manifest.json").read_bytes() == m
     assert not (run_dir / "profiles").exists() or not any((run_dir / "profiles").iterdir())

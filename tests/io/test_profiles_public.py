@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from debugkit.io import profiles as P
+from debugkit.io import profile_store as PS
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "public" / "pyspy"
 MACOS = DATA / "macos-cs336" / "profile.speedscope.json"
 
 
 def test_macos_hex_thread_ids_are_parsed_and_main_is_mainthread_only():
-    prof = P.read_sampled(MACOS)
+    prof = PS.read_sampled(MACOS)
     t = prof.threads.set_index("name")
     assert t.loc["MainThread", "tid"] == 0x1FA08F100
     assert t.loc["Thread-2 (_handle_tasks)", "tid"] == 0x16EF87000
@@ -41,7 +41,7 @@ def test_macos_profile_summary_main_counts_mainthread_only(tmp_path):
 def test_macos_main_thread_flame_tree_has_no_worker_frames():
     from debugkit.analysis import profile as ap
 
-    prof = P.read_sampled(MACOS)
+    prof = PS.read_sampled(MACOS)
     tree = ap.compute_flame_tree(prof, prof.thread_ids("main"))
     assert int(tree.loc[0, "samples"]) == 3807
     assert not tree["name"].str.contains("_bootstrap").any()
@@ -65,7 +65,7 @@ def test_main_thread_by_name_then_by_pid(tmp_path, names, main):
                         for i, n in enumerate(names)]}
     f = tmp_path / "p.json"
     f.write_text(json.dumps(doc))
-    prof = P.read_sampled(f)
+    prof = PS.read_sampled(f)
     m = prof.threads[prof.threads["role"] == "main"].iloc[0]
     assert (m["name"] if isinstance(main, str) else m["tid"]) == main
     assert (prof.threads["role"] == "main").sum() == 1

@@ -13,8 +13,12 @@ import textwrap
 import numpy as np
 import pytest
 
-from debugkit.errors import ProfileError
+from debugkit.errors import ProfileFileError
+from debugkit.io import collapsed as C
+from debugkit.io import profile_store as PS
 from debugkit.io import profiles as P
+from debugkit.io import speedscope as SS
+from debugkit.io import stackdump as SD
 
 TARGET = textwrap.dedent('''
     import threading, time
@@ -79,7 +83,7 @@ def self_counts(prof) -> dict:
 
 def test_speedscope_counts_equal_pyspys_file(speedscope_file):
     path, reported = speedscope_file
-    prof = P.read_speedscope(path)
+    prof = SS.read_speedscope(path)
     doc = json.loads(path.read_text())
     frames = doc["shared"]["frames"]
     expected = collections.Counter()
@@ -107,7 +111,7 @@ def test_speedscope_total_counts_count_recursion_once(speedscope_file):
     from debugkit.analysis.profile import compute_function_table
 
     path, _ = speedscope_file
-    prof = P.read_speedscope(path)
+    prof = SS.read_speedscope(path)
     doc = json.loads(path.read_text())
     frames = doc["shared"]["frames"]
     total = collections.Counter()
@@ -122,7 +126,7 @@ def test_speedscope_total_counts_count_recursion_once(speedscope_file):
 
 def test_raw_counts_equal_pyspys_file(raw_file):
     path, reported = raw_file
-    prof = P.read_collapsed(path)
+    prof = C.read_collapsed(path)
     expected = collections.Counter()
     n = 0
     threads = set()
@@ -147,14 +151,14 @@ def test_gzip_is_read_transparently(speedscope_file, tmp_path):
     gz = tmp_path / "p.json.gz"
     gz.write_bytes(gzip.compress(path.read_bytes()))
     assert P.sniff_format(gz) == "speedscope"
-    assert P.read_sampled(gz).total_samples == reported
+    assert PS.read_sampled(gz).total_samples == reported
 
 
 def test_pretty_printed_speedscope_reads_the_same(speedscope_file, tmp_path):
     path, reported = speedscope_file
     pretty = tmp_path / "pretty.json"
     pretty.write_text(json.dumps(json.loads(path.read_text()), indent=3))
-    a, b = P.read_speedscope(path), P.read_speedscope(pretty)
+    a, b = SS.read_speedscope(path), SS.read_speedscope(pretty)
     assert self_counts(a) == self_counts(b)
     assert b.total_samples == reported
 
@@ -168,7 +172,7 @@ def test_raw_process_and_thread_frames_become_thread_facts(tmp_path):
         'process 10:"python train.py --tag a;b \\"x\\"";process 11:"python train.py";thread (11): MainThread;'
         '_worker_loop (torch/utils/data/_utils/worker.py:300);fetch (torch/utils/data/_utils/fetch.py:52) 5\n'
         'process 10:"python train.py --tag a;b \\"x\\"";thread (12): pin;run (threading.py:982) 1\n')
-    prof = P.read_collapsed(f)
+    prof = C.read_collapsed(f)
     t = prof.threads.set_index("tid")
     assert t.loc[10, "role"] == "main" and t.loc[10, "samples"] == 9
     assert t.loc[10, "process"] == 'python train.py --tag a;b \\"x\\"'
@@ -177,14 +181,15 @@ def test_raw_process_and_thread_frames_become_thread_facts(tmp_path):
     assert set(prof.frames["name"]) == {"main", "step", "_worker_loop", "fetch", "run"}
 
 
-def test_launcher_threads_are_dropped(tmp_path):
+@pytest.mark.parametrize("where", ["cli", "recorder"])  # where it lives; where older profiles name it
+def test_launcher_threads_are_dropped(tmp_path, where):
     f = tmp_path / "l.txt"
     f.write_text(
-        'process 5:"python /x/debugkit/recorder/_pyspy_child.py /tmp/s -- python t.py";thread (5): MainThread;'
+        f'process 5:"python /x/debugkit/{where}/_pyspy_child.py /tmp/s -- python t.py";thread (5): MainThread;'
         'main (_pyspy_child.py:30);wait (subprocess.py:1264) 40\n'
-        'process 5:"python /x/debugkit/recorder/_pyspy_child.py /tmp/s -- python t.py";process 6:"python t.py";'
+        f'process 5:"python /x/debugkit/{where}/_pyspy_child.py /tmp/s -- python t.py";process 6:"python t.py";'
         'thread (6): MainThread;work (t.py:3) 12\n')
-    prof = P.read_collapsed(f)
+    prof = C.read_collapsed(f)
     assert prof.total_samples == 12
     assert prof.threads["pid"].tolist() == [6] and prof.threads["role"].tolist() == ["main"]
 
@@ -222,8 +227,8 @@ def test_bad_speedscope(tmp_path, content, match):
     f = tmp_path / "bad.json"
     f.write_text(content)
     before = f.read_bytes()
-    with pytest.raises(ProfileError, match=match):
-        P.read_speedscope(f)
+    with pytest.raises(ProfileFileError, match=match):
+        SS.read_speedscope(f)
     assert f.read_bytes() == before  # never changed
 
 
@@ -236,8 +241,8 @@ def test_bad_speedscope(tmp_path, content, match):
 def test_bad_raw(tmp_path, content, match):
     f = tmp_path / "bad.txt"
     f.write_text(content)
-    with pytest.raises(ProfileError, match=match):
-        P.read_collapsed(f)
+    with pytest.raises(ProfileFileError, match=match):
+        C.read_collapsed(f)
 
 
 @pytest.mark.parametrize("content, match", [
@@ -249,7 +254,7 @@ def test_bad_raw(tmp_path, content, match):
 def test_sniff_refuses_other_files(tmp_path, content, match):
     f = tmp_path / "x.bin"
     f.write_bytes(content)
-    with pytest.raises(ProfileError, match=match):
+    with pytest.raises(ProfileFileError, match=match):
         P.sniff_format(f)
 
 
@@ -257,8 +262,8 @@ def test_truncated_gzip(tmp_path, speedscope_file):
     path, _ = speedscope_file
     f = tmp_path / "cut.json.gz"
     f.write_bytes(gzip.compress(path.read_bytes())[:200])
-    with pytest.raises(ProfileError, match="ends early"):
-        P.read_sampled(f)
+    with pytest.raises(ProfileFileError, match="ends early"):
+        PS.read_sampled(f)
 
 
 # ---------------------------------------------------------------------------- stack dumps
@@ -286,7 +291,7 @@ def test_pyspy_dump_json_of_a_hung_process(tmp_path):
     f = tmp_path / "dump.json"
     f.write_text(out.stdout)
     assert P.sniff_format(f) == "pyspy-dump"
-    d = P.read_stack_dump(f)
+    d = SD.read_stack_dump(f)
     t = d.threads.set_index("name")
     assert t.loc["MainThread", "depth"] == 5  # deep(0..3) + <module>
     # time.sleep is C code: no Python frame says what the thread waits on
@@ -295,7 +300,7 @@ def test_pyspy_dump_json_of_a_hung_process(tmp_path):
     assert not d.threads["active"].any()
     main = d.frames[d.frames["thread"] == t.loc["MainThread", "thread"]]
     assert main["name"].tolist() == ["deep"] * 4 + ["<module>"]
-    assert "deep (" in P.stack_dump_text(d)
+    assert "deep (" in SD.stack_dump_text(d)
 
 
 @pytest.mark.parametrize("content, match", [
@@ -307,20 +312,20 @@ def test_pyspy_dump_json_of_a_hung_process(tmp_path):
 def test_bad_stack_dump(tmp_path, content, match):
     f = tmp_path / "d.json"
     f.write_text(content)
-    with pytest.raises(ProfileError, match=match):
-        P.read_stack_dump(f)
+    with pytest.raises(ProfileFileError, match=match):
+        SD.read_stack_dump(f)
 
 
 def test_classify_wait_prefers_the_innermost_meaningful_frame():
-    assert P.classify_wait([("wait", "torch/distributed/distributed_c10d.py"), ("train", "t.py")]) == "collective"
-    assert P.classify_wait([("Condition.wait", "threading.py"), ("_get_data", "torch/utils/data/dataloader.py")]) \
+    assert SD.classify_wait([("wait", "torch/distributed/distributed_c10d.py"), ("train", "t.py")]) == "collective"
+    assert SD.classify_wait([("Condition.wait", "threading.py"), ("_get_data", "torch/utils/data/dataloader.py")]) \
         == "dataloader"
-    assert P.classify_wait([("compute", "t.py")]) == ""
+    assert SD.classify_wait([("compute", "t.py")]) == ""
 
 
 def test_stack_arrays_are_consistent(speedscope_file):
     path, _ = speedscope_file
-    prof = P.read_speedscope(path)
+    prof = SS.read_speedscope(path)
     assert prof.stack_offsets[0] == 0 and prof.stack_offsets[-1] == len(prof.stack_frames)
     assert np.all(np.diff(prof.stack_offsets) >= 0)
     assert prof.stack_frames.max() < len(prof.frames)
@@ -329,18 +334,18 @@ def test_stack_arrays_are_consistent(speedscope_file):
 # ---------------------------------------------------------------------------- compact fast path
 def _both_ways(path, monkeypatch):
     """The profile read by the key-search fast path and by the full structural scan."""
-    fast = P.read_speedscope(path)
+    fast = SS.read_speedscope(path)
     with monkeypatch.context() as m:
-        m.setattr(P, "_locate_compact", lambda data: None)
-        scanned = P.read_speedscope(path)
+        m.setattr(SS, "_locate_compact", lambda data: None)
+        scanned = SS.read_speedscope(path)
     return fast, scanned
 
 
 def test_pyspys_compact_file_takes_the_fast_path_and_reads_the_same(speedscope_file, monkeypatch):
     path, reported = speedscope_file
     data = P.read_bytes(path)
-    found = P._locate_compact(data)
-    assert found is not None and P._compact_places(json.loads(found.skeleton), found, data) is not None
+    found = SS._locate_compact(data)
+    assert found is not None and SS._compact_places(json.loads(found.skeleton), found, data) is not None
     fast, scanned = _both_ways(path, monkeypatch)
     assert self_counts(fast) == self_counts(scanned) and fast.total_samples == reported
 
@@ -380,5 +385,5 @@ def test_fast_path_keeps_the_errors(tmp_path, samples, match):
     p = tmp_path / "s.json"
     p.write_text('{"profiles":[{"type":"sampled","name":"T","unit":"none","startValue":0,"endValue":1,'
                  f'"samples":{samples}}}],"shared":{{"frames":[{{"name":"f"}}]}}}}')
-    with pytest.raises(ProfileError, match=match):
-        P.read_speedscope(p)
+    with pytest.raises(ProfileFileError, match=match):
+        SS.read_speedscope(p)

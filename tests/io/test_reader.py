@@ -18,7 +18,6 @@ import torch.nn.functional as F
 from debugkit import Recorder, RunDirError, SchemaVersionError, open_run
 from debugkit import format as fmt
 from debugkit.errors import DebugkitError
-from debugkit.io import run as run_mod
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_runs"
 
@@ -186,7 +185,7 @@ def test_older_minor_is_upgraded_through_explicit_steps(tmp_path, monkeypatch):
     monkeypatch.setattr(fmt, "SCHEMA_MINOR", 1)
     with pytest.raises(SchemaVersionError, match="no upgrade step from schema 1.0"):
         open_run(run_dir)
-    monkeypatch.setitem(run_mod.UPGRADES, (1, 0), lambda man: {**man, "upgraded": True})
+    monkeypatch.setitem(fmt.UPGRADES, (1, 0), lambda man: {**man, "upgraded": True})
     run = open_run(run_dir)
     assert run.manifest["upgraded"] is True and run.manifest["_read_as_version"] == "1.1"
 

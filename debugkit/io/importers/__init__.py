@@ -1,12 +1,8 @@
-"""Importers that turn other tools' files into (parts of) debugkit runs.
+"""The library halves of ``debugkit import <kind>``: functions that turn other tools'
+files into (parts of) debugkit runs. The command-line halves (argparse ``register`` /
+``run``) live in :mod:`debugkit.cli.importers`.
 
-Each importer is a module of this package with ``register(subparsers)``, adding one
-``debugkit import <kind> ...`` sub-command; list its name in :data:`IMPORTERS`.
+TensorBoard and memory-snapshot imports live with their readers
+(:func:`debugkit.io.tensorboard.convert_tensorboard`,
+:func:`debugkit.io.memsnap_store.import_snapshot`).
 """
-
-IMPORTERS: list[str] = [
-    "tensorboard",
-    "memory_snapshot",
-    "pyspy",
-    "torch_trace",
-]

@@ -1,4 +1,5 @@
-"""``debugkit import torch-trace FILE RUN_DIR``: add torch.profiler chrome traces to a run.
+"""Add torch.profiler chrome traces to a run (``debugkit import torch-trace FILE RUN_DIR``,
+whose command-line half is :mod:`debugkit.cli.importers.torch_trace`).
 
 FILE is a trace written by ``prof.export_chrome_trace(...)`` or by
 ``torch.profiler.tensorboard_trace_handler`` (``*.pt.trace.json`` / ``.json.gz``), or a
@@ -7,26 +8,15 @@ folder of them (a TensorBoard log dir: each trace file is imported).
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 
 
-def register(kinds) -> None:
-    p = kinds.add_parser("torch-trace", help="torch.profiler chrome traces (.json / .json.gz)",
-                         description=__doc__.split("\n\n")[1])
-    p.add_argument("file", metavar="FILE", help="a trace file, or a folder of them")
-    p.add_argument("run", metavar="RUN_DIR", help="the run directory (created if missing)")
-    p.add_argument("--name", default=None, help="the trace's name in the run (one file only)")
-    p.add_argument("--label", default=None, help="a note shown next to it")
-    p.set_defaults(func=run)
-
-
 def trace_files(path) -> list[Path]:
     """The trace files of a path: itself, or a folder's ``*.json`` / ``*.json.gz``
     (recursively, sorted)."""
-    from ...errors import ProfileError
+    from ...errors import ProfileFileError
 
     p = Path(path).expanduser()
     if p.is_file():
@@ -34,9 +24,9 @@ def trace_files(path) -> list[Path]:
     if p.is_dir():
         files = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
         if not files:
-            raise ProfileError(f"{p}: no trace files (*.json, *.json.gz) in this folder")
+            raise ProfileFileError(f"{p}: no trace files (*.json, *.json.gz) in this folder")
         return files
-    raise ProfileError(f"{p}: no such file or directory")
+    raise ProfileFileError(f"{p}: no such file or directory")
 
 
 def import_traces(path, run_dir, name=None, label=None) -> list[dict]:
@@ -75,11 +65,3 @@ def _name_of(f: Path) -> str:
     stem = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-._")[:60] or "trace"
     return stem if stem.startswith("trace") else f"trace-{stem}"
 
-
-def run(args) -> int:
-    entries = import_traces(args.file, args.run, args.name, args.label)
-    for e in entries:
-        s = e.get("summary") or {}
-        print(f"debugkit: imported {e['original_name']} as {e['id']!r} "
-              f"({s.get('events', 0):,} events) into {args.run}", file=sys.stderr)
-    return 0

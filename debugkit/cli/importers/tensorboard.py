@@ -20,8 +20,8 @@ def register(kinds) -> None:
 
 
 def run(args) -> int:
-    from ...cli._output import print_json, print_table
-    from ..tensorboard import convert_tensorboard
+    from ...io.tensorboard import convert_tensorboard
+    from .._output import print_json, print_table
 
     results = convert_tensorboard(args.tb_dir, args.run_dir, grad_pattern=args.grad_pattern,
                                   name=args.name)

@@ -24,9 +24,9 @@ def register(kinds) -> None:
 
 
 def run(args) -> int:
-    from ...cli._output import print_json
     from ...analysis.memory import fmt_bytes
-    from ..memsnap import import_snapshot
+    from ...io.memsnap_store import import_snapshot
+    from .._output import print_json
 
     rec = import_snapshot(args.file, args.run_dir, rank=args.rank, step=args.step, name=args.name)
     if args.json:

@@ -24,7 +24,8 @@ import time
 from collections import deque
 from pathlib import Path
 
-from ..errors import InvalidInputError, MissingDependencyError, ProfilerError
+from .. import format as fmt
+from ..errors import InvalidInputError, MissingDependencyError, ProfilerFailedError
 
 YAMA = "/proc/sys/kernel/yama/ptrace_scope"
 MSG_PTRACE = (
@@ -71,12 +72,12 @@ def ptrace_scope() -> str:
 
 
 def check_ptrace_refused(output: str, target: str) -> None:
-    """Raise the remedy-naming :class:`ProfilerError` when py-spy's output says ptrace
+    """Raise the remedy-naming :class:`ProfilerFailedError` when py-spy's output says ptrace
     was refused."""
     m = PTRACE_PATTERNS.search(output or "")
     if m:
         line = next((ln.strip() for ln in output.splitlines() if PTRACE_PATTERNS.search(ln)), m.group(0))
-        raise ProfilerError(MSG_PTRACE.format(target=target, detail=line[:200], scope=ptrace_scope()))
+        raise ProfilerFailedError(MSG_PTRACE.format(target=target, detail=line[:200], scope=ptrace_scope()))
 
 
 def _tail_text(lines) -> str:
@@ -105,13 +106,13 @@ class _Tee(threading.Thread):
         self.pipe.close()
 
 
-def _pyspy_options(fmt: str, rate: int, subprocesses: bool, idle: bool, native: bool,
+def _pyspy_options(format_name: str, rate: int, subprocesses: bool, idle: bool, native: bool,
                    gil: bool, threads: bool) -> list[str]:
-    if fmt not in ("speedscope", "raw"):
-        raise InvalidInputError(f"--format {fmt!r}: expected 'speedscope' or 'raw'")
+    if format_name not in ("speedscope", "raw"):
+        raise InvalidInputError(f"--format {format_name!r}: expected 'speedscope' or 'raw'")
     if not (1 <= int(rate) <= 10_000):
         raise InvalidInputError(f"--rate {rate}: expected 1..10000 samples per second")
-    opts = ["--format", fmt, "--rate", str(int(rate))]
+    opts = ["--format", format_name, "--rate", str(int(rate))]
     if subprocesses:
         opts.append("--subprocesses")
     if idle:
@@ -120,7 +121,7 @@ def _pyspy_options(fmt: str, rate: int, subprocesses: bool, idle: bool, native: 
         opts.append("--native")
     if gil:
         opts.append("--gil")
-    if threads and fmt == "raw":
+    if threads and format_name == "raw":
         opts.append("--threads")
     return opts
 
@@ -162,13 +163,13 @@ def _samples_reported(output: str) -> tuple[int | None, int | None]:
     return (int(m.group(1)), int(m.group(2))) if m else (None, None)
 
 
-def record_command(run_dir, command: list[str], *, name: str | None = None, fmt: str = "speedscope",
+def record_command(run_dir, command: list[str], *, name: str | None = None, format_name: str = "speedscope",
                    rate: int = 100, subprocesses: bool = True, idle: bool = True, native: bool = False,
                    gil: bool = False, duration: float | None = None, label: str | None = None,
                    echo: bool = True) -> tuple[dict, int]:
     """Run ``command`` under py-spy and store the profile in ``run_dir``.
 
-    The command runs under a small launcher (see :mod:`debugkit.recorder._pyspy_child`)
+    The command runs under a small launcher (see :mod:`debugkit.cli._pyspy_child`)
     so its exit status is known; py-spy samples it and its subprocesses.
 
     Returns
@@ -182,10 +183,10 @@ def record_command(run_dir, command: list[str], *, name: str | None = None, fmt:
     if not command:
         raise InvalidInputError("debugkit profile: give a command after `--` or --pid PID")
     exe = find_pyspy()
-    opts = _pyspy_options(fmt, rate, True, idle, native, gil, True)
+    opts = _pyspy_options(format_name, rate, True, idle, native, gil, True)
     launcher = Path(__file__).with_name("_pyspy_child.py")
     with tempfile.TemporaryDirectory(prefix="debugkit-pyspy-") as tmp:
-        out = Path(tmp) / ("profile.json" if fmt == "speedscope" else "profile.txt")
+        out = Path(tmp) / ("profile.json" if format_name == "speedscope" else "profile.txt")
         status = Path(tmp) / "status.json"
         cmd = [exe, "record", *opts, "--output", str(out)]
         if duration:
@@ -196,21 +197,21 @@ def record_command(run_dir, command: list[str], *, name: str | None = None, fmt:
         st = _read_status(status)
         exit_status = st.get("exit_status")
         if st.get("error"):
-            raise ProfilerError(f"debugkit profile: cannot run {command[0]!r}: {st['error']}")
+            raise ProfilerFailedError(f"debugkit profile: cannot run {command[0]!r}: {st['error']}")
         if not out.is_file() or out.stat().st_size == 0:
             check_ptrace_refused(tail, f"`{' '.join(command)[:80]}`")
-            raise ProfilerError(MSG_NO_OUTPUT.format(rc=rc, detail=f": {tail[-400:]}" if tail else ""))
+            raise ProfilerFailedError(MSG_NO_OUTPUT.format(rc=rc, detail=f": {tail[-400:]}" if tail else ""))
         reported, errors = _samples_reported(tail)
         info = {"tool": pyspy_version(exe), "command": list(command), "pid": st.get("pid"),
                 "launcher_pid": st.get("launcher_pid"),
                 "exit_status": exit_status, "started_at": started, "ended_at": time.time(),
                 "host": socket.gethostname(), "interrupted": interrupted,
-                "pyspy": {"format": fmt, "rate_hz": int(rate), "subprocesses": subprocesses,
+                "pyspy": {"format": format_name, "rate_hz": int(rate), "subprocesses": subprocesses,
                           "idle": idle, "native": native, "gil": gil,
                           "samples_reported": reported, "errors_reported": errors}}
         if label:
             info["label"] = label
-        entry = add_profile(run_dir, out, format=fmt, name=name, origin="py-spy record", info=info)
+        entry = add_profile(run_dir, out, format=format_name, name=name, origin="py-spy record", info=info)
     if exit_status is None:
         exit_status = 130 if interrupted else (rc or 1)
     return entry, int(exit_status)
@@ -243,7 +244,7 @@ def process_cmdline(pid: int) -> str:
 
 
 def record_pid(run_dir, pid: int, *, duration: float | None = 30, name: str | None = None,
-               fmt: str = "speedscope", rate: int = 100, subprocesses: bool = True, idle: bool = True,
+               format_name: str = "speedscope", rate: int = 100, subprocesses: bool = True, idle: bool = True,
                native: bool = False, gil: bool = False, label: str | None = None,
                echo: bool = True) -> dict:
     """Attach py-spy to a running process for ``duration`` seconds (until it exits or
@@ -252,9 +253,9 @@ def record_pid(run_dir, pid: int, *, duration: float | None = 30, name: str | No
 
     _check_pid(int(pid))
     exe = find_pyspy()
-    opts = _pyspy_options(fmt, rate, subprocesses, idle, native, gil, True)
+    opts = _pyspy_options(format_name, rate, subprocesses, idle, native, gil, True)
     with tempfile.TemporaryDirectory(prefix="debugkit-pyspy-") as tmp:
-        out = Path(tmp) / ("profile.json" if fmt == "speedscope" else "profile.txt")
+        out = Path(tmp) / ("profile.json" if format_name == "speedscope" else "profile.txt")
         cmd = [exe, "record", *opts, "--output", str(out), "--pid", str(int(pid))]
         if duration:
             cmd += ["--duration", str(max(1, int(round(duration))))]
@@ -262,17 +263,17 @@ def record_pid(run_dir, pid: int, *, duration: float | None = 30, name: str | No
         rc, tail, interrupted = _run_pyspy(cmd, echo=echo, what="record", target=f"process {pid}")
         if not out.is_file() or out.stat().st_size == 0:
             check_ptrace_refused(tail, f"process {pid}")
-            raise ProfilerError(MSG_NO_OUTPUT.format(rc=rc, detail=f": {tail[-400:]}" if tail else ""))
+            raise ProfilerFailedError(MSG_NO_OUTPUT.format(rc=rc, detail=f": {tail[-400:]}" if tail else ""))
         reported, errors = _samples_reported(tail)
         info = {"tool": pyspy_version(exe), "command": process_cmdline(int(pid)) or None, "pid": int(pid),
                 "exit_status": None, "started_at": started, "ended_at": time.time(),
                 "host": socket.gethostname(), "interrupted": interrupted, "duration_s": duration,
-                "pyspy": {"format": fmt, "rate_hz": int(rate), "subprocesses": subprocesses, "idle": idle,
+                "pyspy": {"format": format_name, "rate_hz": int(rate), "subprocesses": subprocesses, "idle": idle,
                           "native": native, "gil": gil, "samples_reported": reported,
                           "errors_reported": errors}}
         if label:
             info["label"] = label
-        return add_profile(run_dir, out, format=fmt, name=name, origin="py-spy record --pid", info=info)
+        return add_profile(run_dir, out, format=format_name, name=name, origin="py-spy record --pid", info=info)
 
 
 def child_pids(pid: int) -> list[int]:
@@ -331,7 +332,7 @@ def dump_process(pid: int, *, subprocesses: bool = True, native: bool = False, l
         if res.returncode != 0:
             if p == pids[0]:
                 check_ptrace_refused(output, f"process {p}")
-                raise ProfilerError(MSG_PYSPY_FAILED.format(what="dump", rc=res.returncode,
+                raise ProfilerFailedError(MSG_PYSPY_FAILED.format(what="dump", rc=res.returncode,
                                                             detail=output.strip()[-400:] or "no output"))
             errors[str(p)] = output.strip().splitlines()[0][:200] if output.strip() else f"exit {res.returncode}"
             continue
@@ -342,7 +343,7 @@ def dump_process(pid: int, *, subprocesses: bool = True, native: bool = False, l
             continue
         procs.append({"pid": p, "ppid": _ppid(p), "cmdline": process_cmdline(p), "threads": threads})
     if not procs:
-        raise ProfilerError(f"py-spy dump of process {pid} gave no stacks: {errors}")
+        raise ProfilerFailedError(f"py-spy dump of process {pid} gave no stacks: {errors}")
     return {"format": "debugkit-stacks", "version": 1, "created_at": time.time(),
             "host": socket.gethostname(), "pid": int(pid), "processes": procs, "errors": errors}
 
@@ -359,7 +360,7 @@ def find_run_of_pid(pid: int, roots) -> Path | None:
         chain.add(p)
         p = _ppid(p)
     for entry in find_runs([Path(r) for r in roots]):
-        ranks = entry.path / "ranks"
+        ranks = entry.path / fmt.RANKS_DIR
         if not ranks.is_dir():
             continue
         for hb in ranks.glob("*/heartbeat.json"):
