@@ -74,15 +74,22 @@ def start_server(tmp: Path, env_extra: dict | None = None) -> StreamlitServer:
     raise RuntimeError("streamlit did not start in 60 s:\n" + log.read_text())
 
 
+def stop_server(srv, grace_s: float = 60) -> None:
+    """SIGTERM, then SIGKILL if Streamlit has not exited within ``grace_s`` (a loaded
+    CI machine can take well over 10 s to shut a server down)."""
+    srv.proc.terminate()
+    try:
+        srv.proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        srv.proc.kill()
+        srv.proc.wait(30)
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     srv = start_server(tmp_path_factory.mktemp("srv"))
     yield srv
-    srv.proc.terminate()
-    try:
-        srv.proc.wait(10)
-    except subprocess.TimeoutExpired:
-        srv.proc.kill()
+    stop_server(srv)
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ import pytest
 
 from debugkit.audit import list_audits, make_token
 
-from .conftest import ROOT, start_server, wait_for_app
+from .conftest import ROOT, start_server, stop_server, wait_for_app
 
 pytestmark = pytest.mark.browser
 SECRET = "e2e-test-secret-0123456789abcdef"
@@ -22,11 +22,7 @@ SAMPLE = "credit-audit"
 def share_server(tmp_path_factory):
     srv = start_server(tmp_path_factory.mktemp("share-srv"), {"DEBUGKIT_SECRET": SECRET})
     yield srv
-    srv.proc.terminate()
-    try:
-        srv.proc.wait(10)
-    except subprocess.TimeoutExpired:
-        srv.proc.kill()
+    stop_server(srv)
 
 
 @pytest.fixture(scope="module")

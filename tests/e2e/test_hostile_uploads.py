@@ -15,7 +15,7 @@ import pytest
 
 from tests.io.test_upload import _run_files, _zip_bytes
 
-from .conftest import ROOT, start_server, wait_for_app
+from .conftest import ROOT, start_server, stop_server, wait_for_app
 
 pytestmark = pytest.mark.browser
 
@@ -24,8 +24,7 @@ pytestmark = pytest.mark.browser
 def fresh_server(tmp_path_factory):
     srv = start_server(tmp_path_factory.mktemp("hostile"))
     yield srv
-    srv.proc.terminate()
-    srv.proc.wait(10)
+    stop_server(srv)
 
 
 def _stored(srv) -> list[str]:
@@ -135,5 +134,4 @@ def test_repeated_uploads_stop_at_the_store_quota(tmp_path_factory, page, tmp_pa
                          exact=False).first.wait_for(state="visible", timeout=60_000)
         assert len(_stored(srv)) == 2
     finally:
-        srv.proc.terminate()
-        srv.proc.wait(10)
+        stop_server(srv)
