@@ -8,7 +8,13 @@ import math
 
 import streamlit as st
 
-from debugkit.analysis import gradients as ga
+from debugkit.analysis.gradients.clipping import compute_clip_whatif
+from debugkit.analysis.gradients.config import DEFAULTS
+from debugkit.analysis.gradients.detectors import detect_gradient_findings
+from debugkit.analysis.gradients.heatmap import compute_heatmap_bins
+from debugkit.analysis.gradients.layers import default_line_layers, group_rows, module_prefixes, select_layers
+from debugkit.analysis.gradients.matrix import TOTAL, pivot_grad_norms
+from debugkit.analysis.gradients.steps import compute_step_details, nearest_failure, scalars_at_step
 from debugkit.charts.gradients import build_grad_heatmap_figure, build_grad_lines_figure
 from debugkit.errors import DebugkitError, InvalidInputError
 from pages import _common
@@ -27,7 +33,7 @@ STEP_KEY = "grad_step"
 # ----------------------------------------------------------------------------- cached work
 @st.cache_data(**_common.CACHE, show_spinner=False)
 def _matrices(path: str, sig: tuple):
-    return ga.pivot_grad_norms(_common.table(path, "grad_norms"))
+    return pivot_grad_norms(_common.table(path, "grad_norms"))
 
 
 @st.cache_data(**_common.CACHE, show_spinner=False)
@@ -37,7 +43,7 @@ def _findings(path: str, sig: tuple, config: tuple):
     scalars = _common.table(path, "scalars")
     from debugkit.io.run import open_run
 
-    out = ga.detect_gradient_findings(None, scalars, dict(config), matrices=_matrices(path, sig))
+    out = detect_gradient_findings(None, scalars, dict(config), matrices=_matrices(path, sig))
     out += failure_source.collect(open_run(path), {})
     from debugkit.analysis.findings import sort_findings
 
@@ -46,7 +52,7 @@ def _findings(path: str, sig: tuple, config: tuple):
 
 @st.cache_data(**_common.CACHE, show_spinner=False)
 def _bins(path: str, sig: tuple, rank: int, rows: tuple):
-    return ga.compute_heatmap_bins(_matrices(path, sig)[rank], 300, rows=list(rows))
+    return compute_heatmap_bins(_matrices(path, sig)[rank], 300, rows=list(rows))
 
 
 # ----------------------------------------------------------------------------- query params
@@ -119,14 +125,14 @@ def _findings_panel(findings, rank):
 
 
 def _step_details(m, step, scalars, failures, rid):
-    shown, table = ga.compute_step_details(m, step)
+    shown, table = compute_step_details(m, step)
     st.subheader(f"Step {shown}" + (f" · rank {m.rank}" if len(_matrices(path, _sig())) > 1 else ""))
     if shown != step:
         st.caption(f"Step {step} has no gradient norms logged; showing the nearest logged step, {shown}.")
-    vals = ga.scalars_at_step(scalars, shown, m.rank)
+    vals = scalars_at_step(scalars, shown, m.rank)
     losses = {k: v for k, v in vals.items() if "loss" in k.rsplit("/", 1)[-1].lower()}
     lrs = {k: v for k, v in vals.items() if k == "lr" or k.startswith("lr/")}
-    total = table[table["layer"] == ga.TOTAL]
+    total = table[table["layer"] == TOTAL]
     cols = st.columns(4)
     for k, v in list(losses.items())[:1] or [("loss", None)]:
         cols[0].metric(k, "—" if v is None else f"{v:.4g}")
@@ -139,7 +145,7 @@ def _step_details(m, step, scalars, failures, rid):
     others = {k: v for k, v in vals.items() if k not in losses and k not in lrs}
     if len(losses) > 1 or len(lrs) > 1 or others:
         st.caption(" · ".join(f"{_common.md(k)} = {v:.4g}" for k, v in {**losses, **lrs, **others}.items()))
-    fail = ga.nearest_failure(failures, shown, m.rank)
+    fail = nearest_failure(failures, shown, m.rank)
     if fail:
         same = fail["step"] == shown
         st.markdown(f":material/bug_report: Failure capture **{_common.md(fail['id'])}** at step {fail['step']}"
@@ -220,7 +226,7 @@ def render():
         rank = st.selectbox("Rank", ranks, index=ranks.index(want_rank) if want_rank in ranks else 0,
                             disabled=len(ranks) == 1)
     m = mats[rank]
-    tree = ga.module_prefixes(m.layers)
+    tree = module_prefixes(m.layers)
     with c_mod:
         modules = st.multiselect(
             "Modules", [p for p, _, _ in tree],
@@ -236,15 +242,15 @@ def render():
                                         "would have clipped.")
     with c_thr:
         with st.popover("Thresholds", icon=":material/tune:"):
-            ef = st.number_input("explode_factor", min_value=1.5, value=float(ga.DEFAULTS["explode_factor"]))
-            vr = st.number_input("vanish_rel", min_value=1e-12, value=float(ga.DEFAULTS["vanish_rel"]),
+            ef = st.number_input("explode_factor", min_value=1.5, value=float(DEFAULTS["explode_factor"]))
+            vr = st.number_input("vanish_rel", min_value=1e-12, value=float(DEFAULTS["vanish_rel"]),
                                  format="%.1e")
-            sm = st.number_input("spike_mads", min_value=1.0, value=float(ga.DEFAULTS["spike_mads"]))
+            sm = st.number_input("spike_mads", min_value=1.0, value=float(DEFAULTS["spike_mads"]))
             st.caption("See docs/gradients.md for every threshold.")
     config = (("explode_factor", ef), ("vanish_rel", vr), ("spike_mads", sm))
 
     try:
-        layers = ga.select_layers(m.layers, modules, regex)
+        layers = select_layers(m.layers, modules, regex)
         findings = _findings(path, sig, config)
     except DebugkitError as exc:
         _common.show_error(exc)
@@ -253,7 +259,7 @@ def render():
         st.warning("No parameter matches this filter.", icon=":material/filter_alt_off:")
         return
     rank_findings = [f for f in findings if f.rank in (None, rank)]
-    clip = ga.compute_clip_whatif(m, max_norm) if max_norm else None
+    clip = compute_clip_whatif(m, max_norm) if max_norm else None
     step = st.session_state.get(STEP_KEY)
     fail_steps = [f["step"] for f in failures if isinstance(f.get("step"), int) and f.get("rank") in (None, rank)]
 
@@ -261,14 +267,14 @@ def render():
     with right:
         _findings_panel(rank_findings, rank)
     with left:
-        rows = tuple(layers + [ga.TOTAL])
+        rows = tuple(layers + [TOTAL])
         bins = _bins(path, sig, rank, rows)
-        groups = ga.group_rows(layers)
+        groups = group_rows(layers)
         st.markdown(f"**log10 gradient norm per layer** · {len(layers)} of {len(m.layers)} parameters · "
                     f"{m.n_steps:,} logged steps in {len(bins.start_step)} bins (each shows its max)")
         st.plotly_chart(build_grad_heatmap_figure(bins, groups=groups, selected_step=step,
                                                   failure_steps=fail_steps), key="grad_heatmap")
-        default = ga.default_line_layers(m, rank_findings, layers, limit=6)
+        default = default_line_layers(m, rank_findings, layers, limit=6)
         chosen = st.multiselect("Lines", layers, default=default, max_selections=MAX_LINES,
                                 key=f"grad_lines_pick_{rank}_{hash((tuple(modules), regex))}",
                                 help="Layers drawn as lines (the total is always drawn).")
