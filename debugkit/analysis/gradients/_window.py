@@ -125,8 +125,6 @@ def _trailing_median(x: np.ndarray, window: int, min_count: int) -> np.ndarray:
     return out
 
 
-
-
 class _quiet:
     def __enter__(self):
         import warnings
