@@ -3,7 +3,9 @@
 Every page reads ``?name=`` through these helpers. :func:`query_int` and
 :func:`query_choice` raise :class:`~debugkit.errors.InvalidInputError` with a message that
 names the parameter and what was expected; the page decides whether that is an error or
-a warning. :func:`from_query` / :func:`to_query` bind a widget to a parameter.
+a warning. :func:`query_choices` keeps the known values of a repeated parameter;
+:func:`from_query` / :func:`to_query` bind a widget to a parameter. The run itself
+(``?run=``) is resolved by :mod:`pages._runs`, a share link by :mod:`pages._share`.
 """
 
 from __future__ import annotations
@@ -87,6 +89,14 @@ def query_choice(name: str, choices: Collection[str], message: Callable[[str], s
     if raw not in choices:
         raise NotAChoiceError(message(raw))
     return raw
+
+
+def query_choices(name: str, choices: Collection[str]) -> list[str]:
+    """Every ``?name=`` value (a repeated parameter) that is one of ``choices``, in URL
+    order; the others are dropped."""
+    if name not in st.query_params:
+        return []
+    return [v for v in st.query_params.get_all(name) if v in choices]
 
 
 def from_query(key: str, validate: Callable[[str], object]) -> None:

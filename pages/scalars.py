@@ -4,7 +4,7 @@
 import streamlit as st
 
 from debugkit.errors import DebugkitError
-from pages import _data, _routing, _runs, _ui
+from pages import _data, _query, _routing, _runs, _ui
 
 _routing.page_guard()
 path = _runs.require_run("its scalars")
@@ -55,7 +55,7 @@ def render():
                 "the learning rate is logged for you once an optimizer is passed to the Recorder.",
                 icon=":material/hourglass:")
         return
-    wanted = [k for k in st.query_params.get_all("key") if k in keys] if "key" in st.query_params else []
+    wanted = _query.query_choices("key", keys)
     c1, c2, c3, c4 = st.columns([3.4, 2, 1.4, 1], vertical_alignment="bottom")
     picked = c1.multiselect("Scalars", keys, default=wanted or _default_keys(keys), key=f"scalars_keys_{path}")
     weight = c2.slider("Smoothing", 0.0, 0.99, SMOOTHING_DEFAULT, 0.01, key="scalars_smoothing",
