@@ -5,9 +5,9 @@ Start it with ``streamlit run app.py`` (or ``debugkit ui``).
 
 import streamlit as st
 
-from pages import _common
+from pages import _auth, _routing, _share, _sidebar
 
-_common.mark_routed()
+_routing.mark_routed()
 st.set_page_config(page_title="debugkit", page_icon=":material/bug_report:", layout="wide")
 
 # (page file, title, icon, url path): one entry per page. The router decides what each
@@ -27,32 +27,32 @@ PAGES = [
 ]
 AUDIT_PAGE = "pages/audit.py"
 
-share = _common.share_request()
+share = _share.share_request()
 if share is not None:
     # A share link (or a share-only server): the audit page alone, or the refusal alone.
     # No sidebar, no run picker, no upload, no other page: an edited URL path lands here.
     # The link's own path (/audit) is served as it is; any other path falls back to the
     # default page, which only forwards to the audit (or shows the refusal again).
     if share["ok"]:
-        pages = [st.Page(_common.share_forward, title="Bias audit", url_path="shared", default=True),
+        pages = [st.Page(_share.share_forward, title="Bias audit", url_path="shared", default=True),
                  st.Page(AUDIT_PAGE, title="Bias audit", icon=":material/balance:", url_path="audit")]
-        _common.register_pages([AUDIT_PAGE])
+        _routing.register_pages([AUDIT_PAGE])
     else:
-        pages = [st.Page(_common.share_refused, title="Link not valid", url_path="refused", default=True),
-                 st.Page(_common.share_refused_here, title="Link not valid", url_path="audit")]
-        _common.register_pages([])
+        pages = [st.Page(_share.share_refused, title="Link not valid", url_path="refused", default=True),
+                 st.Page(_share.share_refused_here, title="Link not valid", url_path="audit")]
+        _routing.register_pages([])
     st.navigation(pages, position="hidden").run()
-elif _common.auth_providers() is not None and not _common.logged_in():
+elif _auth.auth_providers() is not None and not _auth.logged_in():
     # `[auth]` is configured in .streamlit/secrets.toml: everything but a valid share
     # link (above) needs a signed-in user. Every URL path lands on the sign-in page.
-    _common.register_pages([])
-    st.navigation([st.Page(_common.login_page, title="Sign in", url_path="login", default=True)],
+    _routing.register_pages([])
+    st.navigation([st.Page(_auth.login_page, title="Sign in", url_path="login", default=True)],
                   position="hidden").run()
 else:
-    if _common.auth_providers() is not None:
-        _common.signed_in_badge()
+    if _auth.auth_providers() is not None:
+        _auth.signed_in_badge()
     pages = [st.Page(f, title=t, icon=i, url_path=u, default=(u == "home")) for f, t, i, u in PAGES]
-    _common.register_pages([f for f, *_ in PAGES])
+    _routing.register_pages([f for f, *_ in PAGES])
     nav = st.navigation(pages)
-    _common.sidebar()
+    _sidebar.sidebar()
     nav.run()

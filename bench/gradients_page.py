@@ -85,16 +85,19 @@ def _warm_up(path: str) -> None:
     import plotly.graph_objects as go
     import pyarrow  # noqa: F401
 
-    from debugkit.analysis import gradients as ga
+    from debugkit.analysis.gradients.detectors import detect_gradient_findings
+    from debugkit.analysis.gradients.heatmap import compute_heatmap_bins
+    from debugkit.analysis.gradients.layers import group_rows
+    from debugkit.analysis.gradients.matrix import TOTAL, pivot_grad_norms
     from debugkit.charts.gradients import build_grad_heatmap_figure, build_grad_lines_figure
 
     g = pd.DataFrame({"step": np.arange(40).repeat(2), "rank": np.zeros(80, np.int32),
-                      "layer": pd.Categorical.from_codes(np.tile([0, 1], 40), ["a.w", ga.TOTAL]),
+                      "layer": pd.Categorical.from_codes(np.tile([0, 1], 40), ["a.w", TOTAL]),
                       "grad_norm": np.ones(80)})
     s = pd.DataFrame({"step": np.arange(40), "rank": 0, "key": "loss", "value": 1.0, "wall_time": 0.0})
-    m = ga.pivot_grad_norms(g)[0]
-    ga.detect_gradient_findings(g, s)
-    build_grad_heatmap_figure(ga.compute_heatmap_bins(m), groups=ga.group_rows(m.layers)).to_json()
+    m = pivot_grad_norms(g)[0]
+    detect_gradient_findings(g, s)
+    build_grad_heatmap_figure(compute_heatmap_bins(m), groups=group_rows(m.layers)).to_json()
     build_grad_lines_figure(m, ["a.w"]).to_json()
     go.Figure(go.Scattergl(x=[1], y=[1])).to_json()
 
@@ -102,7 +105,10 @@ def _warm_up(path: str) -> None:
 def child_debugkit(path: str) -> dict:
     import numpy as np
 
-    from debugkit.analysis import gradients as ga
+    from debugkit.analysis.gradients.detectors import detect_gradient_findings
+    from debugkit.analysis.gradients.heatmap import compute_heatmap_bins
+    from debugkit.analysis.gradients.layers import default_line_layers, group_rows
+    from debugkit.analysis.gradients.matrix import pivot_grad_norms
     from debugkit.charts.gradients import build_grad_heatmap_figure, build_grad_lines_figure
     from debugkit.io.run import open_run
 
@@ -114,13 +120,13 @@ def child_debugkit(path: str) -> dict:
     grads = run.grad_norms()
     scalars = run.scalars()
     t_read = time.perf_counter()
-    mats = ga.pivot_grad_norms(grads)
+    mats = pivot_grad_norms(grads)
     m = mats[0]
-    findings = ga.detect_gradient_findings(grads, scalars, matrices=mats)
+    findings = detect_gradient_findings(grads, scalars, matrices=mats)
     t_find = time.perf_counter()
-    bins = ga.compute_heatmap_bins(m, 300, rows=m.names)
-    heat = build_grad_heatmap_figure(bins, groups=ga.group_rows(m.layers))
-    lines = build_grad_lines_figure(m, ga.default_line_layers(m, findings, m.layers))
+    bins = compute_heatmap_bins(m, 300, rows=m.names)
+    heat = build_grad_heatmap_figure(bins, groups=group_rows(m.layers))
+    lines = build_grad_lines_figure(m, default_line_layers(m, findings, m.layers))
     payload = len(heat.to_json()) + len(lines.to_json())
     t_end = time.perf_counter()
     cpu = time.process_time() - c0

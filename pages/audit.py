@@ -7,9 +7,9 @@ import streamlit as st
 
 from debugkit.audit import report as rep
 from debugkit.errors import DebugkitError
-from pages import _common
+from pages import _data, _query, _routing, _runs, _share, _ui
 
-_common.page_guard()
+_routing.page_guard()
 
 VERDICT = {"pass": ("Pass", "green", ":material/check_circle:"),
            "needs_review": ("Needs review", "orange", ":material/rate_review:"),
@@ -17,23 +17,23 @@ VERDICT = {"pass": ("Pass", "green", ":material/check_circle:"),
 EXPIRY = {"1 day": "1d", "7 days": "7d", "14 days": "14d", "30 days": "30d", "90 days": "90d"}
 GROUP_COLUMNS = ("base_rate", "selection_rate", "tpr", "fpr", "fnr", "precision", "accuracy")
 
-share = _common.share_context()
+share = _share.share_context()
 read_only = share is not None
 if read_only:
     path = share["run_path"]
 else:
-    path = _common.require_run("its bias audits")
+    path = _runs.require_run("its bias audits")
 
 
 # ---------------------------------------------------------------------------- cached reads
-@st.cache_data(**_common.CACHE, show_spinner=False)
+@st.cache_data(**_data.CACHE, show_spinner=False)
 def _audits(path: str, sig: tuple):
     from debugkit.audit.store import list_audits
 
     return list_audits(path)
 
 
-@st.cache_data(**_common.CACHE, show_spinner="Reading the audit…")
+@st.cache_data(**_data.CACHE, show_spinner="Reading the audit…")
 def _audit(path: str, sig: tuple, audit_id: str, shared: bool = False):
     from debugkit.audit.store import load_audit
 
@@ -63,7 +63,7 @@ def _report(path: str, sig: tuple, audit_id: str, shared: bool = False) -> bytes
     return rep.build_report_html(a).encode("utf-8")
 
 
-@st.cache_data(**_common.CACHE, show_spinner=False)
+@st.cache_data(**_data.CACHE, show_spinner=False)
 def _targets(path: str, sig: tuple):
     from debugkit.audit.targets import read_targets
 
@@ -71,7 +71,7 @@ def _targets(path: str, sig: tuple):
 
 
 def _sig():
-    return _common.signature(path)
+    return _data.signature(path)
 
 
 # ---------------------------------------------------------------------------- pieces
@@ -88,11 +88,11 @@ def _verdict_box(doc):
         head += (f"{n_fail} disparit{'y' if n_fail == 1 else 'ies'} outside the band with "
                  f"{'its' if n_fail == 1 else 'their'} whole confidence interval; "
                  if n_fail else "") + f"{len(reasons)} reason(s) in all."
-    body = "\n".join(f"- {_common.md(r)}" for r in reasons[:6])
+    body = "\n".join(f"- {_ui.md(r)}" for r in reasons[:6])
     box(head + ("\n\n" + body if body else ""), icon=icon)
     if len(reasons) > 6:
         with st.expander(f"All {len(reasons)} reasons"):
-            st.markdown("\n".join(f"- {_common.md(r)}" for r in reasons))
+            st.markdown("\n".join(f"- {_ui.md(r)}" for r in reasons))
 
 
 def _group_section(doc, figs):
@@ -103,12 +103,12 @@ def _group_section(doc, figs):
     for tab, name in zip(tabs, names):
         a = doc["sensitive"][name]
         with tab:
-            notes = [f"reference group **{_common.md(a['reference_group'])}**"]
+            notes = [f"reference group **{_ui.md(a['reference_group'])}**"]
             if a.get("binning"):
                 b = a["binning"]
-                notes.append(f"binned ({_common.md(b['rule'])}): {_common.md(', '.join(b['labels']))}")
+                notes.append(f"binned ({_ui.md(b['rule'])}): {_ui.md(', '.join(b['labels']))}")
             if a.get("derived_from"):
-                notes.append(f"derived from {_common.code(a['derived_from'])}")
+                notes.append(f"derived from {_ui.code(a['derived_from'])}")
             ci = f"{round(a.get('ci_level', 0.95) * 100)} %"
             notes.append(f"intervals: {ci} percentile bootstrap, {a.get('n_boot')} resamples")
             st.caption(" · ".join(notes))
@@ -133,8 +133,8 @@ def _group_section(doc, figs):
             st.plotly_chart(figs[f"group_metrics:{name}"], key=f"bars_{name}")
             findings = a.get("findings") or []
             if findings:
-                with st.expander(f"{len(findings)} finding(s) for {_common.md(name)}"):
-                    st.markdown("\n".join(f"- **{f['severity'].replace('_', ' ')}**: {_common.md(f['text'])}"
+                with st.expander(f"{len(findings)} finding(s) for {_ui.md(name)}"):
+                    st.markdown("\n".join(f"- **{f['severity'].replace('_', ' ')}**: {_ui.md(f['text'])}"
                                           for f in findings))
 
 
@@ -142,15 +142,15 @@ def _shap_section(doc, figs):
     sh = doc["shap"]
     st.subheader("Attributions (SHAP)")
     details = sh.get("details") or {}
-    extra = _common.md(", ".join(f"{k.replace('_', ' ')} {v}" for k, v in details.items()))
-    st.markdown(f"**{_common.md(sh['explainer'])}** on the model's **{_common.md(sh['output'])}** output"
+    extra = _ui.md(", ".join(f"{k.replace('_', ' ')} {v}" for k, v in details.items()))
+    st.markdown(f"**{_ui.md(sh['explainer'])}** on the model's **{_ui.md(sh['output'])}** output"
                 f"{' (' + extra + ')' if extra else ''}; base value {sh['base_value']:.4f}; "
                 f"additivity: the largest |Σ SHAP + base − output| over the rows is "
                 f"**{sh['additivity_max_error']:.2g}**.")
     flags = doc.get("flags") or []
     if flags:
         for f in flags:
-            st.warning(_common.md(f["message"]), icon=":material/flag:")
+            st.warning(_ui.md(f["message"]), icon=":material/flag:")
     else:
         st.caption("No sensitive feature or likely proxy ranks in the top "
                    f"{doc['provenance']['thresholds']['top_k']} by mean |SHAP| or holds "
@@ -171,14 +171,14 @@ def _shap_section(doc, figs):
                 if f"dependence:{name}" in figs:
                     st.plotly_chart(figs[f"dependence:{name}"], key=f"dep_{name}")
                 else:
-                    st.info(f"{_common.md(name)} is not a feature of the model, so it has no SHAP value of its "
+                    st.info(f"{_ui.md(name)} is not a feature of the model, so it has no SHAP value of its "
                             "own; see the per-group comparison and the proxy table.")
             with right:
                 st.plotly_chart(figs[f"by_group:{name}"], key=f"bygroup_{name}")
             assoc = [r for r in doc.get("associations", []) if r["attribute"] == name and not r["is_source"]][:6]
             if assoc:
-                st.caption("Strongest associations with " + _common.md(name) + ": " + ", ".join(
-                    f"{_common.md(r['feature'])} ({_common.md(r['measure'])} {r['association']:.2f})" for r in assoc))
+                st.caption("Strongest associations with " + _ui.md(name) + ": " + ", ".join(
+                    f"{_ui.md(r['feature'])} ({_ui.md(r['measure'])} {r['association']:.2f})" for r in assoc))
 
 
 def _provenance(doc, sha256):
@@ -187,7 +187,7 @@ def _provenance(doc, sha256):
         st.markdown(f"SHA-256 of the audit JSON: `{sha256}`")
         import pandas as pd
 
-        st.table(pd.DataFrame([{"what": k, "value": _common.md(v)} for k, v in rep.provenance_rows(doc)])
+        st.table(pd.DataFrame([{"what": k, "value": _ui.md(v)} for k, v in rep.provenance_rows(doc)])
                  .set_index("what"))
 
 
@@ -207,7 +207,7 @@ def _base_url() -> str:
 def _share_box(audit_id):
     from debugkit.audit.share import parse_duration, server_secret, share_link
 
-    rid = _common._id_for(path)
+    rid = _runs.run_id_for(path)
     with st.popover("Share with compliance", icon=":material/share:"):
         st.caption("A read-only link to this audit alone: no other page, no run picker, no upload, "
                    "no recompute. Signed with the server's secret (HMAC-SHA256).")
@@ -223,9 +223,9 @@ def _share_box(audit_id):
                                         "store or sample runs to share it")
                 link, exp_at = share_link(st.session_state["share_base"], rid, audit_id,
                                           expires_in_s=parse_duration(EXPIRY[st.session_state["share_expiry"]]),
-                                          secret=server_secret(_common.store_dir()))
+                                          secret=server_secret(_runs.store_dir()))
             except DebugkitError as exc:
-                _common.show_error(exc)
+                _ui.show_error(exc)
             else:
                 st.session_state["share_link"] = (audit_id, link, exp_at)
         made = st.session_state.get("share_link")
@@ -258,7 +258,7 @@ def _compute_box(sig):
         allowed = [t for t in targets if t["allowed"]]
         for t in targets:
             if not t["allowed"]:
-                st.warning(f"Target {_common.md(repr(t['name']))} uses loader {_common.md(repr(t['loader']))}, which this server's "
+                st.warning(f"Target {_ui.md(repr(t['name']))} uses loader {_ui.md(repr(t['loader']))}, which this server's "
                            "operator does not allow (DEBUGKIT_AUDIT_LOADERS lists the loaders it may "
                            "call; a run file never chooses code).")
         if not allowed:
@@ -291,7 +291,7 @@ def _compute_box(sig):
                     for k, v in _parse_lines(ss["ac_bins"], "bins").items()}
             refs = _parse_lines(ss["ac_refs"].replace(";", "\n"), "reference groups")
         except (ValueError, DebugkitError) as exc:
-            _common.show_error(exc if isinstance(exc, DebugkitError) else
+            _ui.show_error(exc if isinstance(exc, DebugkitError) else
                                DebugkitError(f"bins: {exc}"))
             return
         _run_audit(ss["ac_target"], {"band": (ss["ac_low"], ss["ac_high"]), "max_difference": ss["ac_maxd"],
@@ -311,11 +311,11 @@ def _run_audit(tname, settings, bins):
                               progress=lambda f, msg: bar.progress(min(max(f, 0.0), 1.0), text=msg))
     except DebugkitError as exc:
         bar.empty()
-        _common.show_error(exc)
+        _ui.show_error(exc)
         return
     except Exception as exc:  # noqa: BLE001 - show what failed, keep the page up
         bar.empty()
-        _common.show_error(exc, "the audit")
+        _ui.show_error(exc, "the audit")
         return
     _audits.clear()
     st.session_state["audit_done"] = f"Stored audit {audit['id']} ({VERDICT[audit['verdict']][0]})."
@@ -329,14 +329,14 @@ def main():
     try:
         entries = [e for e in _audits(path, sig) if not e.get("error")]
     except DebugkitError as exc:
-        _common.show_error(exc)
+        _ui.show_error(exc)
         return
     if read_only:
         audit_id = share["audit_id"]
     else:
         st.title("Bias audit")
         if msg := st.session_state.pop("audit_done", None):
-            st.success(_common.md(msg), icon=":material/task_alt:")
+            st.success(_ui.md(msg), icon=":material/task_alt:")
         if not entries:
             st.info("No audit stored in this run yet. Compute one below, or from Python with "
                     "`debugkit.audit.audit_model(model, X, y, sensitive=[...], run_dir=..., name=...)`.",
@@ -344,9 +344,11 @@ def main():
             _compute_box(sig)
             return
         ids = [e["id"] for e in entries]
-        wanted = st.query_params.get("audit")
-        if wanted and wanted not in ids:
-            st.warning(f"Audit {_common.md(repr(str(wanted)[:40]))} is not stored in this run; showing the newest.")
+        try:
+            wanted = _query.query_choice("audit", ids, lambda v: f"Audit {str(v)[:40]!r} is not stored "
+                                                                  "in this run; showing the newest.")
+        except DebugkitError as exc:
+            st.warning(_ui.md(exc))
             wanted = None
         labels = {e["id"]: f"{e['name']} · {VERDICT.get(e['verdict'], (e['verdict'],))[0]} · "
                             f"{(e['created_at'] or '')[:16].replace('T', ' ')} · {e['id']}" for e in entries}
@@ -358,20 +360,20 @@ def main():
         data = _audit(path, sig, audit_id, read_only)
         figs = _figures(path, sig, audit_id)
     except DebugkitError as exc:
-        _common.show_error(exc)
+        _ui.show_error(exc)
         return
     doc = data["doc"]
     prov = doc.get("provenance", {})
     if read_only:
-        st.title(f"Bias audit: {_common.md(doc['name'])}")
+        st.title(f"Bias audit: {_ui.md(doc['name'])}")
         exp = dt.datetime.fromtimestamp(share["expires_at"], dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        st.caption(f"Shared read-only view of audit {_common.code(audit_id)} of run **{_common.md(prov.get('run', {}).get('name'))}**; "
+        st.caption(f"Shared read-only view of audit {_ui.code(audit_id)} of run **{_ui.md(prov.get('run', {}).get('name'))}**; "
                    f"this link expires {exp}.")
     else:
-        st.caption(f"Run **{_common.md(prov.get('run', {}).get('name'))}** · model {_common.code(doc['model'].get('estimator'))} · "
-                   f"{doc['dataset']['rows']:,} rows · computed {_common.md(prov.get('created_at'))} by "
-                   f"{_common.md(prov.get('created_by'))}")
-    _common.about("One stored, immutable audit of a model from this run on a held-out dataset. The **verdict** lists each group whose rate differs from the reference group beyond the configured band (with a bootstrap 95 % confidence interval); the fairness tables give selection rate, error rates and their differences per sensitive attribute (fairlearn's MetricFrame); the SHAP charts show which features drive the model's predictions, overall and per group." + ("" if read_only else ' Share it read-only with *Share with compliance*: the link opens this audit alone and expires.'))
+        st.caption(f"Run **{_ui.md(prov.get('run', {}).get('name'))}** · model {_ui.code(doc['model'].get('estimator'))} · "
+                   f"{doc['dataset']['rows']:,} rows · computed {_ui.md(prov.get('created_at'))} by "
+                   f"{_ui.md(prov.get('created_by'))}")
+    _ui.about("One stored, immutable audit of a model from this run on a held-out dataset. The **verdict** lists each group whose rate differs from the reference group beyond the configured band (with a bootstrap 95 % confidence interval); the fairness tables give selection rate, error rates and their differences per sensitive attribute (fairlearn's MetricFrame); the SHAP charts show which features drive the model's predictions, overall and per group." + ("" if read_only else ' Share it read-only with *Share with compliance*: the link opens this audit alone and expires.'))
     _verdict_box(doc)
     top = st.columns([1, 1, 1] if not read_only else [1, 1])
     with top[0]:

@@ -9,10 +9,10 @@ from pathlib import Path
 import streamlit as st
 
 from debugkit.errors import DebugkitError, InvalidInputError
-from pages import _common
+from pages import _data, _query, _routing, _runs, _ui
 
-_common.page_guard()
-path = _common.require_run("its checkpoints")
+_routing.page_guard()
+path = _runs.require_run("its checkpoints")
 
 SEVERITY_ICON = {"error": ":material/error:", "warning": ":material/warning:", "info": ":material/info:"}
 FOLDER_KEY = "ckpt_folder"
@@ -25,14 +25,14 @@ def _folder() -> str | None:
     return st.session_state.get(FOLDER_KEY) or None
 
 
-@st.cache_data(**_common.CACHE, show_spinner=False)
+@st.cache_data(**_data.CACHE, show_spinner=False)
 def _listing(path: str, sig: tuple, folder: str | None, folder_sig: tuple):
     from debugkit.io.run import open_run
 
     return open_run(path).checkpoints(folder)
 
 
-@st.cache_data(**_common.CACHE, show_spinner="Reading checkpoint weights…")
+@st.cache_data(**_data.CACHE, show_spinner="Reading checkpoint weights…")
 def _stats(path: str, sig: tuple, folder: str | None, folder_sig: tuple):
     from debugkit.analysis.checkpoints import compute_change_matrix, detect_first_nonfinite
     from debugkit.checkpoints import read_weight_stats
@@ -43,13 +43,13 @@ def _stats(path: str, sig: tuple, folder: str | None, folder_sig: tuple):
     return compute_change_matrix(stats, order), detect_first_nonfinite(stats, order)
 
 
-@st.cache_data(**_common.CACHE, show_spinner=False)
+@st.cache_data(**_data.CACHE, show_spinner=False)
 def _model_order(path: str, sig: tuple) -> list:
-    grads = _common.table(path, "grad_norms")
+    grads = _data.read_grad_norms(path)
     return list(dict.fromkeys(grads["layer"])) if len(grads) else []
 
 
-@st.cache_data(**_common.CACHE, show_spinner=False)
+@st.cache_data(**_data.CACHE, show_spinner=False)
 def _findings(path: str, sig: tuple):
     from debugkit.diagnose.checkpoints import collect
     from debugkit.io.run import open_run
@@ -57,7 +57,7 @@ def _findings(path: str, sig: tuple):
     return collect(open_run(path), {})
 
 
-@st.cache_data(**_common.CACHE, show_spinner="Comparing…")
+@st.cache_data(**_data.CACHE, show_spinner="Comparing…")
 def _compare(path: str, sig: tuple, a: str, b: str, folder_sig: tuple):
     from debugkit.analysis.checkpoints import compute_movement
     from debugkit.checkpoints import read_checkpoint_diff
@@ -85,15 +85,11 @@ def _label(row) -> str:
 
 
 def _param_step(name: str, steps: list) -> int | None:
-    raw = st.query_params.get(name)
-    if raw in (None, ""):
-        return None
-    text = str(raw).strip()
-    if not text.isdigit() or len(text) > 14:
-        raise InvalidInputError(f"?{name}={str(raw)[:40]!r}: expected a checkpoint step (a whole number)")
-    if int(text) not in steps:
-        raise InvalidInputError(f"?{name}={text}: this run has no verified checkpoint at that step")
-    return int(text)
+    step = _query.query_int(name, signed=False, expected="a checkpoint step (a whole number)")
+    if step is not None and step not in steps:
+        raise InvalidInputError(f"?{name}={_query.query_text(name)}: this run has no verified "
+                                "checkpoint at that step")
+    return step
 
 
 def _pick_folder() -> None:
@@ -120,7 +116,7 @@ def _pick_folder() -> None:
                     st.session_state[FOLDER_KEY] = str(folder)
                 st.rerun()
         if msg := st.session_state.get("ckpt_folder_error"):
-            st.error(_common.md(msg), icon=":material/folder_off:")
+            st.error(_ui.md(msg), icon=":material/folder_off:")
 
 
 # ----------------------------------------------------------------------------- sections
@@ -141,7 +137,7 @@ def _listing_table(listing) -> None:
                  height=min(400, 35 * (len(shown) + 1) + 3))
     bad = listing[~listing["ok"]]
     for _, r in bad.iterrows():
-        st.warning(f"{_common.md(_label(r))} is skipped: {_common.md(r['problem'])}", icon=":material/broken_image:")
+        st.warning(f"{_ui.md(_label(r))} is skipped: {_ui.md(r['problem'])}", icon=":material/broken_image:")
 
 
 def _findings_panel(findings) -> None:
@@ -152,12 +148,12 @@ def _findings_panel(findings) -> None:
         return
     for f in findings:
         with st.container(border=True):
-            st.markdown(f"{SEVERITY_ICON[f.severity]} **{_common.md(f.kind)}** · step {f.step}"
-                        + (f" · {_common.code(f.layer)}" if f.layer else ""))
-            st.caption(_common.md(f.message))
+            st.markdown(f"{SEVERITY_ICON[f.severity]} **{_ui.md(f.kind)}** · step {f.step}"
+                        + (f" · {_ui.code(f.layer)}" if f.layer else ""))
+            st.caption(_ui.md(f.message))
             layers = (f.evidence or {}).get("layers") or []
             if len(layers) > 1:
-                st.caption("Parameters: " + ", ".join(_common.code(x) for x in layers[:12])
+                st.caption("Parameters: " + ", ".join(_ui.code(x) for x in layers[:12])
                            + (" …" if len(layers) > 12 else ""))
 
 
@@ -178,7 +174,7 @@ def _heatmap(m, first_bad) -> None:
         st.plotly_chart(build_weight_norm_figure(m), key="ckpt_norms", width="stretch")
     if len(first_bad):
         r = first_bad.iloc[0]
-        st.error(f"NaN/Inf first appears in **{_common.md(r['checkpoint'])}**, in {_common.code(r['layer'])} "
+        st.error(f"NaN/Inf first appears in **{_ui.md(r['checkpoint'])}**, in {_ui.code(r['layer'])} "
                  f"({int(r['nan_count'])} NaN, {int(r['inf_count'])} Inf)"
                  + (f"; {len(first_bad)} layers in all." if len(first_bad) > 1 else "."),
                  icon=":material/warning:")
@@ -196,7 +192,7 @@ def _compare_section(listing, sig, folder_sig) -> None:
     try:
         qa, qb = _param_step("a", steps), _param_step("b", steps)
     except DebugkitError as exc:
-        st.warning(_common.md(exc), icon=":material/link_off:")
+        st.warning(_ui.md(exc), icon=":material/link_off:")
         qa = qb = None
     by_step = {int(s): i for i, s in enumerate(ok["step"]) if s == s}
     ia = by_step.get(qa, ia) if qa is not None else ia
@@ -214,7 +210,7 @@ def _compare_section(listing, sig, folder_sig) -> None:
     try:
         diff, mv = _compare(path, sig, ok["path"].iloc[a], ok["path"].iloc[b], folder_sig)
     except DebugkitError as exc:
-        _common.show_error(exc)
+        _ui.show_error(exc)
         return
     from debugkit.charts.checkpoints import build_movement_figure
 
@@ -240,15 +236,15 @@ def _compare_section(listing, sig, folder_sig) -> None:
         else:
             st.caption("Every tensor changed.")
         if mv["only_a"] or mv["only_b"]:
-            st.warning(f"Only in A: {_common.md(', '.join(mv['only_a']) or '—')}; only in B: "
-                       f"{_common.md(', '.join(mv['only_b']) or '—')}", icon=":material/difference:")
+            st.warning(f"Only in A: {_ui.md(', '.join(mv['only_a']) or '—')}; only in B: "
+                       f"{_ui.md(', '.join(mv['only_b']) or '—')}", icon=":material/difference:")
     with st.expander("All tensors"):
         st.dataframe(diff, hide_index=True, width="stretch")
 
 
 def _replay_links(listing, failures, rid) -> None:
     own = listing[(listing["source"] == "debugkit") & listing["ok"]]
-    if not failures or not len(own) or not _common.has_page("pages/replay.py"):
+    if not failures or not len(own) or not _routing.has_page("pages/replay.py"):
         return
     st.subheader("Replay from a checkpoint")
     st.caption("Replay a captured failing batch with the weights of a checkpoint instead of the "
@@ -262,26 +258,26 @@ def _replay_links(listing, failures, rid) -> None:
     fid = c2.selectbox("Capture", list(by_id), key="ckpt_replay_failure",
                        format_func=lambda i: f"step {by_id[i].get('step')} · "
                                              f"{by_id[i].get('error_type') or by_id[i].get('kind')}")
-    _common.link_to("pages/replay.py", f"Replay capture {fid} from checkpoint at step {step}",
+    _routing.link_to("pages/replay.py", f"Replay capture {fid} from checkpoint at step {step}",
                     icon=":material/replay:", run=rid, failure=fid, checkpoint=step)
 
 
 def render() -> None:
     try:
-        sig = _common.signature(path)
-        info = _common.summary(path)
+        sig = _data.signature(path)
+        info = _data.summary(path)
         folder = _folder()
         fsig = _folder_signature(folder)
         listing = _listing(path, sig, folder, fsig)
-        failures = _common.table(path, "failures")
+        failures = _data.read_failures(path)
     except DebugkitError as exc:
         st.title("Checkpoints")
-        _common.show_error(exc)
+        _ui.show_error(exc)
         return
-    rid = _common._id_for(path)
+    rid = _runs.run_id_for(path)
     st.title("Checkpoints")
-    _common.about("Checkpoints written by `rec.checkpoint()` (model weights in safetensors, optimizer state, a SHA-256 per file) and plain `state_dict` files found in the run folder. Each is verified against its recorded hashes; a truncated or corrupted one is flagged and skipped, as `debugkit.resume_latest` skips it. The heatmap shows how far each layer's weights moved between consecutive checkpoints; grey cells are layers that did not move at all (often parameters missing from the optimizer), magenta cells hold NaN/Inf. Compare any two checkpoints below, or replay a captured failing batch from one.")
-    st.caption(f"{_common.md(info['name'])} · {info['status']} · {len(listing)} checkpoint(s)"
+    _ui.about("Checkpoints written by `rec.checkpoint()` (model weights in safetensors, optimizer state, a SHA-256 per file) and plain `state_dict` files found in the run folder. Each is verified against its recorded hashes; a truncated or corrupted one is flagged and skipped, as `debugkit.resume_latest` skips it. The heatmap shows how far each layer's weights moved between consecutive checkpoints; grey cells are layers that did not move at all (often parameters missing from the optimizer), magenta cells hold NaN/Inf. Compare any two checkpoints below, or replay a captured failing batch from one.")
+    st.caption(f"{_ui.md(info['name'])} · {info['status']} · {len(listing)} checkpoint(s)"
                + (f" · also reading `{folder}`" if folder else ""))
     _pick_folder()
     if not len(listing):
@@ -299,7 +295,7 @@ def render() -> None:
         m, first_bad = _stats(path, sig, folder, fsig)
         findings = _findings(path, sig)
     except DebugkitError as exc:
-        _common.show_error(exc)
+        _ui.show_error(exc)
         return
     left, right = st.columns([3, 1])
     with left:

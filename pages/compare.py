@@ -10,9 +10,9 @@ from debugkit.charts.compare import (
     run_colours,
 )
 from debugkit.errors import DebugkitError
-from pages import _common
+from pages import _data, _query, _routing, _runs, _ui
 
-_common.page_guard()
+_routing.page_guard()
 
 STATUS_ICON = {"equal": ":material/check:", "differs": ":material/difference:",
                "unknown": ":material/help:"}
@@ -20,10 +20,10 @@ STATUS_COLOUR = {"equal": "green", "differs": "orange", "unknown": "gray", "dive
                  "no divergence": "green"}
 MAX_OVERLAY = 8  # runs drawn on one chart at most (the run, the base and up to 6 more)
 
-path = _common.require_run("a comparison with another run")
+path = _runs.require_run("a comparison with another run")
 
 
-@st.cache_data(**_common.CACHE, show_spinner=False)
+@st.cache_data(**_data.CACHE, show_spinner=False)
 def _compare(path: str, sig: tuple, base: str, base_sig: tuple) -> dict:
     from debugkit.compare import compare_paths
 
@@ -39,17 +39,16 @@ def _pick_base(entries, run_id):
     from debugkit.io import store as run_store
 
     others = [rid for rid, _ in entries if rid != run_id]
-    wanted = st.query_params.get("base")
-    if wanted:
-        try:
-            run_store.validate_run_id(wanted)
-        except DebugkitError as exc:
-            _common.show_error(exc)
-            wanted = None
-        else:
-            if wanted not in others:
-                st.error(f"base run {_common.md(repr(wanted))}: no such run besides this one; pick one below")
-                wanted = None
+    try:
+        wanted = _query.query_choice(
+            "base", others, validate=run_store.validate_run_id,
+            message=lambda v: f"base run {v!r}: no such run besides this one; pick one below")
+    except _query.NotAChoiceError as exc:
+        st.error(_ui.md(exc))
+        wanted = None
+    except DebugkitError as exc:
+        _ui.show_error(exc)
+        wanted = None
     choice = st.selectbox("Base run (the one that worked)", ["—"] + others,
                           index=others.index(wanted) + 1 if wanted in others else 0,
                           key=f"compare_base_{wanted}")
@@ -110,7 +109,7 @@ def _before(before: dict) -> None:
     st.caption(f"pip check: run **{pc['run']['status']}**, base **{pc['base']['status']}**")
     for side in ("run", "base"):
         for line in pc[side]["conflicts"]:
-            st.caption(f"{side}: {_common.md(line)}")
+            st.caption(f"{side}: {_ui.md(line)}")
     code = before["code"]
     _status_line("Code (model factory)", code["status"])
     _rows_table([r for r in code["rows"] if r["status"] != "equal"], "code")
@@ -140,23 +139,23 @@ def _divergence(res, names, run_name, base_name, paths) -> None:
     div = res["divergence"]
     st.subheader("2. Where they diverge")
     if div["status"] == "diverged":
-        st.warning(_common.md(div["finding"]["message"]), icon=":material/call_split:")
+        st.warning(_ui.md(div["finding"]["message"]), icon=":material/call_split:")
         follow = div.get("following")
         if follow:
-            st.caption(f"What follows: {_common.md(follow['source'])} **{_common.md(follow['kind'])}** at step "
-                       f"{follow['step']}: {_common.md(follow.get('message') or '')}")
+            st.caption(f"What follows: {_ui.md(follow['source'])} **{_ui.md(follow['kind'])}** at step "
+                       f"{follow['step']}: {_ui.md(follow.get('message') or '')}")
     elif div["status"] == "no divergence":
         st.success("No divergence: the run stays inside the base run's band on the loss and "
                    "every layer's gradient norm.", icon=":material/check:")
     else:
         st.info("Unknown: the runs have no common steps on a common rank to compare.")
     try:
-        scalars = {n: _common.table(paths[n], "scalars") for n in names}
-        grads = {n: _common.table(paths[n], "grad_norms") for n in names}
-        fails = {n: [f["step"] for f in _common.table(paths[n], "failures")
+        scalars = {n: _data.read_scalars(paths[n]) for n in names}
+        grads = {n: _data.read_grad_norms(paths[n]) for n in names}
+        fails = {n: [f["step"] for f in _data.read_failures(paths[n])
                      if isinstance(f.get("step"), int)] for n in names}
     except DebugkitError as exc:
-        _common.show_error(exc)
+        _ui.show_error(exc)
         return
     colours = run_colours(names)
     loss_keys = [r["key"] for r in div["series"] if r["series"] == "loss"]
@@ -194,10 +193,10 @@ def _findings(res) -> None:
 
 
 def render() -> None:
-    entries = _common.run_entries()
-    run_id = _common._id_for(path)
+    entries = _runs.run_entries()
+    run_id = _runs.run_id_for(path)
     st.title("Compare runs")
-    _common.about(
+    _ui.about(
         "What differs between this run and a run that worked (the **base**), in the order "
         "to check it: what differed before step 0 (config, environment, code, data, world "
         "size), where the curves part (the first step the loss or a layer's gradient norm "
@@ -217,12 +216,12 @@ def render() -> None:
                            max_selections=MAX_OVERLAY - 2, key="compare_extra")
     try:
         with st.spinner("Comparing the runs…"):
-            res = _compare(path, _common.signature(path), base_path, _common.signature(base_path))
+            res = _compare(path, _data.signature(path), base_path, _data.signature(base_path))
     except DebugkitError as exc:
-        _common.show_error(exc)
+        _ui.show_error(exc)
         return
     run_name = run_id or res["run"]
-    st.caption(f"run **{_common.md(run_name)}** ({res['statuses']['run']}) · base **{_common.md(base_id)}** "
+    st.caption(f"run **{_ui.md(run_name)}** ({res['statuses']['run']}) · base **{_ui.md(base_id)}** "
                f"({res['statuses']['base']})")
     _summary(res)
     _before(res["before_step_0"])

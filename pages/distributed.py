@@ -4,17 +4,17 @@ import pandas as pd
 import streamlit as st
 
 from debugkit.errors import DebugkitError
-from pages import _common
+from pages import _data, _routing, _runs, _ui
 
-_common.page_guard()
-path = _common.require_run("its ranks")
+_routing.page_guard()
+path = _runs.require_run("its ranks")
 
 TABS = ["Step time", "Data wait vs compute", "Hangs", "Gradient divergence", "Profiler traces"]
 METRICS = {"step time": "step_time_s", "own work (data wait + compute)": "busy_s",
            "data wait": "data_wait_s", "compute": "compute_s", "waiting in collectives": "comm_s"}
 
 
-@st.cache_data(**_common.CACHE, show_spinner=False)
+@st.cache_data(**_data.CACHE, show_spinner=False)
 def _analysis(path: str, sig: tuple):
     from debugkit.analysis import distributed as ad
     from debugkit.diagnose.distributed import collect
@@ -35,7 +35,7 @@ def _analysis(path: str, sig: tuple):
     }
 
 
-@st.cache_data(**_common.CACHE, show_spinner=False)
+@st.cache_data(**_data.CACHE, show_spinner=False)
 def _traces(path: str, sig: tuple):
     from debugkit.analysis import distributed_traces as at
     from debugkit.io.rank_traces import find_rank_traces, read_rank_traces, stack_events
@@ -55,7 +55,7 @@ def _traces(path: str, sig: tuple):
             "overlap": at.compute_comm_comp_overlap(events)}
 
 
-@st.cache_data(**_common.CACHE, show_spinner=False)
+@st.cache_data(**_data.CACHE, show_spinner=False)
 def _hang_text(path: str, sig: tuple, rank: int, name: str) -> str:
     from debugkit.io.distributed import read_hang_file
     from debugkit.io.run import open_run
@@ -74,7 +74,7 @@ def _findings_block(findings):
     for f in shown:
         box = st.error if f["severity"] == "error" else st.warning
         box(f"**{f['kind']}** · rank {f['rank'] if f['rank'] is not None else '—'} · "
-            f"{_common.md(f['message'])}", icon=kinds[f["kind"]])
+            f"{_ui.md(f['message'])}", icon=kinds[f["kind"]])
 
 
 def _step_time_tab(a, stragglers):
@@ -152,7 +152,7 @@ def _hang_tab(a, sig):
             st.markdown(f"**{title}**")
             where = (f"in step {d.get('step')}" if d.get("in_step")
                      else f"between steps, last completed {d.get('last_step')}")
-            st.caption(f"{where} · dumped because of {_common.md(d.get('reason'))}")
+            st.caption(f"{where} · dumped because of {_ui.md(d.get('reason'))}")
             st.code("\n".join(f"{'  ' if f.get('library') else '▶ '}{f['function']} "
                               f"({f['file'].rsplit('/', 1)[-1]}:{f['line']})"
                               + (f"\n      {f['code']}" if f.get('code') and not f.get('library') else "")
@@ -173,9 +173,9 @@ def _hang_tab(a, sig):
                     try:
                         st.code(_hang_text(path, sig, r, files[kind]), language=None)
                     except DebugkitError as exc:
-                        _common.show_error(exc)
+                        _ui.show_error(exc)
             if d.get("pyspy_error"):
-                st.caption(f"py-spy: {_common.md(d['pyspy_error'])}")
+                st.caption(f"py-spy: {_ui.md(d['pyspy_error'])}")
 
 
 def _divergence_tab(a):
@@ -199,7 +199,7 @@ def _trace_tab(sig):
     try:
         t = _traces(path, sig)
     except DebugkitError as exc:
-        _common.show_error(exc)
+        _ui.show_error(exc)
         return
     if t is None:
         st.info("No torch.profiler traces in this run's `traces/` folder. Export one chrome trace "
@@ -212,7 +212,7 @@ def _trace_tab(sig):
     if t["metric"].empty:
         st.info("The traces hold no significant collective inside a profiler step.")
     else:
-        st.markdown(f"**Late start of the last {_common.code(t['meta']['collective'])} per iteration** "
+        st.markdown(f"**Late start of the last {_ui.code(t['meta']['collective'])} per iteration** "
                     "(HTA's straggler metric; red: later than the median rank)")
         st.plotly_chart(build_trace_lag_figure(t["metric"]), key="dist_trace_lag")
         st.dataframe(t["candidates"], hide_index=True, width="stretch")
@@ -222,19 +222,19 @@ def _trace_tab(sig):
 
 def render():
     try:
-        sig = _common.signature(path)
+        sig = _data.signature(path)
         a = _analysis(path, sig)
     except DebugkitError as exc:
-        _common.show_error(exc)
+        _ui.show_error(exc)
         return
     m = a["manifest"]
     d = m.get("distributed") or {}
     info = a["info"]
     st.title("Distributed")
-    _common.about('Every rank of a `torchrun` job side by side: step time per rank (a straggler is a rank whose own work is slower, which the others then wait for in their collectives), data wait against compute, hang dumps taken by the watchdog (where each rank was stuck), gradient norms that disagree across ranks, and collectives from torch.profiler traces.')
+    _ui.about('Every rank of a `torchrun` job side by side: step time per rank (a straggler is a rank whose own work is slower, which the others then wait for in their collectives), data wait against compute, hang dumps taken by the watchdog (where each rank was stuck), gradient norms that disagree across ranks, and collectives from torch.profiler traces.')
     hosts = sorted({h for h in info["host"] if h}) if not info.empty else []
     st.caption(f"backend {d.get('backend') or '—'} · world size {d.get('world_size') or m.get('world_size') or 1}"
-               f" · {len(a['ranks'])} rank folder(s) · {len(hosts)} host(s): {_common.md(', '.join(hosts) or '—')}")
+               f" · {len(a['ranks'])} rank folder(s) · {len(hosts)} host(s): {_ui.md(', '.join(hosts) or '—')}")
     traces_only = len(a["ranks"]) < 2 and a["trace_files"] > 1
     if len(a["ranks"]) < 2 and not a["hangs"] and not traces_only:
         st.info("This run has a single rank. Record a `torchrun` job (every rank creates its "

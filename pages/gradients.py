@@ -8,15 +8,19 @@ import math
 
 import streamlit as st
 
-from debugkit.analysis import gradients as ga
+from debugkit.analysis.gradients.clipping import compute_clip_whatif
+from debugkit.analysis.gradients.config import DEFAULTS
+from debugkit.analysis.gradients.heatmap import compute_heatmap_bins
+from debugkit.analysis.gradients.layers import default_line_layers, group_rows, module_prefixes, select_layers
+from debugkit.analysis.gradients.matrix import TOTAL, pivot_grad_norms
+from debugkit.analysis.gradients.steps import compute_step_details, nearest_failure, scalars_at_step
 from debugkit.charts.gradients import build_grad_heatmap_figure, build_grad_lines_figure
 from debugkit.errors import DebugkitError, InvalidInputError
-from pages import _common
+from pages import _data, _query, _routing, _runs, _ui
 
-_common.page_guard()
-path = _common.require_run("the gradients")
+_routing.page_guard()
+path = _runs.require_run("the gradients")
 
-SEVERITY_ICON = {"error": ":material/error:", "warning": ":material/warning:", "info": ":material/info:"}
 GRADIENT_KINDS = ("nonfinite_loss", "nonfinite_grad", "exploding_grad", "vanishing_grad",
                   "dead_layer", "loss_spike", "step_failure")
 MAX_LINES = 12
@@ -25,54 +29,40 @@ STEP_KEY = "grad_step"
 
 
 # ----------------------------------------------------------------------------- cached work
-@st.cache_data(**_common.CACHE, show_spinner=False)
+@st.cache_data(**_data.CACHE, show_spinner=False)
 def _matrices(path: str, sig: tuple):
-    return ga.pivot_grad_norms(_common.table(path, "grad_norms"))
+    return pivot_grad_norms(_data.read_grad_norms(path))
 
 
-@st.cache_data(**_common.CACHE, show_spinner=False)
+@st.cache_data(**_data.CACHE, show_spinner=False)
 def _findings(path: str, sig: tuple, config: tuple):
+    """What `debugkit diagnose` finds about gradients and losses (with ``config``), plus the
+    run's step failures, reusing the cached matrices and scalars."""
+    from debugkit.analysis.findings import sort_findings
     from debugkit.diagnose import failures as failure_source
-
-    scalars = _common.table(path, "scalars")
+    from debugkit.diagnose import gradients as gradient_source
     from debugkit.io.run import open_run
 
-    out = ga.detect_gradient_findings(None, scalars, dict(config), matrices=_matrices(path, sig))
-    out += failure_source.collect(open_run(path), {})
-    from debugkit.analysis.findings import sort_findings
+    run = open_run(path)
+    out = gradient_source.collect(run, dict(config), matrices=_matrices(path, sig),
+                                  scalars=_data.read_scalars(path))
+    return sort_findings(out + failure_source.collect(run, {}))
 
-    return sort_findings(out)
 
-
-@st.cache_data(**_common.CACHE, show_spinner=False)
+@st.cache_data(**_data.CACHE, show_spinner=False)
 def _bins(path: str, sig: tuple, rank: int, rows: tuple):
-    return ga.compute_heatmap_bins(_matrices(path, sig)[rank], 300, rows=list(rows))
+    return compute_heatmap_bins(_matrices(path, sig)[rank], 300, rows=list(rows))
 
 
 # ----------------------------------------------------------------------------- query params
-def _param_int(name: str, low: int, high: int):
-    raw = st.query_params.get(name)
-    if raw is None or raw == "":
-        return None
-    text = str(raw).strip()
-    if not text.lstrip("-").isdigit() or len(text) > 14:
-        raise InvalidInputError(f"?{name}={str(raw)[:40]!r}: expected a whole number")
-    value = int(text)
-    if not low <= value <= high:
-        raise InvalidInputError(f"?{name}={value}: expected a number from {low} to {high}")
-    return value
-
-
 def _initial_step(failures):
     """The step named by ?step= (or ?failure=), validated; None when absent."""
-    step = _param_int("step", 0, MAX_STEP)
-    fid = st.query_params.get("failure")
-    if fid:
-        match = [f for f in failures if f.get("id") == fid]
-        if not match:
-            raise InvalidInputError(f"?failure={str(fid)[:80]!r}: no such failure capture in this run")
-        if step is None and isinstance(match[0].get("step"), int):
-            step = match[0]["step"]
+    step = _query.query_int("step", low=0, high=MAX_STEP)
+    by_id = {f.get("id"): f for f in reversed(failures)}  # the first capture of an id wins
+    fid = _query.query_choice("failure", by_id,
+                              lambda v: f"?failure={str(v)[:80]!r}: no such failure capture in this run")
+    if fid and step is None and isinstance(by_id[fid].get("step"), int):
+        step = by_id[fid]["step"]
     return step
 
 
@@ -109,9 +99,9 @@ def _findings_panel(findings, rank):
         for i, f in enumerate(findings):
             with st.container(border=True):
                 where = f"step {f.step}" + (f" · rank {f.rank}" if f.rank is not None else "")
-                st.markdown(f"{SEVERITY_ICON[f.severity]} **{_common.md(f.kind)}** · {where}"
-                            + (f" · {_common.code(f.layer)}" if f.layer else ""))
-                st.caption(_common.md(f.message))
+                st.markdown(f"{_ui.SEVERITY_ICON[f.severity]} **{_ui.md(f.kind)}** · {where}"
+                            + (f" · {_ui.code(f.layer)}" if f.layer else ""))
+                st.caption(_ui.md(f.message))
                 if f.step is not None:
                     st.button(f"Show step {f.step}", key=f"finding_{i}", on_click=_set_step,
                               args=(f.step,), icon=":material/zoom_in:",
@@ -119,14 +109,14 @@ def _findings_panel(findings, rank):
 
 
 def _step_details(m, step, scalars, failures, rid):
-    shown, table = ga.compute_step_details(m, step)
+    shown, table = compute_step_details(m, step)
     st.subheader(f"Step {shown}" + (f" · rank {m.rank}" if len(_matrices(path, _sig())) > 1 else ""))
     if shown != step:
         st.caption(f"Step {step} has no gradient norms logged; showing the nearest logged step, {shown}.")
-    vals = ga.scalars_at_step(scalars, shown, m.rank)
+    vals = scalars_at_step(scalars, shown, m.rank)
     losses = {k: v for k, v in vals.items() if "loss" in k.rsplit("/", 1)[-1].lower()}
     lrs = {k: v for k, v in vals.items() if k == "lr" or k.startswith("lr/")}
-    total = table[table["layer"] == ga.TOTAL]
+    total = table[table["layer"] == TOTAL]
     cols = st.columns(4)
     for k, v in list(losses.items())[:1] or [("loss", None)]:
         cols[0].metric(k, "—" if v is None else f"{v:.4g}")
@@ -138,16 +128,16 @@ def _step_details(m, step, scalars, failures, rid):
         cols[3].metric("vs. recent median", "—" if not math.isfinite(tr) else f"{tr:.2f}x")
     others = {k: v for k, v in vals.items() if k not in losses and k not in lrs}
     if len(losses) > 1 or len(lrs) > 1 or others:
-        st.caption(" · ".join(f"{_common.md(k)} = {v:.4g}" for k, v in {**losses, **lrs, **others}.items()))
-    fail = ga.nearest_failure(failures, shown, m.rank)
+        st.caption(" · ".join(f"{_ui.md(k)} = {v:.4g}" for k, v in {**losses, **lrs, **others}.items()))
+    fail = nearest_failure(failures, shown, m.rank)
     if fail:
         same = fail["step"] == shown
-        st.markdown(f":material/bug_report: Failure capture **{_common.md(fail['id'])}** at step {fail['step']}"
+        st.markdown(f":material/bug_report: Failure capture **{_ui.md(fail['id'])}** at step {fail['step']}"
                     + (" (this step)" if same else f" ({abs(fail['step'] - shown)} steps away)")
-                    + f": {_common.md(fail.get('error_type') or fail.get('kind'))}")
-        if not _common.link_to("pages/replay.py", "Replay this capture", icon=":material/replay:",
+                    + f": {_ui.md(fail.get('error_type') or fail.get('kind'))}")
+        if not _routing.link_to("pages/replay.py", "Replay this capture", icon=":material/replay:",
                                run=rid, failure=fail["id"], step=fail["step"]):
-            st.caption(f"Capture folder: {_common.code(fail.get('path'))} (batch, model, optimizer and RNG state "
+            st.caption(f"Capture folder: {_ui.code(fail.get('path'))} (batch, model, optimizer and RNG state "
                        "of that step, for replay).")
     else:
         st.caption("No failure capture in this run.")
@@ -178,23 +168,23 @@ def _num(v, nan="NaN", spec=".4g") -> str:
 
 
 def _sig():
-    return _common.signature(path)
+    return _data.signature(path)
 
 
 def render():
     try:
         sig = _sig()
-        info = _common.summary(path)
+        info = _data.summary(path)
         mats = _matrices(path, sig)
-        scalars = _common.table(path, "scalars")
-        failures = _common.table(path, "failures")
+        scalars = _data.read_scalars(path)
+        failures = _data.read_failures(path)
     except DebugkitError as exc:
-        _common.show_error(exc)
+        _ui.show_error(exc)
         return
-    rid = _common._id_for(path)
+    rid = _runs.run_id_for(path)
     st.title("Gradients")
-    _common.about("The L2 norm of each parameter's gradient at every logged step (the Recorder takes it after backward, before the optimizer step). The heatmap shows every layer over time on a log scale (magenta: NaN/Inf, grey: exactly 0); the findings on the right name the first layer and step that went wrong (non-finite, exploding, vanishing, dead layers, loss spikes), and *Show step* jumps to it.")
-    st.caption(f"{_common.md(info['name'])} · {info['status']}"
+    _ui.about("The L2 norm of each parameter's gradient at every logged step (the Recorder takes it after backward, before the optimizer step). The heatmap shows every layer over time on a log scale (magenta: NaN/Inf, grey: exactly 0); the findings on the right name the first layer and step that went wrong (non-finite, exploding, vanishing, dead layers, loss spikes), and *Show step* jumps to it.")
+    st.caption(f"{_ui.md(info['name'])} · {info['status']}"
                + (" · live: refreshes every few seconds" if info["status"] == "running" else ""))
     if not mats:
         st.info("This run has no gradient norms yet. The Recorder logs them every `log_every` steps "
@@ -203,9 +193,9 @@ def render():
 
     try:
         first = _initial_step(failures)
-        want_rank = _param_int("rank", 0, 1_000_000)
+        want_rank = _query.query_int("rank", low=0, high=1_000_000)
     except InvalidInputError as exc:
-        _common.show_error(exc)
+        _ui.show_error(exc)
         first, want_rank = None, None
     if first is not None and st.session_state.get("grad_step_link") != (rid, first):
         st.session_state["grad_step_link"] = (rid, first)
@@ -220,7 +210,7 @@ def render():
         rank = st.selectbox("Rank", ranks, index=ranks.index(want_rank) if want_rank in ranks else 0,
                             disabled=len(ranks) == 1)
     m = mats[rank]
-    tree = ga.module_prefixes(m.layers)
+    tree = module_prefixes(m.layers)
     with c_mod:
         modules = st.multiselect(
             "Modules", [p for p, _, _ in tree],
@@ -236,24 +226,24 @@ def render():
                                         "would have clipped.")
     with c_thr:
         with st.popover("Thresholds", icon=":material/tune:"):
-            ef = st.number_input("explode_factor", min_value=1.5, value=float(ga.DEFAULTS["explode_factor"]))
-            vr = st.number_input("vanish_rel", min_value=1e-12, value=float(ga.DEFAULTS["vanish_rel"]),
+            ef = st.number_input("explode_factor", min_value=1.5, value=float(DEFAULTS["explode_factor"]))
+            vr = st.number_input("vanish_rel", min_value=1e-12, value=float(DEFAULTS["vanish_rel"]),
                                  format="%.1e")
-            sm = st.number_input("spike_mads", min_value=1.0, value=float(ga.DEFAULTS["spike_mads"]))
+            sm = st.number_input("spike_mads", min_value=1.0, value=float(DEFAULTS["spike_mads"]))
             st.caption("See docs/gradients.md for every threshold.")
     config = (("explode_factor", ef), ("vanish_rel", vr), ("spike_mads", sm))
 
     try:
-        layers = ga.select_layers(m.layers, modules, regex)
+        layers = select_layers(m.layers, modules, regex)
         findings = _findings(path, sig, config)
     except DebugkitError as exc:
-        _common.show_error(exc)
+        _ui.show_error(exc)
         return
     if not layers:
         st.warning("No parameter matches this filter.", icon=":material/filter_alt_off:")
         return
     rank_findings = [f for f in findings if f.rank in (None, rank)]
-    clip = ga.compute_clip_whatif(m, max_norm) if max_norm else None
+    clip = compute_clip_whatif(m, max_norm) if max_norm else None
     step = st.session_state.get(STEP_KEY)
     fail_steps = [f["step"] for f in failures if isinstance(f.get("step"), int) and f.get("rank") in (None, rank)]
 
@@ -261,14 +251,14 @@ def render():
     with right:
         _findings_panel(rank_findings, rank)
     with left:
-        rows = tuple(layers + [ga.TOTAL])
+        rows = tuple(layers + [TOTAL])
         bins = _bins(path, sig, rank, rows)
-        groups = ga.group_rows(layers)
+        groups = group_rows(layers)
         st.markdown(f"**log10 gradient norm per layer** · {len(layers)} of {len(m.layers)} parameters · "
                     f"{m.n_steps:,} logged steps in {len(bins.start_step)} bins (each shows its max)")
         st.plotly_chart(build_grad_heatmap_figure(bins, groups=groups, selected_step=step,
                                                   failure_steps=fail_steps), key="grad_heatmap")
-        default = ga.default_line_layers(m, rank_findings, layers, limit=6)
+        default = default_line_layers(m, rank_findings, layers, limit=6)
         chosen = st.multiselect("Lines", layers, default=default, max_selections=MAX_LINES,
                                 key=f"grad_lines_pick_{rank}_{hash((tuple(modules), regex))}",
                                 help="Layers drawn as lines (the total is always drawn).")
@@ -287,15 +277,7 @@ def render():
         st.divider()
         _step_details(m, step, scalars, failures, rid)
     for w in info.get("warnings") or []:
-        st.caption(f":material/info: {_common.md(w)}")
+        st.caption(f":material/info: {_ui.md(w)}")
 
 
-try:
-    status_now = _common.summary(path)["status"]
-except DebugkitError as exc:
-    _common.show_error(exc)
-    st.stop()
-if status_now == "running":
-    st.fragment(render, run_every=3)()
-else:
-    render()
+_data.render_live(path, render, every_s=3)

@@ -2,9 +2,9 @@
 
 import streamlit as st
 
-from pages import _common
+from pages import _routing, _runs, _ui
 
-_common.page_guard()
+_routing.page_guard()
 
 st.title("debugkit")
 st.markdown(
@@ -15,10 +15,10 @@ st.markdown(
     "and replays the batch that broke a run."
 )
 
-entries = _common.run_entries()
+entries = _runs.run_entries()
 if not entries:
     st.info("No runs found. Record one with `debugkit.Recorder` (see the README's quick start) "
-            f"into the run store ({_common.md(_common.store_dir())}), or upload a run in the sidebar.")
+            f"into the run store ({_ui.md(_runs.store_dir())}), or upload a run in the sidebar.")
     st.stop()
 
 from debugkit.diagnose import index as run_index  # noqa: E402
@@ -27,7 +27,7 @@ from debugkit.io.fs import as_path  # noqa: E402
 
 # What each run's analyses found comes from the persisted index (debugkit.diagnose.index),
 # which analyses a run again only when its files changed; each served root is listed once.
-served = {str(r) for r in _common.roots()}
+served = {str(r) for r in _runs.roots()}
 with st.spinner("Reading the runs…"):
     rows = run_index.summarize_runs(
         [run_store.RunEntry(rid, as_path(path), as_path(path).parent
@@ -43,8 +43,8 @@ if len(rows) <= STATIC_ROWS:
 
     table = pd.DataFrame([{k: r[k] for k in ("id", "status", "steps", "failures", "errors", "warnings", "top")}
                           for r in rows]).astype({"errors": "Int64", "warnings": "Int64"})
-    table["id"] = table["id"].map(_common.md)
-    table["top"] = table["top"].map(_common.md)
+    table["id"] = table["id"].map(_ui.md)
+    table["top"] = table["top"].map(_ui.md)
     st.table(table.rename(columns={"top": "most severe finding"}).set_index("id"))
 else:
     st.dataframe(
@@ -63,10 +63,10 @@ cols = st.columns(min(4, len(rows)) or 1)
 for i, r in enumerate(rows[:OPEN_BUTTONS]):
     with cols[i % len(cols)]:
         if st.button(f"Open {r['id']}", key=f"open_{r['id']}", width="stretch"):
-            _common._select(r["path"], r["id"])
+            _runs.select_run(r["path"], r["id"])
             st.switch_page("pages/overview.py", query_params={"run": r["id"]})
 
-if len(rows) >= 2 and _common.has_page("pages/compare.py"):
+if len(rows) >= 2 and _routing.has_page("pages/compare.py"):
     st.subheader("Compare two runs")
     st.caption("What differs between a run and the one that worked, and where they part.")
     ids = [r["id"] for r in rows]
@@ -74,7 +74,7 @@ if len(rows) >= 2 and _common.has_page("pages/compare.py"):
     a = c1.selectbox("Run to check", ids, key="home_compare_run")
     b = c2.selectbox("Base (the run that worked)", [i for i in ids if i != a], key="home_compare_base")
     if c3.button("Compare", key="home_compare", width="stretch", icon=":material/compare_arrows:"):
-        _common._select(next(r["path"] for r in rows if r["id"] == a), a)
+        _runs.select_run(next(r["path"] for r in rows if r["id"] == a), a)
         st.switch_page("pages/compare.py", query_params={"run": a, "base": b})
 
 st.subheader("Where to look")
@@ -93,5 +93,5 @@ PAGES = [
 cols = st.columns(2)
 for i, (f, title, what) in enumerate(PAGES):
     with cols[i % 2]:
-        if _common.has_page(f):
+        if _routing.has_page(f):
             st.page_link(f, label=f"**{title}**: {what}")

@@ -6,11 +6,11 @@ from pathlib import Path
 import streamlit as st
 
 from debugkit.errors import DebugkitError
-from pages import _common
+from pages import _data, _query, _routing, _runs, _ui
 
-_common.page_guard()
+_routing.page_guard()
 
-path = _common.require_run("its memory")
+path = _runs.require_run("its memory")
 
 SERIES_LABELS = {"allocated_bytes": "allocated (GPU)", "reserved_bytes": "reserved (GPU)",
                  "peak_bytes": "peak allocated (GPU)", "rss_bytes": "RSS (host)"}
@@ -19,19 +19,14 @@ KIND_TITLES = {"memory_leak": "Memory leak", "memory_pressure": "Memory pressure
 
 
 # ---------------------------------------------------------------------------- cached work
-@st.cache_data(**_common.CACHE, show_spinner=False)
+@st.cache_data(**_data.CACHE, show_spinner=False)
 def _findings(path: str, sig: tuple, gpu_threshold: float, host_threshold: float):
-    from debugkit.analysis.memory import (detect_fragmentation, detect_memory_leaks,
-                                          detect_memory_pressure)
+    """What `debugkit diagnose` finds about memory, with the page's thresholds."""
+    from debugkit.diagnose import memory as memory_source
     from debugkit.io.run import open_run
 
-    run = open_run(path)
-    mem, cap = run.memory(), run.memory_capacity()
     cfg = {"gpu_threshold": gpu_threshold, "host_threshold": host_threshold}
-    if not len(mem):
-        return []
-    return [f.to_dict() for f in detect_memory_leaks(mem, cap, cfg)
-            + detect_memory_pressure(mem, cap, cfg) + detect_fragmentation(mem, cap, cfg)]
+    return [f.to_dict() for f in memory_source.collect(open_run(path), cfg)]
 
 
 def _snap_key(p: str) -> tuple:
@@ -46,7 +41,7 @@ def _snapshot(key: tuple):
     return read_snapshot(key[0])
 
 
-@st.cache_data(**_common.CACHE, show_spinner=False)
+@st.cache_data(**_data.CACHE, show_spinner=False)
 def _snapshot_views(key: tuple, device: int, depth: int, user_code: bool):
     from debugkit.analysis import memsnap as ms
     from debugkit.io.memsnap import summarize
@@ -64,7 +59,7 @@ def _snapshot_views(key: tuple, device: int, depth: int, user_code: bool):
             "settings": snap.allocator_settings, "format": snap.format}
 
 
-@st.cache_data(**_common.CACHE, show_spinner=False)
+@st.cache_data(**_data.CACHE, show_spinner=False)
 def _segments_view(key: tuple, device: int, depth: int, user_code: bool, seq):
     from debugkit.analysis import memsnap as ms
 
@@ -105,7 +100,7 @@ def _controls(mem):
 def _finding_box(f):
     ev = f["evidence"]
     box = st.error if f["severity"] == "error" else st.warning
-    box(f"**{_common.md(KIND_TITLES.get(f['kind'], f['kind']))}** · {_common.md(f['message'])}",
+    box(f"**{_ui.md(KIND_TITLES.get(f['kind'], f['kind']))}** · {_ui.md(f['message'])}",
         icon=":material/memory:")
     if f["kind"] == "memory_leak":
         from debugkit.analysis.memory import fmt_bytes
@@ -124,14 +119,14 @@ def _oom_section(ooms, snapshots, run_id):
     for f in ooms:
         with st.container(border=True):
             st.markdown(f"**Step {f.get('step')} · rank {f.get('rank')} · "
-                        f"{_common.md(f.get('error_type') or 'out of memory')}**")
+                        f"{_ui.md(f.get('error_type') or 'out of memory')}**")
             st.code((f.get("message") or "").strip()[:1500], language=None, wrap_lines=True)
             c = st.columns(2)
             with c[0]:
-                if not _common.link_to("pages/replay.py", f"Replay the failing step {f.get('step')}",
+                if not _routing.link_to("pages/replay.py", f"Replay the failing step {f.get('step')}",
                                        icon=":material/replay:", run=run_id, failure=f["id"],
                                        step=f.get("step")):
-                    st.caption(f"Capture {_common.code(f['id'])}: replay it with `debugkit replay`.")
+                    st.caption(f"Capture {_ui.code(f['id'])}: replay it with `debugkit replay`.")
             linked = [s for s in snapshots if s.get("failure") == f["id"]]
             with c[1]:
                 for s in linked:
@@ -149,11 +144,11 @@ def _follow_oom_click(event, ooms, run_id) -> None:
         if fid not in ids:
             continue  # a click on a memory curve, or a stale value
         f = ids[fid]
-        if _common.has_page("pages/replay.py"):
+        if _routing.has_page("pages/replay.py"):
             st.switch_page("pages/replay.py", query_params={"run": run_id, "failure": fid,
                                                              "step": str(f.get("step"))})
         st.info(f"Out of memory at step {f.get('step')} on rank {f.get('rank')}: capture "
-                f"{_common.code(fid)}. Replay it with `debugkit replay` (the Replay page is not served here).",
+                f"{_ui.code(fid)}. Replay it with `debugkit replay` (the Replay page is not served here).",
                 icon=":material/replay:")
 
 
@@ -176,9 +171,11 @@ def _snapshot_section(snapshots):
                 icon=":material/info:")
         return
     ids = [s["id"] for s in snapshots]
-    wanted = st.query_params.get("snapshot")
-    if wanted and wanted not in ids:  # a link from a stranger, or to another run's snapshot
-        st.warning(f"snapshot {_common.md(repr(str(wanted)[:80]))}: no such snapshot in this run.")
+    try:  # a link from a stranger, or to another run's snapshot
+        wanted = _query.query_choice("snapshot", ids,
+                                     lambda v: f"snapshot {str(v)[:80]!r}: no such snapshot in this run.")
+    except DebugkitError as exc:
+        st.warning(_ui.md(exc))
         wanted = None
     if not wanted and st.session_state.get("mem_snapshot") in ids:
         wanted = st.session_state["mem_snapshot"]  # query params are cleared on page change
@@ -219,10 +216,10 @@ def _snapshot_section(snapshots):
         with st.spinner("Aggregating…"):
             v = _snapshot_views(key, int(device), int(depth), bool(user_code))
     except DebugkitError as exc:
-        _common.show_error(exc)
+        _ui.show_error(exc)
         return
     except Exception as exc:  # an unexpected failure: say so, keep the page
-        _common.show_error(exc, "the memory snapshot")
+        _ui.show_error(exc, "the memory snapshot")
         return
     s = v["summary"]
     m = st.columns(3) + st.columns(3)
@@ -234,7 +231,7 @@ def _snapshot_section(snapshots):
     m[4].metric("Trace events", f"{v['n_events']:,}")
     m[5].metric("OOM events", f"{len(v['oom'])}")
     if rec.get("failure"):
-        st.caption(f"Written for the failure capture {_common.code(rec['failure'])}"
+        st.caption(f"Written for the failure capture {_ui.code(rec['failure'])}"
                    + (f" at step {rec['step']}" if isinstance(rec.get("step"), int) else "") + ".")
     if v["format"] == "legacy":
         st.caption("PyTorch 2.0 format (history on blocks).")
@@ -288,7 +285,7 @@ def _segments_tab(key, device, depth, user_code, v):
     try:
         segs, rows, z = _segments_view(key, int(device), int(depth), bool(user_code), seq)
     except DebugkitError as exc:
-        _common.show_error(exc)
+        _ui.show_error(exc)
         return
     from debugkit.analysis.memory import fmt_bytes
     from debugkit.charts.memory import build_segments_figure
@@ -368,17 +365,17 @@ def render():
     from debugkit.charts.memory import build_memory_timeline_figure
 
     try:
-        info = _common.summary(path)
-        mem = _common.table(path, "memory")
-        cap = _common.table(path, "memory_capacity")
-        failures = _common.table(path, "failures")
-        snapshots = _common.table(path, "memory_snapshots")
+        info = _data.summary(path)
+        mem = _data.read_memory(path)
+        cap = _data.read_memory_capacity(path)
+        failures = _data.read_failures(path)
+        snapshots = _data.read_memory_snapshots(path)
     except DebugkitError as exc:
-        _common.show_error(exc)
+        _ui.show_error(exc)
         return
-    st.title(f"Memory · {_common.md(info['name'])}")
-    _common.about("Memory per step as the Recorder measured it (on CUDA the allocator's allocated, reserved and peak bytes; on every device the process RSS), a leak finding when memory keeps growing after warm-up (a robust fit over each window's minimum), and, when the run holds PyTorch memory snapshots, which line of code allocated what is alive.")
-    run_id = _common._id_for(path)
+    st.title(f"Memory · {_ui.md(info['name'])}")
+    _ui.about("Memory per step as the Recorder measured it (on CUDA the allocator's allocated, reserved and peak bytes; on every device the process RSS), a leak finding when memory keeps growing after warm-up (a robust fit over each window's minimum), and, when the run holds PyTorch memory snapshots, which line of code allocated what is alive.")
+    run_id = _runs.run_id_for(path)
     ooms = oom_failures(failures)
     if not len(mem) and len(snapshots) and not info["ranks"]:
         st.info("This run holds memory snapshots only (imported, or written without a Recorder): "
@@ -388,9 +385,9 @@ def render():
     else:
         series, x, layout, show_cap, gpu_thr, host_thr = _controls(mem)
         try:
-            findings = _findings(path, _common.signature(path), gpu_thr, host_thr)
+            findings = _findings(path, _data.signature(path), gpu_thr, host_thr)
         except DebugkitError as exc:
-            _common.show_error(exc)
+            _ui.show_error(exc)
             findings = []
         if findings:
             for f in findings:
@@ -414,12 +411,4 @@ def render():
     _snapshot_section(snapshots)
 
 
-try:
-    status_now = _common.summary(path)["status"]
-except DebugkitError as exc:
-    _common.show_error(exc)
-    st.stop()
-if status_now == "running":
-    st.fragment(render, run_every=5)()
-else:
-    render()
+_data.render_live(path, render, every_s=5)

@@ -6,9 +6,9 @@ import streamlit as st
 
 from debugkit.charts.scalars import build_scalar_figure
 from debugkit.errors import DebugkitError
-from pages import _common
+from pages import _data, _routing, _runs, _ui
 
-_common.page_guard()
+_routing.page_guard()
 
 STATUS_BADGE = {"running": ("blue", ":material/play_circle:"),
                 "finished": ("green", ":material/check_circle:"),
@@ -19,7 +19,7 @@ EXPLAINED_BY = {"exception": ("pages/replay.py", "Replay this failure"),
                 "nonfinite": ("pages/gradients.py", "See the gradients at this step"),
                 "guard": ("pages/replay.py", "Replay this batch")}
 
-path = _common.require_run("its overview")
+path = _runs.require_run("its overview")
 
 
 def _fmt_time(t):
@@ -37,18 +37,18 @@ def _duration(a, b):
 
 def render():
     try:
-        info = _common.summary(path)
-        scalars = _common.table(path, "scalars")
-        steps = _common.table(path, "steps")
-        failures = _common.table(path, "failures")
+        info = _data.summary(path)
+        scalars = _data.read_scalars(path)
+        steps = _data.read_steps(path)
+        failures = _data.read_failures(path)
     except DebugkitError as exc:
-        _common.show_error(exc)
+        _ui.show_error(exc)
         return
     m = info["manifest"]
     status = info["status"]
     color, icon = STATUS_BADGE.get(status, ("gray", None))
-    st.title(_common.md(info["name"]))
-    _common.about('One run at a glance: its status (running, finished, failed, or crashed when the training process went away without closing the run), the loss curve with a marker at each failure, and the failures the Recorder captured. Open a failure on the **Replay** page to reproduce it; **Gradients**, **Memory** and **Distributed** go deeper.')
+    st.title(_ui.md(info["name"]))
+    _ui.about('One run at a glance: its status (running, finished, failed, or crashed when the training process went away without closing the run), the loss curve with a marker at each failure, and the failures the Recorder captured. Open a failure on the **Replay** page to reproduce it; **Gradients**, **Memory** and **Distributed** go deeper.')
     st.badge(status, color=color, icon=icon)
     if status == "running":
         st.caption("Live: this page refreshes every few seconds while the run trains.")
@@ -80,7 +80,7 @@ def render():
         st.success("No failure captured.", icon=":material/check:")
     for f in failures:
         head = (f"attempt {f['attempt']} · " if f.get("attempt") else "") + \
-            f"step {f.get('step')} · rank {f.get('rank')} · {_common.md(f.get('error_type') or f.get('kind'))}"
+            f"step {f.get('step')} · rank {f.get('rank')} · {_ui.md(f.get('error_type') or f.get('kind'))}"
         with st.container(border=True):
             st.markdown(f"**{head}**")
             st.code(f.get("message") or "", language=None, wrap_lines=True)
@@ -89,17 +89,17 @@ def render():
                 st.caption(f"Batch of {len(idx)} samples; dataset indices {idx[:12]}"
                            + (" …" if len(idx) > 12 else ""))
             target, label = EXPLAINED_BY.get(f.get("kind"), ("pages/replay.py", "Replay"))
-            _common.link_to(target, label, icon=":material/arrow_forward:",
-                            run=_common._id_for(path), failure=f["id"], step=f.get("step"))
+            _routing.link_to(target, label, icon=":material/arrow_forward:",
+                            run=_runs.run_id_for(path), failure=f["id"], step=f.get("step"))
             if f.get("traceback"):
                 with st.expander("Traceback"):
                     st.code(f["traceback"], language="python")
 
     st.subheader("Findings")
     try:
-        found = _common.findings(path)
+        found = _data.findings(path)
     except DebugkitError as exc:
-        _common.show_error(exc)
+        _ui.show_error(exc)
         found = None
     if found is not None and not found:
         st.success("`debugkit diagnose` finds nothing wrong in this run.", icon=":material/check:")
@@ -108,24 +108,24 @@ def render():
         st.caption(" · ".join(f"{n} {s}" for s, n in counts.items() if n)
                    + " · what `debugkit diagnose` finds, ordered by step")
         with st.container(height=480 if len(found) > 4 else "content", border=False):
-            _common.show_findings(found)
+            _ui.show_findings(found)
 
     left, right = st.columns(2)
     with left:
         st.subheader("Config")
         st.json(m.get("config") or {}, expanded=True)
-        st.caption(f"Model factory: {_common.code(m.get('model_factory') or '—')} · "
-                   f"optimizer: {_common.code(m.get('optimizer_class') or '—')} · "
-                   f"schema {_common.md(m.get('schema_version'))}")
+        st.caption(f"Model factory: {_ui.code(m.get('model_factory') or '—')} · "
+                   f"optimizer: {_ui.code(m.get('optimizer_class') or '—')} · "
+                   f"schema {_ui.md(m.get('schema_version'))}")
     with right:
         st.subheader("Environment")
         env = info["env"]
-        md = _common.md
+        md = _ui.md
         gpus = ", ".join(md(g.get("name", "?")) for g in env.get("gpus") or []) or "none"
         st.markdown(
             f"- Python **{md(env.get('python', '?'))}** on {md(env.get('platform', '?'))}\n"
             f"- torch **{md(env.get('torch', '?'))}**, CUDA {md(env.get('cuda_version') or '—')}, GPU: {gpus}\n"
-            f"- host {_common.code(env.get('host', '?'))}")
+            f"- host {_ui.code(env.get('host', '?'))}")
         pc = env.get("pip_check")
         if pc is None and status == "running":
             st.caption("pip check: not recorded yet (it runs in the background when a run starts)")
@@ -135,21 +135,13 @@ def render():
         elif pc.get("ok"):
             st.caption("pip check: no broken requirements")
         elif pc.get("ok") is False:
-            st.warning("pip check reports conflicts:\n\n" + "\n".join(f"- {_common.md(c)}" for c in pc["conflicts"]))
+            st.warning("pip check reports conflicts:\n\n" + "\n".join(f"- {_ui.md(c)}" for c in pc["conflicts"]))
         pk = env.get("packages") or {}
         if pk:
             st.dataframe([{"package": k, "version": v} for k, v in sorted(pk.items())],
                          hide_index=True, height=200)
     for w in info.get("warnings") or []:
-        st.caption(f":material/info: {_common.md(w)}")
+        st.caption(f":material/info: {_ui.md(w)}")
 
 
-try:
-    status_now = _common.summary(path)["status"]
-except DebugkitError as exc:
-    _common.show_error(exc)
-    st.stop()
-if status_now == "running":
-    st.fragment(render, run_every=3)()
-else:
-    render()
+_data.render_live(path, render, every_s=3)

@@ -5,11 +5,10 @@ from pathlib import Path
 import streamlit as st
 
 from debugkit.errors import DebugkitError
-from pages import _common
+from pages import _auth, _data, _query, _routing, _runs, _ui
 
-_common.page_guard()
+_routing.page_guard()
 
-SAMPLES_DIR = Path(__file__).resolve().parents[1] / "sample_runs"
 RESULTS = "debugkit_replay_results"
 REQUEST = "debugkit_replay_request"
 OK_ICON = {True: ":green[:material/check_circle:]", False: ":red[:material/cancel:]",
@@ -17,7 +16,7 @@ OK_ICON = {True: ":green[:material/check_circle:]", False: ":red[:material/cance
 STATUS_BADGE = {"verified": ("green", ":material/verified:"), "changed": ("orange", ":material/edit:"),
                 "unrecorded": ("orange", ":material/help:"), "installed": ("orange", ":material/inventory_2:")}
 
-path = _common.require_run("its failure replays")
+path = _runs.require_run("its failure replays")
 
 
 def _code_roots(path: str) -> list:
@@ -28,7 +27,7 @@ def _code_roots(path: str) -> list:
     return server_code_roots(path)
 
 
-@st.cache_data(**_common.CACHE, show_spinner=False)
+@st.cache_data(**_data.CACHE, show_spinner=False)
 def _identities(path: str, sig: tuple, fid: str, roots: tuple) -> list[dict]:
     from debugkit.io.run import open_run
     from debugkit.replay import plan_identities
@@ -39,7 +38,7 @@ def _identities(path: str, sig: tuple, fid: str, roots: tuple) -> list[dict]:
                                                  hint=HINT_SERVER)]
 
 
-@st.cache_data(**_common.CACHE, show_spinner=False)
+@st.cache_data(**_data.CACHE, show_spinner=False)
 def _sample(path: str, sig: tuple, fid: str, input_path: str, sample: int):
     from debugkit.io.run import open_run
     from debugkit.replay.loading import read_sample
@@ -47,7 +46,7 @@ def _sample(path: str, sig: tuple, fid: str, input_path: str, sample: int):
     return read_sample(open_run(path).failure(fid), input_path, sample)
 
 
-@st.cache_data(**_common.CACHE, show_spinner=False)
+@st.cache_data(**_data.CACHE, show_spinner=False)
 def _batch_inputs(path: str, sig: tuple, fid: str) -> list[str]:
     from debugkit.io.run import open_run
     from debugkit.replay.loading import format_path, iter_leaves, load_batch
@@ -67,7 +66,7 @@ def _repro(path: str, sig: tuple, fid: str, report_key: str, _report) -> bytes:
     return build_repro(run, rec, plan_identities(run, rec, code_roots=_code_roots(path)), _report)
 
 
-@st.cache_data(**_common.CACHE, show_spinner=False)
+@st.cache_data(**_data.CACHE, show_spinner=False)
 def _guard(path: str, sig: tuple, fid: str) -> dict:
     from debugkit.io.run import open_run
     from debugkit.replay.guards import suggest_guard
@@ -79,7 +78,7 @@ def _guard(path: str, sig: tuple, fid: str) -> dict:
             "spec_json": g.spec_json(), "problem": g.problem}
 
 
-@st.cache_data(**_common.CACHE, show_spinner=False)
+@st.cache_data(**_data.CACHE, show_spinner=False)
 def _checkpoints(path: str, sig: tuple) -> dict:
     from debugkit.checkpoints import read_index, verify
 
@@ -91,15 +90,11 @@ def _checkpoints(path: str, sig: tuple) -> dict:
 
 def _checkpoint_param() -> int | None:
     """``?checkpoint=<step>``: replay with that checkpoint's weights (validated)."""
-    raw = st.query_params.get("checkpoint")
-    if raw in (None, ""):
-        return None
-    text = str(raw).strip()
-    have = _checkpoints(path, _common.signature(path))
+    have = _checkpoints(path, _data.signature(path)) if _query.query_text("checkpoint") else {}
     try:
-        if not text.isdigit() or len(text) > 14:
-            raise DebugkitError(f"?checkpoint={str(raw)[:40]!r}: expected a checkpoint step (a whole number)")
-        step = int(text)
+        step = _query.query_int("checkpoint", signed=False, expected="a checkpoint step (a whole number)")
+        if step is None:
+            return None
         if step not in have:
             raise DebugkitError(f"?checkpoint={step}: this run has no checkpoint at that step "
                                 f"(it has: {', '.join(map(str, sorted(have))) or 'none'})")
@@ -107,20 +102,20 @@ def _checkpoint_param() -> int | None:
             raise DebugkitError(f"checkpoint at step {step} fails verification ({have[step]}); "
                                 "replaying with the captured weights")
     except DebugkitError as exc:
-        st.warning(_common.md(exc), icon=":material/link_off:")
+        st.warning(_ui.md(exc), icon=":material/link_off:")
         return None
     return step
 
 
 def _show_guard(f: dict) -> None:
     try:
-        g = _guard(path, _common.signature(path), f["id"])
+        g = _guard(path, _data.signature(path), f["id"])
     except DebugkitError as exc:
-        _common.show_error(exc)
+        _ui.show_error(exc)
         return
     st.subheader("Guard")
     if g["problem"]:
-        st.caption(f"No guard to suggest: {_common.md(g['problem'])}")
+        st.caption(f"No guard to suggest: {_ui.md(g['problem'])}")
         return
     learned = (f"the spec the Recorder learned from the {g['healthy_batches']} healthy batches before it"
                if g["source"] == "healthy_batches" else
@@ -130,8 +125,8 @@ def _show_guard(f: dict) -> None:
     with st.container(border=True, key="guard_box"):
         if g["catches"]:
             st.success(f"A batch guard would have stopped this batch before it reached the model: "
-                       f"{learned} rejects it ({_common.md(', '.join(g['rules']))}).", icon=":material/shield:")
-            st.markdown("  \n".join(f"- {_common.md(v)}" for v in g["violations"][:10])
+                       f"{learned} rejects it ({_ui.md(', '.join(g['rules']))}).", icon=":material/shield:")
+            st.markdown("  \n".join(f"- {_ui.md(v)}" for v in g["violations"][:10])
                         + (f"  \n- … {len(g['violations']) - 10} more" if len(g["violations"]) > 10 else ""))
             st.code('spec = debugkit.BatchSpec.load("batch_spec.json")\n'
                     'rec = Recorder(run_dir, model, optimizer=opt, guard=spec, guard_action="skip")\n'
@@ -159,17 +154,15 @@ def _pick_failure(failures: list[dict]) -> dict:
     from debugkit.replay.loading import validate_failure_id
 
     ids = [f["id"] for f in failures]
-    wanted = st.query_params.get("failure")
     index = 0
-    if wanted:
-        try:
-            validate_failure_id(wanted)
-            if wanted not in ids:
-                raise DebugkitError(f"failure {wanted!r}: this run has no such capture; "
-                                    f"showing {ids[0]}")
+    try:
+        wanted = _query.query_choice("failure", ids, validate=validate_failure_id,
+                                     message=lambda v: f"failure {v!r}: this run has no such capture; "
+                                                       f"showing {ids[0]}")
+        if wanted:
             index = ids.index(wanted)
-        except DebugkitError as exc:
-            st.warning(_common.md(exc), icon=":material/link_off:")
+    except DebugkitError as exc:
+        st.warning(_ui.md(exc), icon=":material/link_off:")
     by_id = {f["id"]: f for f in failures}
     fid = st.selectbox("Failure", ids, index=index, key=f"replay_failure_{path}",
                        format_func=lambda i: f"step {by_id[i].get('step')} · rank {by_id[i].get('rank')} · "
@@ -180,15 +173,15 @@ def _pick_failure(failures: list[dict]) -> dict:
 
 
 def _show_failure(f: dict) -> None:
-    st.markdown(f"**{_common.md(f.get('error_type') or 'Non-finite values')}** at step {f.get('step')}, "
-                f"rank {f.get('rank')}, on {_common.code(f.get('device') or '?')}")
+    st.markdown(f"**{_ui.md(f.get('error_type') or 'Non-finite values')}** at step {f.get('step')}, "
+                f"rank {f.get('rank')}, on {_ui.code(f.get('device') or '?')}")
     st.code(f.get("message") or "", language=None, wrap_lines=True)
     idx = f.get("dataset_indices")
     if idx:
         st.caption(f"Batch of {len(idx)} samples; dataset indices {idx[:10]}" + (" …" if len(idx) > 10 else ""))
     if f.get("capture_errors"):
         st.caption("Parts that could not be captured: "
-                   + "; ".join(f"{_common.md(k)}: {_common.md(v)}" for k, v in f["capture_errors"].items()))
+                   + "; ".join(f"{_ui.md(k)}: {_ui.md(v)}" for k, v in f["capture_errors"].items()))
     if f.get("traceback"):
         with st.expander("Traceback"):
             st.code(f["traceback"], language="python")
@@ -197,18 +190,18 @@ def _show_failure(f: dict) -> None:
 def _show_code(idents: list[dict]) -> None:
     for i in idents:
         color, icon = STATUS_BADGE.get(i["status"], ("red", ":material/block:"))
-        st.markdown(f"{_common.code(i['spec'])} ({i['role'].replace('_', ' ')})")
+        st.markdown(f"{_ui.code(i['spec'])} ({i['role'].replace('_', ' ')})")
         st.badge(i["status"].replace("_", " "), color=color, icon=icon)
-        lines = [f"File here: {_common.code(i['local_file'] or 'not found')}"]
+        lines = [f"File here: {_ui.code(i['local_file'] or 'not found')}"]
         if i["local_sha256"] and i["local_sha256"] == i["recorded_sha256"]:
-            lines.append(f"SHA-256 {_common.code(i['local_sha256'])}, as recorded")
+            lines.append(f"SHA-256 {_ui.code(i['local_sha256'])}, as recorded")
         else:
-            lines += [f"SHA-256 here: {_common.code(i['local_sha256'] or '—')}",
-                      f"SHA-256 recorded: {_common.code(i['recorded_sha256'] or '—')}"]
-        lines.append(f"Recorded at: {_common.code(i['recorded_file'] or '—')}")
+            lines += [f"SHA-256 here: {_ui.code(i['local_sha256'] or '—')}",
+                      f"SHA-256 recorded: {_ui.code(i['recorded_sha256'] or '—')}"]
+        lines.append(f"Recorded at: {_ui.code(i['recorded_file'] or '—')}")
         st.caption("  \n".join(lines))
         if i["status"] != "verified":
-            st.caption(_common.md(i["message"]))
+            st.caption(_ui.md(i["message"]))
 
 
 def _show_culprit(report: dict, f: dict) -> None:
@@ -219,11 +212,11 @@ def _show_culprit(report: dict, f: dict) -> None:
             st.info("No culprit found: no check failed and the replay raised nothing it could "
                     "attribute.", icon=":material/search_off:")
             return
-        st.error(_common.md(c.get("detail") or "see the checks below"), icon=":material/target:")
+        st.error(_ui.md(c.get("detail") or "see the checks below"), icon=":material/target:")
         fields = [(label, c.get(key)) for label, key in (("Module", "module"), ("Op", "op"),
                                                           ("Input", "input"))]
         st.markdown("  \n".join(
-            f"**{label}:** " + ("—" if v is None else "`(the model's top level)`" if v == "" else _common.code(v))
+            f"**{label}:** " + ("—" if v is None else "`(the model's top level)`" if v == "" else _ui.code(v))
             for label, v in fields))
         cols = st.columns(4)
         cols[0].metric("Sample", "—" if c.get("sample_index") is None else str(c["sample_index"]))
@@ -233,13 +226,13 @@ def _show_culprit(report: dict, f: dict) -> None:
 
 
 def _show_sample_values(f: dict, c: dict, positions: list) -> None:
-    sig = _common.signature(path)
+    sig = _data.signature(path)
     try:
         df = _sample(path, sig, f["id"], c["input"], int(c["sample_index"]))
     except DebugkitError as exc:
-        _common.show_error(exc)
+        _ui.show_error(exc)
         return
-    st.markdown(f"**Sample {c['sample_index']} of {_common.code(c['input'])}**")
+    st.markdown(f"**Sample {c['sample_index']} of {_ui.code(c['input'])}**")
     if len(df) == 1:
         v = df["value"].iloc[0]
         st.metric(f"value of {c['input']}[{c['sample_index']}]",
@@ -250,7 +243,7 @@ def _show_sample_values(f: dict, c: dict, positions: list) -> None:
         if len(bad):
             what = "non-finite" if (~df["finite"]).any() else "offending"
             st.markdown(f":red[{len(bad)} {what} value(s)] at position(s) "
-                        + ", ".join(_common.code(p) for p in bad["position"].head(20)))
+                        + ", ".join(_ui.code(p) for p in bad["position"].head(20)))
         if len(df) <= 16:
             st.table(_highlight(_row(df), marked | set(df.loc[~df["finite"], "position"])))
         else:
@@ -266,7 +259,7 @@ def _show_sample_values(f: dict, c: dict, positions: list) -> None:
                     o = _sample(path, sig, f["id"], p, int(c["sample_index"]))
                 except DebugkitError:
                     continue
-                st.caption(_common.md(p))
+                st.caption(_ui.md(p))
                 st.dataframe(o.set_index("position")[["value"]].T, height=80)
 
 
@@ -301,16 +294,16 @@ def _show_report(report: dict, f: dict) -> None:
     else:
         st.success("The replayed step raised nothing and produced finite values.")
     if report.get("ran"):
-        st.caption(f"Ran: {_common.md(report['ran']['detail'])}")
+        st.caption(f"Ran: {_ui.md(report['ran']['detail'])}")
     _show_culprit(report, f)
     advice = advice_for(report)
     if advice:
         st.markdown("#### What to do")
         for a in advice:
-            st.warning(_common.md(a), icon=":material/build:")
+            st.warning(_ui.md(a), icon=":material/build:")
     st.markdown("#### Checks")
     for ch in report["checks"]:
-        st.markdown(f"{OK_ICON[ch['ok']]} **{_common.md(ch['name'])}**: {_common.md(ch['detail'])}")
+        st.markdown(f"{OK_ICON[ch['ok']]} **{_ui.md(ch['name'])}**: {_ui.md(ch['detail'])}")
     if report.get("cross_check"):
         x = report["cross_check"]
         with st.expander("CPU cross-check", expanded=True):
@@ -318,9 +311,9 @@ def _show_report(report: dict, f: dict) -> None:
             st.code(f"{xr['type']}: {xr['message']}" if xr else "no error on the CPU", language=None,
                     wrap_lines=True)
             for ch in x["checks"]:
-                st.markdown(f"{OK_ICON[ch['ok']]} **{_common.md(ch['name'])}**: {_common.md(ch['detail'])}")
+                st.markdown(f"{OK_ICON[ch['ok']]} **{_ui.md(ch['name'])}**: {_ui.md(ch['detail'])}")
     for n in report.get("notes") or []:
-        st.caption(f":material/info: {_common.md(n)}")
+        st.caption(f":material/info: {_ui.md(n)}")
     with st.expander("Report (JSON)"):
         st.json(report, expanded=False)
 
@@ -339,11 +332,11 @@ def _run_replay(f: dict, device: str, allow: bool, timeout: float, checkpoint: i
                             code_roots=_code_roots(path), code_hint=HINT_SERVER)
         except DebugkitError as exc:
             status.update(label="The replay could not run", state="error", expanded=True)
-            _common.show_error(exc)
+            _ui.show_error(exc)
             return
         except Exception as exc:  # never a blank page
             status.update(label="The replay failed", state="error", expanded=True)
-            _common.show_error(exc, "the replay")
+            _ui.show_error(exc, "the replay")
             return
         label = ("Reproduced" if report["reproduced"] else "Not reproduced") + \
             (" (same error)" if report["same_error"] else "") + f" on {report['device']}"
@@ -357,23 +350,24 @@ def _may_trust() -> bool:
     from debugkit.replay.policy import may_trust_code
 
     try:
-        return may_trust_code(_common.auth_providers() is not None, _common.logged_in())
+        return may_trust_code(_auth.auth_providers() is not None, _auth.logged_in())
     except DebugkitError as exc:
-        _common.show_error(exc)
+        _ui.show_error(exc)
         return False
 
 
 def render() -> None:
     from debugkit.replay.code import NEEDS_ALLOW, NEVER
+    from debugkit.replay.policy import SAMPLES_DIR
     from debugkit.replay.runner import cuda_possible
 
     try:
-        failures = _common.table(path, "failures")
+        failures = _data.read_failures(path)
     except DebugkitError as exc:
-        _common.show_error(exc)
+        _ui.show_error(exc)
         return
     st.title("Replay")
-    _common.about('A failure capture holds the batch, the weights and optimizer state as the failing step saw them, the RNG state and the error. *Replay* re-runs that step in a separate process with a probe on every module and anomaly detection on, and names the sample, the module and the op that caused it; *Download a minimal repro* gives a plain-PyTorch script of the same.')
+    _ui.about('A failure capture holds the batch, the weights and optimizer state as the failing step saw them, the RNG state and the error. *Replay* re-runs that step in a separate process with a probe on every module and anomaly detection on, and names the sample, the module and the op that caused it; *Download a minimal repro* gives a plain-PyTorch script of the same.')
     if not failures:
         st.info("This run has no failure capture. A step that raises inside `with rec.step(batch):` "
                 "(or goes NaN with `halt_on_nonfinite=True`) is captured automatically.",
@@ -381,10 +375,10 @@ def render() -> None:
         return
     f = _pick_failure(failures)
     try:
-        idents = _identities(path, _common.signature(path), f["id"],
+        idents = _identities(path, _data.signature(path), f["id"],
                              tuple(str(r) for r in _code_roots(path)))
     except DebugkitError as exc:
-        _common.show_error(exc)
+        _ui.show_error(exc)
         idents = []
     left, right = st.columns([3, 2])
     with left:
@@ -416,11 +410,11 @@ def render() -> None:
                               key="replay_timeout")
     trusted = True
     if never:
-        st.error(_common.md(never[0]["message"]), icon=":material/block:")
+        st.error(_ui.md(never[0]["message"]), icon=":material/block:")
     elif needs_trust and not _may_trust():
         trusted = False
         st.error("Only a signed-in user may trust a run's code on this server"
-                 + (" (sign in first)" if _common.auth_providers() is not None else
+                 + (" (sign in first)" if _auth.auth_providers() is not None else
                     " (it has no `[auth]`, so every visitor is anonymous)")
                  + ": this run was uploaded or opened from outside the bundled samples, or its code "
                    "differs from the recorded one. The operator can let every visitor trust code "
@@ -430,7 +424,7 @@ def render() -> None:
                else "the code differs from the recorded one")
         i0 = idents[0]
         trusted = st.checkbox(
-            f"I trust this code ({why}): run {_common.code(i0['spec'])} from {_common.code(i0['local_file'])} "
+            f"I trust this code ({why}): run {_ui.code(i0['spec'])} from {_ui.code(i0['local_file'])} "
             f"(SHA-256 `{(i0['local_sha256'] or '')[:16]}…`)"
             + (" and " + ", ".join(f"`{i['spec']}`" for i in idents[1:]) if len(idents) > 1 else ""),
             key=f"replay_trust_{path}_{f['id']}")
@@ -451,14 +445,14 @@ def render() -> None:
     if idents and not never:
         try:
             rkey = repr(report.get("culprit")) if report else ""
-            data = _repro(path, _common.signature(path), f["id"], rkey, report)
+            data = _repro(path, _data.signature(path), f["id"], rkey, report)
             st.download_button("Download a minimal repro", data=data, file_name=f"{f['id']}-repro.zip",
                                mime="application/zip", icon=":material/download:", on_click="ignore",
                                key="repro_download",
                                help="repro.py plus the capture: reproduces the error with torch and "
                                     "safetensors only, without debugkit, for a bug report")
         except DebugkitError as exc:
-            _common.show_error(exc)
+            _ui.show_error(exc)
 
 
 render()

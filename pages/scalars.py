@@ -4,15 +4,15 @@
 import streamlit as st
 
 from debugkit.errors import DebugkitError
-from pages import _common
+from pages import _data, _query, _routing, _runs, _ui
 
-_common.page_guard()
-path = _common.require_run("its scalars")
+_routing.page_guard()
+path = _runs.require_run("its scalars")
 
 SMOOTHING_DEFAULT = 0.6  # TensorBoard's default weight
 
 
-@st.cache_data(**_common.CACHE, show_spinner=False)
+@st.cache_data(**_data.CACHE, show_spinner=False)
 def _smoothed(path: str, sig: tuple, weight: float):
     from debugkit.analysis.scalars import smooth_scalars
     from debugkit.io.run import open_run
@@ -20,7 +20,7 @@ def _smoothed(path: str, sig: tuple, weight: float):
     return smooth_scalars(open_run(path).scalars(), weight)
 
 
-@st.cache_data(**_common.CACHE, show_spinner=False)
+@st.cache_data(**_data.CACHE, show_spinner=False)
 def _figure(path: str, sig: tuple, weight: float, keys: tuple, log_y: bool, raw: bool, fails: tuple):
     from debugkit.charts.scalars import build_scalars_figure
 
@@ -34,16 +34,16 @@ def _default_keys(keys: list[str]) -> list[str]:
 
 
 def render():
-    sig = _common.signature(path)
+    sig = _data.signature(path)
     try:
-        info = _common.summary(path)
-        scalars = _common.table(path, "scalars")
-        failures = _common.table(path, "failures")
+        info = _data.summary(path)
+        scalars = _data.read_scalars(path)
+        failures = _data.read_failures(path)
     except DebugkitError as exc:
-        _common.show_error(exc)
+        _ui.show_error(exc)
         return
-    st.title(f"Scalars · {_common.md(info['name'])}")
-    _common.about("Every scalar the run logged: what you passed to `rec.log(...)` (loss, accuracy, "
+    st.title(f"Scalars · {_ui.md(info['name'])}")
+    _ui.about("Every scalar the run logged: what you passed to `rec.log(...)` (loss, accuracy, "
                   "validation metrics ...) and the learning rate of each optimizer parameter group "
                   "(`lr`, or `lr/0`, `lr/1` ...), which the Recorder logs itself. Pick several to "
                   "compare them on one chart. **Smoothing** is TensorBoard's: an exponential moving "
@@ -55,7 +55,7 @@ def render():
                 "the learning rate is logged for you once an optimizer is passed to the Recorder.",
                 icon=":material/hourglass:")
         return
-    wanted = [k for k in st.query_params.get_all("key") if k in keys] if "key" in st.query_params else []
+    wanted = _query.query_choices("key", keys)
     c1, c2, c3, c4 = st.columns([3.4, 2, 1.4, 1], vertical_alignment="bottom")
     picked = c1.multiselect("Scalars", keys, default=wanted or _default_keys(keys), key=f"scalars_keys_{path}")
     weight = c2.slider("Smoothing", 0.0, 0.99, SMOOTHING_DEFAULT, 0.01, key="scalars_smoothing",
@@ -73,7 +73,7 @@ def render():
         cols = st.columns(2)
         for i, k in enumerate(picked):
             with cols[i % 2]:
-                st.caption(_common.code(k))
+                st.caption(_ui.code(k))
                 st.plotly_chart(_figure(path, sig, float(weight), (k,), bool(log_y), bool(raw), fails),
                                 key=f"scalars_chart_{i}")
     sm = _smoothed(path, sig, float(weight))
@@ -82,7 +82,7 @@ def render():
         columns={"step": "last step", "value": "last value", "smoothed": "last smoothed"}),
         hide_index=True, width="stretch")
     for w in info.get("warnings") or []:
-        st.caption(f":material/info: {_common.md(w)}")
+        st.caption(f":material/info: {_ui.md(w)}")
 
 
 render()

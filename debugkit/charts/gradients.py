@@ -11,7 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..analysis.downsample import downsample_minmax
-from ..analysis.gradients import TOTAL, ClipWhatIf, GradMatrix, HeatmapBins
+from ..analysis.gradients.clipping import ClipWhatIf
+from ..analysis.gradients.heatmap import HeatmapBins
+from ..analysis.gradients.matrix import TOTAL, GradMatrix
 
 NONFINITE_COLOR = "#e3008c"   # NaN/Inf cells and markers: a colour the viridis scale never uses
 ZERO_COLOR = "#9e9e9e"        # exactly-zero gradients
@@ -36,10 +38,10 @@ def build_grad_heatmap_figure(bins: HeatmapBins, *, groups=(), selected_step=Non
     Parameters
     ----------
     bins : HeatmapBins
-        From :func:`debugkit.analysis.gradients.compute_heatmap_bins`; each cell is the
+        From :func:`debugkit.analysis.gradients.heatmap.compute_heatmap_bins`; each cell is the
         bin's largest finite norm.
     groups : sequence of (prefix, first row, n rows)
-        Module groups (:func:`~debugkit.analysis.gradients.group_rows`): drawn as
+        Module groups (:func:`~debugkit.analysis.gradients.layers.group_rows`): drawn as
         separators with the module's name.
     selected_step : int, optional
         Marked with a vertical line.

@@ -11,7 +11,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as hst
 from hypothesis.extra import numpy as hnp
 
-from debugkit.analysis import gradients as ga
+from debugkit.analysis.gradients._window import _trailing_jumps
+from debugkit.analysis.gradients.clipping import compute_clip_whatif
+from debugkit.analysis.gradients.config import resolve_config
+from debugkit.analysis.gradients.detectors import (detect_dead_layers, detect_exploding_grad,
+                                                   detect_gradient_findings, detect_nonfinite_grad,
+                                                   detect_vanishing_grad)
+from debugkit.analysis.gradients.heatmap import compute_heatmap_bins
+from debugkit.analysis.gradients.layers import group_rows, module_prefixes, select_layers
+from debugkit.analysis.gradients.losses import detect_loss_spikes, detect_nonfinite_loss, loss_keys
+from debugkit.analysis.gradients.matrix import TOTAL, pivot_grad_norms
+from debugkit.analysis.gradients.steps import compute_step_details, nearest_failure, scalars_at_step
 from debugkit.errors import InvalidInputError
 
 LAYERS = ["enc.0.weight", "enc.0.bias", "enc.1.weight", "enc.1.bias", "head.weight", "head.bias"]
@@ -25,8 +35,8 @@ def grads_frame(values: dict[str, np.ndarray], rank: int = 0, steps=None, total=
     cols = dict(values)
     if total:
         with np.errstate(over="ignore", invalid="ignore"):
-            cols[ga.TOTAL] = np.sqrt(sum(np.square(np.asarray(v, float)) for v in values.values()))
-    cats = names + ([ga.TOTAL] if total else [])
+            cols[TOTAL] = np.sqrt(sum(np.square(np.asarray(v, float)) for v in values.values()))
+    cats = names + ([TOTAL] if total else [])
     rows = {"step": [], "rank": [], "layer": [], "grad_norm": []}
     for i in range(n):
         for name in cats:
@@ -67,7 +77,7 @@ def kinds(findings, severities=("error", "warning")):
 def test_noisy_but_healthy_run_has_no_warning(seed):
     g = grads_frame(healthy(seed=seed))
     s = scalars_frame(healthy_loss(seed=seed + 10))
-    assert kinds(ga.detect_gradient_findings(g, s)) == []
+    assert kinds(detect_gradient_findings(g, s)) == []
 
 
 # ------------------------------------------------------------------------------ explosion
@@ -76,7 +86,7 @@ def test_jump_at_step_s_in_layer_l(step, layer):
     vals = healthy()
     med = float(np.median(vals[layer][max(0, step - 20):step]))
     vals[layer][step] = 40 * med
-    found = ga.detect_exploding_grad(ga.pivot_grad_norms(grads_frame(vals))[0])
+    found = detect_exploding_grad(pivot_grad_norms(grads_frame(vals))[0])
     assert len(found) == 1
     f = found[0]
     assert (f.kind, f.step, f.layer, f.severity) == ("exploding_grad", step, layer, "warning")
@@ -89,9 +99,9 @@ def test_jump_at_step_s_in_layer_l(step, layer):
 def test_jump_needs_enough_history():
     vals = healthy()
     vals["enc.0.weight"][3] = 100.0  # only 3 earlier steps: fewer than explode_min_history
-    assert ga.detect_exploding_grad(ga.pivot_grad_norms(grads_frame(vals))[0]) == []
+    assert detect_exploding_grad(pivot_grad_norms(grads_frame(vals))[0]) == []
     cfg = {"explode_min_history": 3}
-    f = ga.detect_exploding_grad(ga.pivot_grad_norms(grads_frame(vals))[0], cfg)
+    f = detect_exploding_grad(pivot_grad_norms(grads_frame(vals))[0], cfg)
     assert [(x.step, x.layer) for x in f] == [(3, "enc.0.weight")]
 
 
@@ -99,7 +109,7 @@ def test_geometric_growth_reports_its_start():
     n = 60
     vals = {name: np.full(n, 1.0) for name in LAYERS}
     vals["head.weight"][30:] = 1.6 ** np.minimum(np.arange(n - 30), 12)
-    f = ga.detect_exploding_grad(ga.pivot_grad_norms(grads_frame(vals))[0])
+    f = detect_exploding_grad(pivot_grad_norms(grads_frame(vals))[0])
     assert len(f) == 1
     assert (f[0].step, f[0].layer, f[0].evidence["reason"]) == (30, "head.weight", "geometric")
     assert f[0].evidence["end_step"] == 35
@@ -110,9 +120,9 @@ def test_only_the_total_jumping_names_the_total():
     n = 50
     vals = {name: np.full(n, 1.0) for name in LAYERS}
     g = grads_frame(vals)
-    g.loc[(g["step"] == 40) & (g["layer"] == ga.TOTAL), "grad_norm"] = 30.0
-    f = ga.detect_exploding_grad(ga.pivot_grad_norms(g)[0])
-    assert [(x.step, x.layer) for x in f] == [(40, ga.TOTAL)]
+    g.loc[(g["step"] == 40) & (g["layer"] == TOTAL), "grad_norm"] = 30.0
+    f = detect_exploding_grad(pivot_grad_norms(g)[0])
+    assert [(x.step, x.layer) for x in f] == [(40, TOTAL)]
     assert f[0].evidence["factor"] == pytest.approx(30 / math.sqrt(6))
 
 
@@ -120,7 +130,7 @@ def test_a_negligible_layer_growing_is_not_an_explosion():
     vals = healthy()
     vals["enc.0.bias"] = np.full(120, 1e-9)
     vals["enc.0.bias"][60] = 1e-7  # 100x, but still 1e-7 of the largest layer
-    assert ga.detect_exploding_grad(ga.pivot_grad_norms(grads_frame(vals))[0]) == []
+    assert detect_exploding_grad(pivot_grad_norms(grads_frame(vals))[0]) == []
 
 
 # ------------------------------------------------------------------------------ NaN / Inf
@@ -134,7 +144,7 @@ def test_nan_at_step_s_in_layer_l(step, layers, first):
     for name in layers:
         vals[name][step:] = np.nan
     loss = healthy_loss()
-    f = ga.detect_nonfinite_grad(ga.pivot_grad_norms(grads_frame(vals))[0], scalars_frame(loss))
+    f = detect_nonfinite_grad(pivot_grad_norms(grads_frame(vals))[0], scalars_frame(loss))
     assert len(f) == 1
     f = f[0]
     assert (f.kind, f.step, f.layer, f.severity) == ("nonfinite_grad", step, first, "error")
@@ -152,7 +162,7 @@ def test_inf_grad_with_nan_loss_blames_the_forward_pass():
     loss = healthy_loss()
     loss[70] = np.nan
     g, s = grads_frame(vals), scalars_frame(loss)
-    found = ga.detect_gradient_findings(g, s)
+    found = detect_gradient_findings(g, s)
     by_kind = {f.kind: f for f in found}
     assert by_kind["nonfinite_grad"].step == 70
     assert by_kind["nonfinite_grad"].evidence["values"] == {"enc.1.weight": "inf"}
@@ -169,16 +179,16 @@ def test_nonfinite_loss_is_per_rank():
     loss0[30] = np.inf
     loss1[12] = np.nan
     s = pd.concat([scalars_frame(loss0, rank=0), scalars_frame(loss1, rank=1)])
-    f = ga.detect_nonfinite_loss(s)
+    f = detect_nonfinite_loss(s)
     assert [(x.rank, x.step, x.evidence["value"]) for x in f] == [(0, 30, "inf"), (1, 12, "nan")]
 
 
 def test_total_only_overflow():
     vals = {name: np.full(20, 1.0) for name in LAYERS}
     g = grads_frame(vals)
-    g.loc[(g["step"] == 7) & (g["layer"] == ga.TOTAL), "grad_norm"] = np.inf
-    f = ga.detect_nonfinite_grad(ga.pivot_grad_norms(g)[0])
-    assert (f[0].step, f[0].layer, f[0].evidence["layers"]) == (7, ga.TOTAL, [ga.TOTAL])
+    g.loc[(g["step"] == 7) & (g["layer"] == TOTAL), "grad_norm"] = np.inf
+    f = detect_nonfinite_grad(pivot_grad_norms(g)[0])
+    assert (f[0].step, f[0].layer, f[0].evidence["layers"]) == (7, TOTAL, [TOTAL])
     assert "overflowed" in f[0].message
 
 
@@ -187,7 +197,7 @@ def test_vanishing_layers_are_named_earliest_first():
     vals = healthy()
     vals["enc.0.weight"] = vals["enc.0.weight"] * 1e-8
     vals["enc.0.bias"] = vals["enc.0.bias"] * 1e-8
-    found = ga.detect_gradient_findings(grads_frame(vals), scalars_frame(healthy_loss()))
+    found = detect_gradient_findings(grads_frame(vals), scalars_frame(healthy_loss()))
     assert kinds(found) == ["vanishing_grad"]
     f = found[0]
     assert (f.step, f.layer, f.rank) == (0, "enc.0.weight", 0)
@@ -198,7 +208,7 @@ def test_vanishing_layers_are_named_earliest_first():
 def test_vanishing_by_absolute_floor_and_late_start():
     vals = healthy()
     vals["enc.1.bias"][40:] = 5e-8  # below the 1e-7 floor from step 40 on (80 steps)
-    f = ga.detect_vanishing_grad(ga.pivot_grad_norms(grads_frame(vals))[0])
+    f = detect_vanishing_grad(pivot_grad_norms(grads_frame(vals))[0])
     assert [(x.step, x.layer, x.evidence["layers"]) for x in f] == [(40, "enc.1.bias", ["enc.1.bias"])]
     assert f[0].evidence["per_layer"]["enc.1.bias"]["median_norm"] == pytest.approx(5e-8)
 
@@ -206,13 +216,13 @@ def test_vanishing_by_absolute_floor_and_late_start():
 def test_brief_dip_is_not_vanishing():
     vals = healthy()
     vals["enc.1.bias"][40:60] = 1e-9  # 20 steps: shorter than the 50-step window
-    assert ga.detect_vanishing_grad(ga.pivot_grad_norms(grads_frame(vals))[0]) == []
+    assert detect_vanishing_grad(pivot_grad_norms(grads_frame(vals))[0]) == []
 
 
 def test_dead_layer_is_not_also_vanishing():
     vals = healthy()
     vals["head.bias"] = np.zeros(120)
-    found = ga.detect_gradient_findings(grads_frame(vals), scalars_frame(healthy_loss()))
+    found = detect_gradient_findings(grads_frame(vals), scalars_frame(healthy_loss()))
     assert kinds(found) == ["dead_layer"]
     f = found[0]
     assert (f.step, f.layer, f.evidence["layers"]) == (0, "head.bias", ["head.bias"])
@@ -222,7 +232,7 @@ def test_dead_layer_is_not_also_vanishing():
 def test_layer_frozen_midway_is_dead_from_that_step():
     vals = healthy()
     vals["enc.1.weight"][70:] = 0.0
-    f = ga.detect_dead_layers(ga.pivot_grad_norms(grads_frame(vals))[0])
+    f = detect_dead_layers(pivot_grad_norms(grads_frame(vals))[0])
     assert [(x.step, x.layer) for x in f] == [(70, "enc.1.weight")]
     assert f[0].evidence["zero_in_every_logged_step"] == []
 
@@ -230,7 +240,7 @@ def test_layer_frozen_midway_is_dead_from_that_step():
 def test_short_zero_run_is_not_dead():
     vals = healthy()
     vals["enc.1.weight"][70:80] = 0.0
-    assert ga.detect_dead_layers(ga.pivot_grad_norms(grads_frame(vals))[0]) == []
+    assert detect_dead_layers(pivot_grad_norms(grads_frame(vals))[0]) == []
 
 
 # ------------------------------------------------------------------------------ loss spikes
@@ -239,7 +249,7 @@ def test_loss_spike_at_step_s(step):
     loss = healthy_loss()
     med = float(np.median(loss[max(0, step - 50):step]))
     loss[step] = 3 * med
-    found = ga.detect_loss_spikes(scalars_frame(loss))
+    found = detect_loss_spikes(scalars_frame(loss))
     assert [(f.kind, f.step, f.severity) for f in found] == [("loss_spike", step, "warning")]
     ev = found[0].evidence
     assert ev["median"] == pytest.approx(med)
@@ -253,14 +263,14 @@ def test_short_series_shorter_than_the_windows():
     loss[20] = 5.0
     vals = {name: np.ones(30) for name in LAYERS}
     vals["head.weight"][25] = 50.0
-    found = ga.detect_gradient_findings(grads_frame(vals), scalars_frame(loss))
+    found = detect_gradient_findings(grads_frame(vals), scalars_frame(loss))
     assert [(f.kind, f.step) for f in found] == [("loss_spike", 20), ("exploding_grad", 25)]
 
 
 def test_consecutive_spike_steps_are_one_finding():
     loss = np.full(100, 1.0) + 0.01 * np.sin(np.arange(100))
     loss[50:53] = [4.0, 6.0, 5.0]
-    f = ga.detect_loss_spikes(scalars_frame(loss))
+    f = detect_loss_spikes(scalars_frame(loss))
     assert len(f) == 1
     assert (f[0].step, f[0].evidence["peak_step"], f[0].evidence["steps"]) == (50, 51, 3)
     assert f[0].evidence["value"] == 6.0
@@ -269,15 +279,15 @@ def test_consecutive_spike_steps_are_one_finding():
 def test_small_relative_rise_is_not_a_spike():
     loss = np.full(100, 1.0) + 0.001 * np.sin(np.arange(100))
     loss[60] = 1.3  # many MADs, but only 30 % above the median
-    assert ga.detect_loss_spikes(scalars_frame(loss)) == []
-    assert len(ga.detect_loss_spikes(scalars_frame(loss), {"spike_min_rise": 0.2})) == 1
+    assert detect_loss_spikes(scalars_frame(loss)) == []
+    assert len(detect_loss_spikes(scalars_frame(loss), {"spike_min_rise": 0.2})) == 1
 
 
 def test_loss_keys_auto_and_configured():
     s = pd.concat([scalars_frame(np.ones(5), key="train/loss"), scalars_frame(np.ones(5), key="lr"),
                    scalars_frame(np.ones(5), key="val_loss")])
-    assert ga.loss_keys(s) == ["train/loss", "val_loss"]
-    assert ga.loss_keys(s, ["lr", "missing"]) == ["lr"]
+    assert loss_keys(s) == ["train/loss", "val_loss"]
+    assert loss_keys(s, ["lr", "missing"]) == ["lr"]
 
 
 # ------------------------------------------------------------------------------ config
@@ -295,20 +305,20 @@ def test_loss_keys_auto_and_configured():
 ])
 def test_bad_config_is_refused(config, match):
     with pytest.raises(InvalidInputError, match=match):
-        ga.resolve_config(config)
+        resolve_config(config)
 
 
 def test_bad_frame_is_refused():
     with pytest.raises(InvalidInputError, match=r"missing column\(s\) \['grad_norm'\]"):
-        ga.pivot_grad_norms(pd.DataFrame({"step": [1], "rank": [0], "layer": ["a"]}))
+        pivot_grad_norms(pd.DataFrame({"step": [1], "rank": [0], "layer": ["a"]}))
 
 
 # ------------------------------------------------------------------------------ the matrix
 def test_pivot_keeps_last_duplicate_and_computes_a_missing_total():
     df = pd.DataFrame({"step": [0, 0, 1, 1, 1], "rank": [0] * 5, "layer": ["a", "b", "a", "b", "a"],
                        "grad_norm": [3.0, 4.0, 1.0, 2.0, 6.0]})
-    m = ga.pivot_grad_norms(df)[0]
-    assert m.names == ["a", "b", ga.TOTAL]
+    m = pivot_grad_norms(df)[0]
+    assert m.names == ["a", "b", TOTAL]
     assert m.steps.tolist() == [0, 1]
     np.testing.assert_allclose(m.values, [[3, 6], [4, 2], [5, math.sqrt(40)]])
 
@@ -316,23 +326,23 @@ def test_pivot_keeps_last_duplicate_and_computes_a_missing_total():
 def test_pivot_unsorted_steps_and_ranks():
     g0 = grads_frame({"a": np.array([1.0, 2.0, 3.0])}, rank=0, steps=[5, 6, 7])
     g1 = grads_frame({"a": np.array([7.0, 8.0])}, rank=1, steps=[6, 5])
-    mats = ga.pivot_grad_norms(pd.concat([g1, g0]).sample(frac=1, random_state=0))
+    mats = pivot_grad_norms(pd.concat([g1, g0]).sample(frac=1, random_state=0))
     assert sorted(mats) == [0, 1]
     assert mats[1].steps.tolist() == [5, 6]
     assert mats[1].row("a").tolist() == [8.0, 7.0]
-    assert mats[0].row(ga.TOTAL).tolist() == [1.0, 2.0, 3.0]
+    assert mats[0].row(TOTAL).tolist() == [1.0, 2.0, 3.0]
 
 
 def test_pivot_of_empty_frame():
-    assert ga.pivot_grad_norms(grads_frame({"a": np.zeros(0)})) == {}
+    assert pivot_grad_norms(grads_frame({"a": np.zeros(0)})) == {}
 
 
 # ------------------------------------------------------------------------------ heatmap bins
 def test_heatmap_bins_keep_max_and_every_nonfinite_value():
     a = np.array([1, 5, 2, 0, 0, 0, 3, np.nan, 4, 9], float)
     b = np.array([1, 1, 1, 1, np.inf, 1, 1, 1, 1, 1], float)
-    m = ga.pivot_grad_norms(grads_frame({"a": a, "b": b}, steps=np.arange(10) * 10))[0]
-    bins = ga.compute_heatmap_bins(m, max_bins=3)
+    m = pivot_grad_norms(grads_frame({"a": a, "b": b}, steps=np.arange(10) * 10))[0]
+    bins = compute_heatmap_bins(m, max_bins=3)
     assert bins.start_step.tolist() == [0, 30, 70]
     assert bins.end_step.tolist() == [20, 60, 90]
     assert bins.edges.tolist() == [0, 30, 70, 91]
@@ -353,7 +363,7 @@ def test_heatmap_bins_stay_bounded_and_keep_a_lone_spike():
     df = pd.DataFrame({"step": np.arange(n), "rank": np.zeros(n, np.int32),
                        "layer": pd.Categorical.from_codes(np.zeros(n, np.int64), ["w"]),
                        "grad_norm": vals})
-    bins = ga.compute_heatmap_bins(ga.pivot_grad_norms(df)[0], max_bins=300, rows=["w"])
+    bins = compute_heatmap_bins(pivot_grad_norms(df)[0], max_bins=300, rows=["w"])
     assert bins.max_norm.shape == (1, 300)
     assert np.nanmax(bins.max_norm) == 1e6
     col = int(np.nanargmax(bins.max_norm[0]))
@@ -362,16 +372,16 @@ def test_heatmap_bins_stay_bounded_and_keep_a_lone_spike():
 
 
 def test_all_zero_bins():
-    m = ga.pivot_grad_norms(grads_frame({"a": np.array([0.0, 0, 0, 1])}, total=False))[0]
-    bins = ga.compute_heatmap_bins(m, max_bins=2)
+    m = pivot_grad_norms(grads_frame({"a": np.array([0.0, 0, 0, 1])}, total=False))[0]
+    bins = compute_heatmap_bins(m, max_bins=2)
     assert bins.all_zero[0].tolist() == [True, False]
 
 
 # ------------------------------------------------------------------------------ clip what-if
 def test_clip_whatif_matches_pytorch_formula():
     total = np.array([0.5, 1.0, 2.0, np.nan, 4.0, 0.9, 3.0])
-    m = ga.pivot_grad_norms(grads_frame({"a": total}))[0]
-    c = ga.compute_clip_whatif(m, 1.0)
+    m = pivot_grad_norms(grads_frame({"a": total}))[0]
+    c = compute_clip_whatif(m, 1.0)
     # A total equal to max_norm is scaled by 1 / (1 + 1e-6), as PyTorch does.
     assert c.clipped.tolist() == [False, True, True, False, True, False, True]
     np.testing.assert_allclose(c.scale[[0, 2, 4]], [1.0, 1 / (2 + 1e-6), 1 / (4 + 1e-6)])
@@ -389,68 +399,68 @@ def test_clip_whatif_agrees_with_clip_grad_norm_():
     for p in params:
         p.grad = torch.randn(5) * 3
     norms = [float(p.grad.norm()) for p in params]
-    m = ga.pivot_grad_norms(grads_frame({f"p{i}": np.array([n]) for i, n in enumerate(norms)}))[0]
+    m = pivot_grad_norms(grads_frame({f"p{i}": np.array([n]) for i, n in enumerate(norms)}))[0]
     before = [p.grad.clone() for p in params]
     torch.nn.utils.clip_grad_norm_(params, max_norm=2.0)
-    c = ga.compute_clip_whatif(m, 2.0)
+    c = compute_clip_whatif(m, 2.0)
     assert bool(c.clipped[0]) is True
     assert float(params[0].grad[0] / before[0][0]) == pytest.approx(float(c.scale[0]), rel=1e-5)
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, float("inf"), "x", None])
 def test_clip_whatif_refuses_bad_max_norm(bad):
-    m = ga.pivot_grad_norms(grads_frame({"a": np.ones(3)}))[0]
+    m = pivot_grad_norms(grads_frame({"a": np.ones(3)}))[0]
     with pytest.raises(InvalidInputError, match=r"max_norm=.*expected a positive number"):
-        ga.compute_clip_whatif(m, bad)
+        compute_clip_whatif(m, bad)
 
 
 # ------------------------------------------------------------------------------ step details
 def test_step_details_and_nearest_logged_step():
     vals = {"a": np.array([1.0, 1.0, 1.0, 10.0]), "b": np.array([2.0, 2.0, 2.0, np.nan])}
-    m = ga.pivot_grad_norms(grads_frame(vals, steps=[0, 10, 20, 30]))[0]
-    shown, t = ga.compute_step_details(m, 27)
+    m = pivot_grad_norms(grads_frame(vals, steps=[0, 10, 20, 30]))[0]
+    shown, t = compute_step_details(m, 27)
     assert shown == 30
-    assert t["layer"].tolist() == ["a", "b", ga.TOTAL]
+    assert t["layer"].tolist() == ["a", "b", TOTAL]
     assert t["grad_norm"].iloc[0] == 10.0 and t["ratio"].iloc[0] == 10.0
     assert t["status"].tolist() == ["ok", "nan", "nan"]
-    assert ga.compute_step_details(m, 15)[0] == 10  # a tie goes to the earlier step
-    assert ga.compute_step_details(m, 10**9)[0] == 30
+    assert compute_step_details(m, 15)[0] == 10  # a tie goes to the earlier step
+    assert compute_step_details(m, 10**9)[0] == 30
 
 
 def test_nearest_failure_prefers_same_rank_then_distance():
     fails = [{"id": "a", "step": 10, "rank": 1}, {"id": "b", "step": 50, "rank": 0},
              {"id": "c", "step": 12, "rank": 0}, {"id": "d", "step": None, "rank": 0}]
-    assert ga.nearest_failure(fails, 11, 0)["id"] == "c"
-    assert ga.nearest_failure(fails, 11, 1)["id"] == "a"
-    assert ga.nearest_failure(fails, 40, 2)["id"] == "b"
-    assert ga.nearest_failure([], 3) is None
+    assert nearest_failure(fails, 11, 0)["id"] == "c"
+    assert nearest_failure(fails, 11, 1)["id"] == "a"
+    assert nearest_failure(fails, 40, 2)["id"] == "b"
+    assert nearest_failure([], 3) is None
 
 
 def test_scalars_at_step():
     s = pd.concat([scalars_frame(np.array([1.0, 2.0])), scalars_frame(np.array([0.1, 0.2]), key="lr")])
-    assert ga.scalars_at_step(s, 1, 0) == {"loss": 2.0, "lr": 0.2}
-    assert ga.scalars_at_step(s, 1, 3) == {}
+    assert scalars_at_step(s, 1, 0) == {"loss": 2.0, "lr": 0.2}
+    assert scalars_at_step(s, 1, 3) == {}
 
 
 # ------------------------------------------------------------------------------ layer filter
 def test_module_tree_and_selection():
-    assert ga.module_prefixes(LAYERS) == [("enc", 1, 4), ("enc.0", 2, 2), ("enc.1", 2, 2), ("head", 1, 2)]
-    assert ga.select_layers(LAYERS, ["enc.1", "head"]) == ["enc.1.weight", "enc.1.bias", "head.weight", "head.bias"]
-    assert ga.select_layers(LAYERS, [], r"\.bias$") == ["enc.0.bias", "enc.1.bias", "head.bias"]
-    assert ga.select_layers(LAYERS, ["enc"], "weight") == ["enc.0.weight", "enc.1.weight"]
-    assert ga.select_layers(LAYERS, ["en"]) == []  # a prefix is a whole module name
+    assert module_prefixes(LAYERS) == [("enc", 1, 4), ("enc.0", 2, 2), ("enc.1", 2, 2), ("head", 1, 2)]
+    assert select_layers(LAYERS, ["enc.1", "head"]) == ["enc.1.weight", "enc.1.bias", "head.weight", "head.bias"]
+    assert select_layers(LAYERS, [], r"\.bias$") == ["enc.0.bias", "enc.1.bias", "head.bias"]
+    assert select_layers(LAYERS, ["enc"], "weight") == ["enc.0.weight", "enc.1.weight"]
+    assert select_layers(LAYERS, ["en"]) == []  # a prefix is a whole module name
 
 
 def test_bad_regex_is_a_clear_error():
     with pytest.raises(InvalidInputError, match=r"layer filter: 'enc\(' is not a valid regular expression"):
-        ga.select_layers(LAYERS, [], "enc(")
+        select_layers(LAYERS, [], "enc(")
 
 
 def test_group_rows_picks_the_deepest_readable_depth():
-    assert ga.group_rows(LAYERS) == [("enc.0", 0, 2), ("enc.1", 2, 2), ("head", 4, 2)]
+    assert group_rows(LAYERS) == [("enc.0", 0, 2), ("enc.1", 2, 2), ("head", 4, 2)]
     many = [f"blocks.{i}.{p}" for i in range(30) for p in ("w", "b")]
-    assert ga.group_rows(many) == [("blocks", 0, 60)]
-    assert ga.group_rows(["w", "b"]) == [("", 0, 2)]
+    assert group_rows(many) == [("blocks", 0, 60)]
+    assert group_rows(["w", "b"]) == [("", 0, 2)]
 
 
 @settings(max_examples=60, deadline=None)
@@ -459,7 +469,7 @@ def test_group_rows_picks_the_deepest_readable_depth():
        window=hst.integers(2, 25), min_count=hst.integers(1, 10), factor=hst.floats(1.5, 20))
 def test_trailing_jumps_equal_the_brute_force_median(data, window, min_count, factor):
     sig = np.isfinite(data) & (data > 0)
-    jump = ga._trailing_jumps(data, sig, window, min_count, factor)
+    jump = _trailing_jumps(data, sig, window, min_count, factor)
     want = np.zeros_like(sig)
     for r in range(data.shape[0]):
         for c in range(data.shape[1]):
@@ -475,11 +485,11 @@ def test_dense_and_general_pivots_agree():
     vals = healthy(n=50)
     vals["enc.0.bias"][20] = np.nan
     g = grads_frame(vals)
-    dense = ga.pivot_grad_norms(g)[0]                                   # reshape path
-    general = ga.pivot_grad_norms(g.sample(frac=1, random_state=1))[0]  # scatter path
-    assert dense.names == general.names == LAYERS + [ga.TOTAL]
+    dense = pivot_grad_norms(g)[0]                                   # reshape path
+    general = pivot_grad_norms(g.sample(frac=1, random_state=1))[0]  # scatter path
+    assert dense.names == general.names == LAYERS + [TOTAL]
     np.testing.assert_array_equal(dense.steps, general.steps)
     np.testing.assert_array_equal(dense.values, general.values)
     np.testing.assert_array_equal(dense.present, general.present)
-    no_total = ga.pivot_grad_norms(grads_frame(vals, total=False))[0]
+    no_total = pivot_grad_norms(grads_frame(vals, total=False))[0]
     np.testing.assert_allclose(no_total.values[-1], dense.values[-1])

@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 from debugkit.audit import list_audits, make_token
 from debugkit.audit.share import server_secret
 from debugkit.io.store import default_store
-from pages import _common
+from pages import _auth
 
 from ..conftest import ROOT, SAMPLE_RUNS
 
@@ -72,7 +72,7 @@ def test_sign_in_button_starts_the_oidc_flow(monkeypatch):
 
 
 def test_signed_in_user_sees_the_app_and_can_sign_out(monkeypatch):
-    monkeypatch.setattr(_common, "logged_in", lambda: True)
+    monkeypatch.setattr(_auth, "logged_in", lambda: True)
     out = []
     monkeypatch.setattr(streamlit, "logout", lambda: out.append(1))
     at = app(OIDC, run="digits-bad-label", page="pages/overview.py")

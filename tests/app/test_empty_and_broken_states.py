@@ -99,7 +99,7 @@ def test_a_read_only_store_shows_runs_and_refuses_uploads_clearly(tmp_path, monk
             at.switch_page(f"pages/{page}.py")
             at.run()
             assert not at.exception, (page, [e.value for e in at.exception])
-        from pages import _common
+        from pages import _sidebar  # noqa: F401
 
         class F:
             def __init__(self, name, data):
@@ -138,8 +138,8 @@ def _cache_calls(tree):
 
 def test_every_app_cache_is_bounded():
     """So memory does not grow with the number of distinct runs opened: every
-    st.cache_data in the app layer has max_entries and ttl (directly or via _common.CACHE)."""
-    import pages._common as common
+    st.cache_data in the app layer has max_entries and ttl (directly or via _data.CACHE)."""
+    import pages._data as common
 
     assert common.CACHE["max_entries"] <= 64 and common.CACHE["ttl"] <= 3600
     found = 0

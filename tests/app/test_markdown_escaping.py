@@ -10,7 +10,7 @@ import re
 import pytest
 from markdown_it import MarkdownIt
 
-from pages._common import code, md
+from pages._ui import code, md
 
 RENDER = MarkdownIt("commonmark").enable(["table", "strikethrough"])
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from debugkit.analysis import gradients as ga
+from debugkit.analysis.gradients.clipping import compute_clip_whatif
+from debugkit.analysis.gradients.heatmap import compute_heatmap_bins
+from debugkit.analysis.gradients.layers import group_rows
+from debugkit.analysis.gradients.matrix import TOTAL, pivot_grad_norms
 from debugkit.charts.gradients import (NONFINITE_COLOR, build_grad_heatmap_figure,
                                        build_grad_lines_figure, figure_payload_points)
 
@@ -22,7 +25,7 @@ def _matrix(n=1_000_000, spike=123_457, nan_at=(500_000,)):
     g = pd.DataFrame({"step": step, "rank": np.zeros(2 * n, np.int32),
                       "layer": pd.Categorical.from_codes(codes, ["a.w", "b.w"]),
                       "grad_norm": np.column_stack([vals, zeros]).reshape(-1)})
-    return ga.pivot_grad_norms(g)[0]
+    return pivot_grad_norms(g)[0]
 
 
 def test_lines_keep_the_spike_every_nan_and_stay_bounded():
@@ -48,7 +51,7 @@ def test_lines_keep_the_spike_every_nan_and_stay_bounded():
 
 def test_lines_draw_clip_shading_and_max_norm():
     m = _matrix(n=100, spike=50, nan_at=())
-    clip = ga.compute_clip_whatif(m, 5.0)
+    clip = compute_clip_whatif(m, 5.0)
     fig = build_grad_lines_figure(m, ["a.w"], clip=clip, selected_step=50, failure_steps=[60])
     rects = [s for s in fig.layout.shapes if s.type == "rect"]
     assert [(r.x0, r.x1) for r in rects] == [(49.5, 50.5)]
@@ -59,14 +62,14 @@ def test_lines_draw_clip_shading_and_max_norm():
 
 def test_heatmap_marks_nonfinite_and_zero_cells_and_stays_bounded():
     m = _matrix()
-    bins = ga.compute_heatmap_bins(m, 300)
-    fig = build_grad_heatmap_figure(bins, groups=ga.group_rows(m.layers))
+    bins = compute_heatmap_bins(m, 300)
+    fig = build_grad_heatmap_figure(bins, groups=group_rows(m.layers))
     heat = [t for t in fig.data if t.type == "heatmap"]
     main = heat[0]
     z = np.asarray(main.z)
     assert z.shape == (3, 300)
     assert np.nanmax(z[0]) == 4.0  # log10 of the 1e4 spike
-    assert list(main.y) == ["a.w", "b.w", ga.TOTAL]
+    assert list(main.y) == ["a.w", "b.w", TOTAL]
     nan_layer = next(t for t in heat if t.name == "NaN/Inf")
     zn = np.asarray(nan_layer.z, dtype=float)
     assert np.nansum(zn[0]) == 1 and np.nansum(zn[1]) == 0
@@ -86,10 +89,10 @@ def test_heatmap_zero_overlay_and_group_labels():
     rows = [(s, k, v[s]) for k, v in vals.items() for s in range(n)]
     g = pd.DataFrame(rows, columns=["step", "layer", "grad_norm"]).assign(rank=0)
     g["layer"] = pd.Categorical(g["layer"], categories=names)
-    m = ga.pivot_grad_norms(g)[0]
-    groups = ga.group_rows(m.layers)
+    m = pivot_grad_norms(g)[0]
+    groups = group_rows(m.layers)
     assert groups == [("blocks.0", 0, 3), ("blocks.1", 3, 3), ("head", 6, 1)]
-    fig = build_grad_heatmap_figure(ga.compute_heatmap_bins(m, 300), groups=groups)
+    fig = build_grad_heatmap_figure(compute_heatmap_bins(m, 300), groups=groups)
     zero = next(t for t in fig.data if t.name == "exactly 0")
     z = np.asarray(zero.z, dtype=float)
     assert np.nansum(z[6]) == n and np.nansum(z[:6]) == 0

@@ -1,0 +1,30 @@
+"""The Profiler page's shared reads: a stored profile, parsed once, and its original bytes."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import streamlit as st
+
+from pages import _data
+
+
+@st.cache_resource(max_entries=4, ttl=900, show_spinner="Reading the profile…")
+def read_profile(run_path: str, sig: tuple, profile_id: str):
+    """The parsed profile (shared read-only between sessions; never mutated)."""
+    from debugkit.io.profile_cache import read_entry_cached
+    from debugkit.io.profile_store import get_profile
+    from debugkit.io.run import open_run
+
+    # Parsed once per profile file into the cache folder: a new server does not parse again.
+    return read_entry_cached(get_profile(open_run(run_path), profile_id))
+
+
+def load(run_path: str, profile_id: str):
+    return read_profile(run_path, _data.signature(run_path), profile_id)
+
+
+def original_bytes(entry: dict) -> bytes:
+    data = Path(entry["path"]).read_bytes()
+    return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data

@@ -1,0 +1,329 @@
+"""The Profiler page's view of a sampled profile (py-spy): step breakdown, flamegraph,
+function table, and the comparison with another profile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from debugkit.errors import DebugkitError
+from pages import _data, _query, _runs, _ui
+from pages._profile_load import original_bytes, read_profile
+
+THREAD_CHOICES = {"main": "Main thread", "dataloader": "DataLoader workers", "all": "All threads",
+                  "pick": "Pick threads…"}
+FOLD_CHOICES = {0.001: "0.1 %", 0.005: "0.5 %", 0.01: "1 %"}
+
+
+@st.cache_data(**_data.CACHE, show_spinner=False)
+def _sampled_views(run_path: str, sig: tuple, profile_id: str, threads: tuple | None, by: str, fold: float,
+                   idle: bool = False):
+    from debugkit.analysis import profile as ap
+
+    prof = read_profile(run_path, sig, profile_id)
+    th = list(threads) if threads is not None else None
+    tree = ap.compute_flame_tree(prof, th, by=by, min_fraction=fold)
+    table = ap.compute_function_table(prof, th, by="frame" if by == "frame" else "function", include_idle=idle)
+    return tree, table, ap.compute_idle_summary(prof, th)
+
+
+@st.cache_data(**_data.CACHE, show_spinner=False)
+def _breakdown(run_path: str, sig: tuple, profile_id: str, threads: tuple | None):
+    from debugkit.analysis import profile as ap
+
+    prof = read_profile(run_path, sig, profile_id)
+    bd, info = ap.compute_step_breakdown(prof, list(threads) if threads is not None else None)
+    return bd, info, ap.compute_worker_hotspots(prof)
+
+
+@st.cache_data(**_data.CACHE, show_spinner=False)
+def _loop_tree(run_path: str, sig: tuple, profile_id: str, threads: tuple | None, by: str, fold: float):
+    from debugkit.analysis import profile as ap
+
+    prof = read_profile(run_path, sig, profile_id)
+    return ap.compute_loop_flame_tree(prof, list(threads) if threads is not None else None, by=by,
+                                      min_fraction=fold)[0]
+
+
+@st.cache_data(**_data.CACHE, show_spinner="Comparing the profiles…")
+def _diff(base_path: str, base_sig: tuple, base_id: str, base_threads, new_path: str, new_sig: tuple,
+          new_id: str, new_threads, fold: float):
+    from debugkit.analysis import profile as ap
+
+    base = read_profile(base_path, base_sig, base_id)
+    new = read_profile(new_path, new_sig, new_id)
+    bt = list(base_threads) if base_threads is not None else None
+    nt = list(new_threads) if new_threads is not None else None
+    return (ap.compute_diff_tree(base, new, bt, nt, min_fraction=fold),
+            ap.compute_profile_diff(base, new, bt, nt))
+
+
+@st.cache_data(ttl=30, max_entries=8, show_spinner=False)
+def _other_profiles(roots_key: tuple[str, ...], here: str) -> list[tuple[str, str, str, str]]:
+    """(run id, run path, profile id, label) of sampled profiles in the other served runs."""
+    from debugkit.io import store
+    from debugkit.io.profile_store import describe
+    from debugkit.io.run import open_run
+
+    out = []
+    for e in store.find_runs([Path(r) for r in roots_key]):
+        if str(e.path) == here:
+            continue
+        try:
+            for p in open_run(e.path).profiles():
+                if p["kind"] == "sampled":
+                    out.append((e.id, str(e.path), p["id"], describe(p)))
+        except DebugkitError:
+            continue
+    return out
+
+
+def _thread_selection(prof, key: str) -> tuple[tuple | None, str]:
+    """The chosen threads (None: all) and a description of them."""
+    roles = set(prof.threads["role"].tolist())
+    options = [k for k in ("main", "dataloader", "all", "pick") if k in ("all", "pick") or k in roles]
+    choice = st.segmented_control("Threads", options, default=options[0], format_func=THREAD_CHOICES.get,
+                                  key=f"{key}_threads", required=True,
+                                  help="Main thread: the training loop. DataLoader workers: the worker "
+                                       "processes (with py-spy --subprocesses).")
+    t = prof.threads
+    if choice == "pick":
+        labels = {int(r.thread_id): f"{r.name or 'thread'} · tid {r.tid} · pid {r.pid} · {r.role} "
+                                    f"({r.samples:,} samples)" for r in t.itertuples()}
+        picked = st.multiselect("Threads to include", list(labels), default=list(labels)[:1],
+                                format_func=labels.get, key=f"{key}_picked")
+        return (tuple(sorted(picked)) if picked else None), f"{len(picked)} picked thread(s)"
+    if choice in ("main", "dataloader"):
+        ids = tuple(sorted(int(x) for x in t.loc[t["role"] == choice, "thread_id"]))
+        return ids, THREAD_CHOICES[choice].lower()
+    return None, "all threads"
+
+
+def _fmt_secs(s) -> str:
+    if s is None:
+        return "—"
+    return f"{s:.1f} s" if s < 120 else f"{int(s) // 60} min {int(s) % 60} s"
+
+
+def render_sampled(path: str, entry: dict, prof):
+    from debugkit.analysis import profile as ap
+    from debugkit.charts import profile as cp
+
+    sig = _data.signature(path)
+    meta = prof.meta
+    opts = entry.get("pyspy") or {}
+    c = st.columns(5)
+    c[0].metric("Samples", f"{prof.total_samples:,}")
+    c[1].metric("Duration", _fmt_secs(meta.get("duration_s")))
+    c[2].metric("Threads", len(prof.threads))
+    c[3].metric("Rate", f"{meta['rate_hz']:.0f} Hz" if meta.get("rate_hz") else "—")
+    tool = (entry.get("tool") or meta.get("exporter") or entry["format"]).replace("@", " ")
+    c[4].metric("Recorded by", tool.split(" ")[0], help=tool)
+    count = ap.explain_sample_count(opts.get("samples_reported"), prof, opts.get("errors_reported"))
+    if count and (count["launcher"] or count["unexplained"]):
+        st.caption(count["note"])  # numbers and our own words only
+    if entry.get("command"):
+        cmd = entry["command"] if isinstance(entry["command"], str) else " ".join(entry["command"])
+        status = entry.get("exit_status")
+        st.caption(_ui.code(cmd) + (f" · exit status {status}" if status is not None else ""))
+    if opts and opts.get("idle") is False:
+        st.warning("Recorded without `--idle`: time the training thread spends waiting (for data, "
+                   "for a lock) is not sampled, so data loading looks cheaper than it is.",
+                   icon=":material/warning:")
+
+    threads, thread_desc = _thread_selection(prof, "sp")
+    left, mid, right = st.columns([3, 1.2, 1.2])
+    _query.from_query("search", lambda v: v[:200])
+    query = left.text_input("Search a function", key="search", max_chars=200,
+                            placeholder="e.g. backward, DataLoader, my_model.py",
+                            help="Highlights every frame whose function name or file contains this text.")
+    by = mid.segmented_control("Frames", ["function", "frame"], default="function", required=True,
+                               format_func={"function": "by function", "frame": "by line"}.get, key="sp_by")
+    fold = right.selectbox("Fold frames under", list(FOLD_CHOICES), format_func=FOLD_CHOICES.get,
+                           key="sp_fold", help="Frames with fewer samples are merged into one grey block "
+                                               "per parent, so the figure stays small.")
+
+    _query.to_query("search", query.strip(), default="")
+    if threads is not None and not len(threads):
+        st.info(f"No {thread_desc} in this profile.")
+        return
+    idle = st.session_state.get("sp_idle", False)
+    tree, table, idle_info = _sampled_views(path, sig, entry["id"], threads, by, fold, idle)
+
+    # Step breakdown (main thread by default).
+    bd_threads = threads if threads is not None or "main" not in set(prof.threads["role"]) else \
+        tuple(prof.thread_ids("main"))
+    bd, info, workers = _breakdown(path, sig, entry["id"], bd_threads)
+    data_share = float(bd.loc[bd["phase"] == "data", "fraction"].iloc[0]) if info.get("loop_samples") else 0.0
+    hot = workers if data_share >= 0.3 or info.get("workers_only") else None
+    st.subheader("Where the training step goes")
+    if info.get("loop_samples"):
+        st.plotly_chart(cp.build_step_breakdown_figure(bd), key="step_breakdown",
+                        config={"displayModeBar": False})
+        st.markdown(ap.describe_breakdown(bd, info, hot))
+        st.caption(f"Training loop: {_ui.code(info['loop'])} · {info['loop_samples']:,} samples of {thread_desc}; "
+                   f"{info['outside_samples']:,} samples outside it (imports, set-up) are left out.")
+    else:
+        st.info(ap.describe_breakdown(bd, info, hot), icon=":material/info:")
+
+    st.subheader("Flamegraph")
+    # By default the training loop alone (imports and set-up around it left out).
+    loop_tree = _loop_tree(path, sig, entry["id"], bd_threads, by, fold) \
+        if info.get("loop") and threads == bd_threads else None
+    scope = "all"
+    if loop_tree is not None:
+        scope = st.segmented_control("Flamegraph of", ["loop", "all"], default="loop", required=True,
+                                     format_func={"loop": "the training loop", "all": "the whole profile"}.get,
+                                     key="sp_scope", help="The training loop: only the samples the step "
+                                     "breakdown counts, each stack starting at the loop's function.")
+        if scope == "loop":
+            tree = loop_tree
+    mask = ap.match_frames(tree, query)
+    if query.strip():
+        hit = ap.search_summary(prof, query, list(threads) if threads is not None else None)
+        shown = _ui.code(query.strip())  # a URL's text stays inside its code span
+        if hit["samples"]:
+            st.markdown(f":material/search: **{hit['matches']}** function(s) match {shown}: "
+                        f"on the stack in **{hit['samples']:,}** samples (**{hit['fraction']:.1%}** of "
+                        f"{thread_desc}), highlighted in pink.")
+        else:
+            st.markdown(f":material/search_off: Nothing matches {shown} in {thread_desc}.")
+    names = dict(zip(tree["node_id"].astype(int), tree["name"]))
+    shares = dict(zip(tree["node_id"].astype(int), tree["fraction"]))
+    loop_node = _loop_node(tree, info) if info.get("loop") and threads == bd_threads and scope == "all" else None
+    if mask.any():
+        zoom_opts = [-1] + [int(n) for n in tree.loc[mask, "node_id"].tolist()[:200]]
+    else:
+        zoom_opts = [-1] + ([loop_node] if loop_node is not None else []) + [
+            int(n) for n in tree[(tree["depth"] > 0) & (tree["folded"] == 0)]
+            .sort_values("samples", ascending=False)["node_id"].head(40) if int(n) != loop_node]
+
+    def zoom_label(n):
+        if n < 0:
+            return "the training loop (all of it)" if scope == "loop" else "the whole profile"
+        return ("the training loop: " if n == loop_node else "") + f"{names[n]} ({shares[n]:.1%})"
+
+    z1, z2 = st.columns([3, 1])
+    zoom = z1.selectbox("Zoom into", zoom_opts, key=f"sp_zoom_{entry['id']}_{by}_{scope}", format_func=zoom_label,
+                        help="Or click a frame in the figure to zoom into it; click the bar above "
+                             "the figure to zoom back out.")
+    flame = z2.toggle("Root at the bottom", value=False, key="sp_flame",
+                      help="Flame graph (root at the bottom) instead of an icicle (root on top).")
+    fig = cp.build_flamegraph_figure(tree, highlight=mask if mask.any() else None,
+                                     root_id=None if zoom < 0 else zoom, flame=flame)
+    st.plotly_chart(fig, key="flamegraph", config={"displayModeBar": False})
+    folded = int((tree["folded"] > 0).sum())
+    st.caption(f"{len(tree):,} frames of {thread_desc}" + (" in the training loop" if scope == "loop" else "")
+               + f" ({int(tree['depth'].max())} levels; "
+               f"{cp.MAX_LEVELS} shown at once: click a frame to zoom in)"
+               + (f"; {int(tree['folded'].sum()):,} frames under {FOLD_CHOICES[fold]} of the samples "
+                  f"folded into {folded:,} grey blocks" if folded else "")
+               + ". Width: share of the samples; colour: package (your code blue, torch orange, "
+                 "Python grey). Hover a frame for its file, line and samples.")
+
+    st.subheader("Top functions")
+    st.toggle("Show idle frames", key="sp_idle",
+              help="Samples whose innermost frame waits (Condition.wait, select, socket.accept, queue "
+                   "get ...) are left out of the self-time table by default.")
+    if not idle and idle_info["samples"]:
+        st.caption(f"{idle_info['samples']:,} idle samples ({idle_info['fraction']:.0%} of {thread_desc}) "
+                   "left out of the self time, waiting in " + ", ".join(_ui.code(r["name"]) for r in idle_info["top"][:3])
+                   + ".")
+    _function_tables(table, by, query)
+
+    with st.expander(f"Threads ({len(prof.threads)})"):
+        st.dataframe(prof.threads.drop(columns=["thread_id"]), hide_index=True, width="stretch",
+                     column_config={"weight_s": st.column_config.NumberColumn("seconds", format="%.2f")})
+
+    _compare(path, entry, prof, threads)
+    st.download_button("Download the original file", data=original_bytes(entry),
+                       file_name=f"{entry['id']}" + (".speedscope.json" if entry["format"] == "speedscope" else ".txt"),
+                       help="Opens in speedscope.app too.", icon=":material/download:")
+
+
+def _loop_node(tree, info) -> int | None:
+    """The flame-tree node of the training loop's function (its heaviest occurrence)."""
+    name = info["loop"].split(" (", 1)[0]
+    cand = tree[(tree["name"] == name) & (tree["folded"] == 0)]
+    return int(cand.sort_values("samples", ascending=False)["node_id"].iloc[0]) if len(cand) else None
+
+
+def _function_tables(table, by: str, query: str):
+    cols = {"self_fraction": st.column_config.ProgressColumn("self %", format="percent", min_value=0, max_value=1),
+            "total_fraction": st.column_config.ProgressColumn("total %", format="percent", min_value=0, max_value=1),
+            "self_s": st.column_config.NumberColumn("self s", format="%.2f"),
+            "total_s": st.column_config.NumberColumn("total s", format="%.2f"),
+            "self_samples": st.column_config.NumberColumn("self samples"),
+            "total_samples": st.column_config.NumberColumn("total samples")}
+    show = table.copy()
+    show["file"] = [f.split("site-packages/", 1)[-1] for f in show["file"]]
+    if by != "frame":
+        show = show.drop(columns=["line"])
+    if query.strip():
+        q = query.strip().lower()
+        show = show[(show["name"].str.lower().str.contains(q, regex=False))
+                    | (show["file"].str.lower().str.contains(q, regex=False))]
+    t1, t2 = st.tabs(["Self time (code running)", "Total time (on the stack)"])
+    order = ["name", "file"] + (["line"] if by == "frame" else [])
+    with t1:
+        st.dataframe(show.head(200), hide_index=True, width="stretch", height=360, column_config=cols,
+                     column_order=order + ["self_fraction", "self_samples", "self_s", "total_fraction"])
+    with t2:
+        tot = show.sort_values(["total_samples", "self_samples"], ascending=False, kind="stable")
+        st.dataframe(tot.head(200), hide_index=True, width="stretch", height=360, column_config=cols,
+                     column_order=order + ["total_fraction", "total_samples", "total_s", "self_fraction"])
+
+
+def _compare(path: str, entry: dict, prof, threads):
+    from debugkit.charts import profile as cp
+    from debugkit.io.profile_store import describe
+
+    st.subheader("Compare with another profile")
+    here = [(None, path, p["id"], describe(p)) for p in _data.read_profiles(path)
+            if p["kind"] == "sampled" and p["id"] != entry["id"]]
+    others = _other_profiles(tuple(str(r) for r in _runs.roots()), str(Path(path)))
+    choices = here + [(rid, rp, pid, f"{rid} / {label}") for rid, rp, pid, label in others]
+    if not choices:
+        st.caption("Record a second profile (e.g. after a change) with `debugkit profile RUN_DIR "
+                   "--name after -- python train.py ...` to see what got slower.")
+        return
+    labels = {i: c[3] for i, c in enumerate(choices)}
+    pick = st.selectbox("Before (the baseline); this profile is after", [-1] + list(labels),
+                        format_func=lambda i: "—" if i < 0 else labels[i], key="sp_compare")
+    if pick < 0:
+        return
+    _, base_path, base_id, _ = choices[pick]
+    try:
+        base = read_profile(base_path, _data.signature(base_path), base_id)
+    except DebugkitError as exc:
+        _ui.show_error(exc)
+        return
+    # The same kind of threads on both sides (main thread vs main thread, workers vs workers).
+    role = next((r for r in ("main", "dataloader") if threads is not None
+                 and set(threads) == set(prof.thread_ids(r))), None)
+    base_threads = tuple(sorted(base.thread_ids(role))) if role and base.thread_ids(role) else None
+    if threads is not None and base_threads is None:
+        st.caption("Comparing against all threads of the baseline (it has no threads of the "
+                   "kind selected here).")
+    tree, table = _diff(base_path, _data.signature(base_path), base_id, base_threads, path,
+                        _data.signature(path), entry["id"], threads, 0.001)
+    st.plotly_chart(cp.build_diff_flamegraph_figure(tree), key="diff_flamegraph",
+                    config={"displayModeBar": False})
+    st.caption("Sizes: this profile. Red: a larger share of the samples than in the baseline "
+               "(slower, or called more); blue: a smaller share.")
+    cols = {c: st.column_config.NumberColumn(c.replace("_", " "), format="percent")
+            for c in ("base_self_fraction", "new_self_fraction", "self_delta", "base_total_fraction",
+                      "new_total_fraction", "total_delta")}
+    show = table.copy()
+    show["file"] = [f.split("site-packages/", 1)[-1] for f in show["file"]]
+    a, b = st.columns(2)
+    with a:
+        st.markdown("**Got slower** (larger share now)")
+        st.dataframe(show[show["self_delta"] > 0].head(25), hide_index=True, width="stretch", column_config=cols,
+                     column_order=["name", "file", "base_self_fraction", "new_self_fraction", "self_delta"])
+    with b:
+        st.markdown("**Got faster** (smaller share now)")
+        st.dataframe(show[show["self_delta"] < 0].sort_values("self_delta").head(25), hide_index=True,
+                     width="stretch", column_config=cols,
+                     column_order=["name", "file", "base_self_fraction", "new_self_fraction", "self_delta"])

@@ -1,0 +1,98 @@
+"""The shared sidebar: the run picker (served runs, a typed path, an upload)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from debugkit.errors import DebugkitError
+from pages._runs import (SESSION_EXTRA_ROOTS, SESSION_RUN, apply_query_params, refresh_run_list,
+                         run_entries, run_id_for, select_run, store_dir)
+from pages._ui import md
+
+def _handle_upload(files) -> None:
+    from debugkit.io.upload import unpack_files
+
+    try:
+        target = unpack_files([(f.name, f) for f in files], store_dir())
+    except DebugkitError as exc:
+        st.session_state["debugkit_upload_error"] = str(exc)
+        return
+    except OSError as exc:
+        st.session_state["debugkit_upload_error"] = f"upload: could not write to the store ({exc})"
+        return
+    st.session_state.pop("debugkit_upload_error", None)
+    refresh_run_list()
+    select_run(str(target), run_id_for(str(target)))
+    st.session_state["debugkit_upload_ok"] = f"Uploaded as {target.name}"
+
+
+def _open_typed(path_text: str) -> None:
+    from debugkit.io.run import open_run
+    from debugkit.io.access import check_allowed
+
+    try:
+        path = check_allowed(path_text.strip())  # a local path or an fsspec URL
+        run = open_run(path)
+    except DebugkitError as exc:
+        st.session_state["debugkit_path_error"] = str(exc)
+        return
+    st.session_state.pop("debugkit_path_error", None)
+    parent = str(Path(run.path).parent)
+    extra = st.session_state.setdefault(SESSION_EXTRA_ROOTS, [])
+    if parent not in extra:
+        extra.append(parent)
+    refresh_run_list()
+    select_run(str(run.path), run_id_for(str(run.path)))
+
+
+def sidebar() -> None:
+    """The run picker: served runs, a typed path, or an upload."""
+    apply_query_params()
+    with st.sidebar:
+        st.markdown("### Run")
+        if msg := st.session_state.pop("debugkit_link_error", None):
+            st.error(md(msg))
+        entries = run_entries()
+        ids = [rid for rid, _ in entries]
+        paths = dict(entries)
+        current = st.session_state.get(SESSION_RUN)
+        cur_id = run_id_for(current) if current else None
+        choice = st.selectbox("Open a run", ["—"] + ids,
+                              index=(ids.index(cur_id) + 1) if cur_id in ids else 0,
+                              key=f"run_picker_{cur_id}",
+                              help="Runs in sample_runs/ and in the run store "
+                                   f"({store_dir()})")
+        if choice != "—" and choice != cur_id:
+            select_run(paths[choice], choice)
+            st.rerun()
+        with st.expander("Open a path", expanded=False):
+            with st.form("open_path", clear_on_submit=False, border=False):
+                text = st.text_input("Run directory, .zip or TensorBoard log dir", placeholder="runs/my-run")
+                if st.form_submit_button("Open") and text.strip():
+                    _open_typed(text)
+                    st.rerun()
+            if msg := st.session_state.get("debugkit_path_error"):
+                st.error(md(msg))
+        with st.expander("Upload a run", expanded=False):
+            from debugkit.io.upload import UploadLimits
+
+            # The widget refuses a file the unpacker would refuse anyway (per-file limit,
+            # DEBUGKIT_MAX_UPLOAD_MB), before it is sent.
+            max_mb = max(1, UploadLimits.from_env().max_file_bytes >> 20)
+            files = st.file_uploader("Run directory", accept_multiple_files="directory",
+                                     max_upload_size=max_mb,
+                                     key=f"upload_dir_{st.session_state.get('upload_gen', 0)}",
+                                     help="Pick the run's folder; it is copied into the run store.")
+            zipf = st.file_uploader("…or a .zip of one", type=["zip"], max_upload_size=max_mb,
+                                    key=f"upload_zip_{st.session_state.get('upload_gen', 0)}")
+            picked = list(files or []) or ([zipf] if zipf is not None else [])
+            if picked:
+                _handle_upload(picked)
+                st.session_state["upload_gen"] = st.session_state.get("upload_gen", 0) + 1
+                st.rerun()
+            if msg := st.session_state.get("debugkit_upload_error"):
+                st.error(md(msg))
+            if msg := st.session_state.pop("debugkit_upload_ok", None):
+                st.success(md(msg))

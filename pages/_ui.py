@@ -1,0 +1,77 @@
+"""How pages show things: Markdown-safe text, errors, findings cards, the page's note.
+
+Every user or code string that goes into Markdown goes through :func:`md` or :func:`code`.
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+
+import streamlit as st
+
+from debugkit.errors import DebugkitError
+
+# What Markdown (CommonMark + GFM, as Streamlit renders it) would read as formatting:
+# emphasis and code marks, backslashes, ``~`` and ``$`` (strikethrough, maths) anywhere;
+# an underscore only where it can open or close emphasis (not inside ``batch_size``);
+# ``](`` / ``][`` (links, images) and ``[^`` (footnotes), not a lone ``[0, 10)``; ``<``
+# before a tag or autolink; a colon that opens an ``:icon:`` shortcode or a
+# ``:red[...]`` directive; and at the start of a line what opens a block (headings,
+# quotes, lists, tables, rules, setext underlines).
+_MD_INLINE = re.compile(r"[\\`*~$]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\](?=[(\[])|\[(?=\^)"
+                        r"|<(?=[A-Za-z/!?])|:(?=[A-Za-z0-9_+/-]+[:\[])")
+_MD_LINE_START = re.compile(r"^(\s*(?:\d+)?)([#>+=|.)-])", re.MULTILINE)
+
+
+def md(value) -> str:
+    """``value`` as literal text inside Markdown (``st.markdown``, ``st.caption``,
+    ``st.error`` ... all render Markdown).
+
+    User and code text (layer names such as ``__getitem__``, ``__main__.CreditMLP``,
+    paths, error messages, run names) is escaped: each character Markdown or Streamlit
+    would read as formatting gets a backslash (CommonMark allows one before any ASCII
+    punctuation), so ``__getitem__`` stays ``__getitem__`` and ``:red[x]`` stays text.
+    """
+    text = _MD_INLINE.sub(lambda m: "\\" + m.group(0), str(value))
+    return _MD_LINE_START.sub(lambda m: m.group(1) + "\\" + m.group(2), text)
+
+
+def code(value) -> str:
+    """``value`` as an inline code span (shown verbatim; backticks inside are kept)."""
+    text = str(value).replace("\n", " ")
+    fence = "`"
+    while fence in text:
+        fence += "`"
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def show_error(exc: BaseException, where: str = "") -> None:
+    """A DebugkitError as its message; anything else as a short note plus traceback."""
+    if isinstance(exc, DebugkitError):
+        st.error(md(exc), icon=":material/error:")
+    else:
+        st.error(f"Something went wrong{' in ' + md(where) if where else ''}: "
+                 f"{type(exc).__name__}: {md(exc)}", icon=":material/bug_report:")
+        with st.expander("Traceback", expanded=False):
+            st.code("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+
+SEVERITY_ICON = {"error": ":material/error:", "warning": ":material/warning:", "info": ":material/info:"}
+
+
+def show_findings(found: list) -> None:
+    """Findings as cards: severity, kind, step, rank, layer, and the message (escaped)."""
+    for f in found:
+        with st.container(border=True):
+            where = " · ".join(x for x in (f"step {f.step}" if f.step is not None else "",
+                                           f"rank {f.rank}" if f.rank is not None else "") if x)
+            st.markdown(f"{SEVERITY_ICON.get(f.severity, '')} **{md(f.kind)}**"
+                        + (f" · {where}" if where else "") + (f" · {code(f.layer)}" if f.layer else ""))
+            st.caption(md(f.message))
+
+
+def about(text: str) -> None:
+    """The page's short "what am I looking at" note, under its title."""
+    with st.expander("What am I looking at?", icon=":material/help:"):
+        st.markdown(text)
