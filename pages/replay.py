@@ -359,7 +359,7 @@ def _may_trust() -> bool:
 def render() -> None:
     from debugkit.replay.code import NEEDS_ALLOW, NEVER
     from debugkit.replay.policy import SAMPLES_DIR
-    from debugkit.replay.runner import cuda_possible
+    from debugkit.replay.sandbox import cuda_possible
 
     try:
         failures = _data.read_failures(path)

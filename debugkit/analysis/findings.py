@@ -1,22 +1,58 @@
-"""The finding record every detector returns."""
+"""The result vocabulary: :class:`Finding` (what an analysis, a detector or an audit found)
+and :class:`Check` (one yes/no/unknown test of a replay), with one severity scale.
+
+Every layer that reports a result builds these objects: the detectors and
+:mod:`debugkit.diagnose` (``Finding``), the bias audit's per-attribute findings and its
+attribution flags (``Finding``), the replay's checks (``Check``). Views and the CLI
+serialise them with the methods below, which keep the documented JSON shapes:
+
+- a finding of ``debugkit diagnose --json``: :meth:`Finding.to_dict`
+  (``{"kind", "step", "rank", "layer", "severity", "message", "evidence"}``);
+- an audit finding in ``audit.json``: :meth:`Finding.to_audit_dict`
+  (``{"severity": "fail" | "needs_review", "text"}``; stored audits are content-addressed,
+  so this shape is part of their id and never changes);
+- an audit flag in ``audit.json``: :meth:`Finding.to_flag_dict`
+  (``{"kind", "attribute", "feature", "rank", ..., "message"}``);
+- a replay check in ``debugkit replay --json``: :meth:`Check.to_dict`
+  (``{"name", "ok", "detail"}``).
+
+This module lives in the analysis layer because analyses are its lowest producers; the
+services above (audit, replay, diagnose, compare) import it from here. It imports nothing
+but the standard library.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+#: The one severity scale, most severe first.
+#: ``error``: something is broken (a failed step, non-finite weights, a culprit a replay found);
+#: ``warning``: something is likely wrong and worth acting on (a loss spike, a bias audit that fails);
+#: ``info``: worth knowing, nothing to fix yet (a bias audit that needs review, trace coverage).
 SEVERITIES = ("error", "warning", "info")
 _ORDER = {s: i for i, s in enumerate(SEVERITIES)}
+
+#: The bias audit's two levels of a finding on the one scale: a disparity outside the band
+#: with its whole interval is a ``warning``, anything that needs a person's review ``info``.
+#: (``diagnose`` reports a stored audit at the severity of its verdict, by this map.)
+AUDIT_SEVERITY = {"fail": "warning", "needs_review": "info"}
+_AUDIT_LEVEL = {v: k for k, v in AUDIT_SEVERITY.items()}
+
+#: The keys of an audit flag in ``audit.json``, in their stored order (``message`` last).
+FLAG_FIELDS = ("kind", "attribute", "feature", "rank", "mean_abs", "share", "association",
+               "measure", "group_means")
 
 
 @dataclass
 class Finding:
-    """One thing a detector found.
+    """One thing a detector, a diagnosis or an audit found.
 
     Attributes
     ----------
     kind : str
-        What was found (``nonfinite_grad``, ``memory_leak``, ``step_failure`` ...).
+        What was found (``nonfinite_grad``, ``memory_leak``, ``step_failure``,
+        ``fairness``, ``sensitive_feature`` ...).
     step : int or None
         The first step it concerns.
     rank : int or None
@@ -24,7 +60,7 @@ class Finding:
     layer : str or None
         The parameter or module it concerns.
     severity : str
-        ``error | warning | info``.
+        ``error | warning | info`` (:data:`SEVERITIES`).
     message : str
         One plain sentence a person can act on.
     evidence : dict
@@ -44,7 +80,41 @@ class Finding:
             raise ValueError(f"severity {self.severity!r}: expected one of {SEVERITIES}")
 
     def to_dict(self) -> dict:
+        """``{"kind", "step", "rank", "layer", "severity", "message", "evidence"}``."""
         return asdict(self)
+
+    # ---------------------------------------------------------------- the audit's shapes
+    @classmethod
+    def for_audit(cls, level: str, text: str, *, kind: str = "fairness", **evidence) -> Finding:
+        """A bias audit's finding at its ``level`` (``fail`` or ``needs_review``)."""
+        return cls(kind=kind, step=None, rank=None, layer=None, severity=AUDIT_SEVERITY[level],
+                   message=text, evidence=evidence)
+
+    @property
+    def audit_level(self) -> str:
+        """This finding's level in an audit's words: ``fail`` or ``needs_review``."""
+        return _AUDIT_LEVEL.get(self.severity, "needs_review")
+
+    def to_audit_dict(self) -> dict:
+        """The stored shape of an audit finding: ``{"severity": "fail" | "needs_review", "text"}``."""
+        return {"severity": self.audit_level, "text": self.message}
+
+    @classmethod
+    def from_audit_dict(cls, d: dict) -> Finding:
+        """Read back :meth:`to_audit_dict`'s shape (a stored audit's finding)."""
+        return cls.for_audit(d["severity"], d["text"])
+
+    @classmethod
+    def flag(cls, kind: str, message: str, **fields) -> Finding:
+        """An audit's attribution flag (``sensitive_feature`` or ``proxy``): it asks for a
+        review (``info``); ``fields`` are :data:`FLAG_FIELDS` other than ``kind``."""
+        return cls(kind=kind, step=None, rank=None, layer=None, severity=AUDIT_SEVERITY["needs_review"],
+                   message=message, evidence=fields)
+
+    def to_flag_dict(self) -> dict:
+        """The stored shape of an audit flag: :data:`FLAG_FIELDS` then ``message``."""
+        return {"kind": self.kind, **{k: self.evidence.get(k) for k in FLAG_FIELDS[1:]},
+                "message": self.message}
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:
@@ -52,3 +122,36 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: (f.step is None, f.step if f.step is not None else 0,
                                            _ORDER[f.severity], f.rank if f.rank is not None else -1,
                                            f.kind, f.layer or ""))
+
+
+@dataclass
+class Check:
+    """One test a replay ran on the captured step.
+
+    Attributes
+    ----------
+    name : str
+        Which test (``labels``, ``embedding_indices``, ``finite_inputs`` ...).
+    ok : bool or None
+        True: passed; False: found the problem; None: could not be judged (not reached,
+        not applicable).
+    detail : str
+        What it saw, in one or a few plain sentences.
+    culprit : dict or None
+        On a failure, what it blames (``{"module", "op", "input", "sample_index",
+        "dataset_index", "detail"}``, possibly ``"_positions"``); not serialised.
+    """
+
+    name: str
+    ok: bool | None
+    detail: str
+    culprit: dict | None = None
+
+    @property
+    def severity(self) -> str:
+        """On the one scale: a failed check is an ``error``, any other ``info``."""
+        return "error" if self.ok is False else "info"
+
+    def to_dict(self) -> dict:
+        """``{"name", "ok", "detail"}`` (the replay report's shape)."""
+        return {"name": self.name, "ok": self.ok, "detail": self.detail}

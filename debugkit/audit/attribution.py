@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 
+from ..analysis.findings import Finding
 from .groups import MAX_CATEGORIES, SensitiveAttribute
 
 
@@ -115,7 +116,7 @@ def mean_by_group(values: np.ndarray, features: list[str], attr: SensitiveAttrib
 
 def attribution_flags(mean_abs_by_feature: dict[str, float], associations: list[dict],
                       attrs: list[SensitiveAttribute], by_group: dict[str, dict], *,
-                      top_k: int, share: float, proxy_threshold: float, output: str) -> list[dict]:
+                      top_k: int, share: float, proxy_threshold: float, output: str) -> list[Finding]:
     """Flag sensitive features and likely proxies that weigh on the model's output.
 
     A feature is flagged when it is a sensitive attribute (or its source), or a likely
@@ -124,8 +125,11 @@ def attribution_flags(mean_abs_by_feature: dict[str, float], associations: list[
 
     Returns
     -------
-    list of ``{"kind": "sensitive_feature" | "proxy", "attribute", "feature", "rank",
-    "mean_abs", "share", "association", "measure", "group_means", "message"}``
+    list of Finding
+        One :meth:`~debugkit.analysis.findings.Finding.flag` per flagged feature (kind
+        ``sensitive_feature`` or ``proxy``, severity ``info``: it asks for a review), with
+        ``evidence`` ``{"attribute", "feature", "rank", "mean_abs", "share", "association",
+        "measure", "group_means"}``; stored as :meth:`~debugkit.analysis.findings.Finding.to_flag_dict`.
     """
     total = sum(mean_abs_by_feature.values()) or 1.0
     rank = {f: i + 1 for i, f in enumerate(mean_abs_by_feature)}
@@ -157,9 +161,9 @@ def attribution_flags(mean_abs_by_feature: dict[str, float], associations: list[
                 else:
                     msg += (f"; its mean SHAP is lowest for {a.name}={lo_g} ({gm[lo_g]:+.3f} {output}) "
                             f"and highest for {a.name}={hi_g} ({gm[hi_g]:+.3f})")
-            flags.append({"kind": kind, "attribute": a.name, "feature": f, "rank": rank[f],
-                          "mean_abs": mean_abs_by_feature[f], "share": s,
-                          "association": assoc["association"] if assoc else None,
-                          "measure": assoc["measure"] if assoc else None,
-                          "group_means": gm, "message": msg})
+            flags.append(Finding.flag(kind, msg, attribute=a.name, feature=f, rank=rank[f],
+                                      mean_abs=mean_abs_by_feature[f], share=s,
+                                      association=assoc["association"] if assoc else None,
+                                      measure=assoc["measure"] if assoc else None,
+                                      group_means=gm))
     return flags

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..analysis.findings import Finding
 from ..errors import InvalidInputError, RunDirError
 from . import fairness as fx
 from .attribution import attribution_flags, compute_associations, mean_abs, mean_by_group
@@ -234,7 +235,7 @@ class Auditor:
                      "feature_groups": space.describe(), "details": shap_res.details,
                      "by_group": by_group},
             "associations": assoc,
-            "flags": flags,
+            "flags": [f.to_flag_dict() for f in flags],
             "rows_sha256": rows_sha,
         }
         prov = {"run": {"run_id": run.run_id, "name": run.name, "path": str(run.path)},
@@ -331,8 +332,8 @@ class Auditor:
         verdict, findings = self._judge_attribute(a.name, ref, groups, disp, summary, summary_ci,
                                                   summary_j, small, undefined, sup, extremes)
         return {"groups": groups, "reference_group": ref, **{k: _f(summary[k]) for k in fx.SUMMARY},
-                "disparities": disp, "verdict": verdict, "reasons": [f["text"] for f in findings],
-                "findings": findings,
+                "disparities": disp, "verdict": verdict, "reasons": [f.message for f in findings],
+                "findings": [f.to_audit_dict() for f in findings],
                 "groups_ci": groups_ci, "summary_ci": summary_ci, "summary_judgement": summary_j,
                 "summary_statistic_ci": stat_ci,
                 "undefined": undefined, "small_groups": small, "order": list(order),
@@ -344,7 +345,7 @@ class Auditor:
                 "derived_from": a.derived_from, "n_boot": s.n_boot, "ci_level": level}
 
     def _judge_attribute(self, name, ref, groups, disp, summary, summary_ci, summary_j, small,
-                         undefined, sup, extremes) -> tuple[str, list[dict]]:
+                         undefined, sup, extremes) -> tuple[str, list[Finding]]:
         s = self.settings
         pct = f"{s.ci_level:.0%}"
         band = f"{s.band[0]:.2f}-{s.band[1]:.2f}"
@@ -395,18 +396,18 @@ class Auditor:
                                "(no rows to compute it from); fairlearn counts it as 0 in its "
                                "summary metrics")
         verdict = FAIL if fails else (REVIEW if reviews else PASS)
-        return verdict, ([{"severity": FAIL, "text": t} for t in fails] +
-                         [{"severity": REVIEW, "text": t} for t in reviews])
+        return verdict, ([Finding.for_audit(FAIL, t, attribute=name) for t in fails] +
+                         [Finding.for_audit(REVIEW, t, attribute=name) for t in reviews])
 
-    def _overall(self, sens_doc, flags, add_err, shap_res) -> tuple[str, list[str]]:
+    def _overall(self, sens_doc, flags: list[Finding], add_err, shap_res) -> tuple[str, list[str]]:
         worst = PASS
         fails, reviews = [], []
         for d in sens_doc.values():
             worst = max(worst, d["verdict"], key=_RANK.get)
-            for f in d["findings"]:
-                (fails if f["severity"] == FAIL else reviews).append(f["text"])
+            for f in map(Finding.from_audit_dict, d["findings"]):
+                (fails if f.audit_level == FAIL else reviews).append(f.message)
         for f in flags:
-            reviews.append(f["message"])
+            reviews.append(f.message)
         scale = max(1.0, float(np.abs(shap_res.output).max()) if len(shap_res.output) else 1.0)
         if add_err > self.settings.additivity_tolerance * scale:
             reviews.append(f"SHAP values do not add up to the model output (largest error {add_err:.3g} "

@@ -148,11 +148,11 @@ def bin_labels(edges: Sequence[float], integer: bool) -> list[str]:
     ``["<2.5", "[2.5, 3.5)", ">=3.5"]``.
     """
     e = [float(x) for x in edges]
-    fmt = (lambda v: f"{int(v)}") if integer else (lambda v: f"{v:g}")
-    labels = [f"<{fmt(e[0])}"]
+    label_of = (lambda v: f"{int(v)}") if integer else (lambda v: f"{v:g}")
+    labels = [f"<{label_of(e[0])}"]
     for lo, hi in zip(e[:-1], e[1:]):
-        labels.append(f"{fmt(lo)}-{fmt(hi - 1)}" if integer else f"[{fmt(lo)}, {fmt(hi)})")
-    labels.append(f"{fmt(e[-1])}+" if integer else f">={fmt(e[-1])}")
+        labels.append(f"{label_of(lo)}-{label_of(hi - 1)}" if integer else f"[{label_of(lo)}, {label_of(hi)})")
+    labels.append(f"{label_of(e[-1])}+" if integer else f">={label_of(e[-1])}")
     return labels
 
 

@@ -1,7 +1,7 @@
 """Compute an audit outside the server process, under a time and a memory limit.
 
 ``compute_audit(run_dir, target, settings, bins)`` runs ``python -m debugkit.audit.worker
-REQUEST.json`` through the replay's child runner (:func:`debugkit.replay.runner.run_child`:
+REQUEST.json`` through the child-process harness (:func:`debugkit.replay.sandbox.run_child`:
 its own process group, a wall-clock timeout, an address-space cap, JSON lines on a pipe
 of its own). The worker loads the target (whose loader must be in the operator's
 ``$DEBUGKIT_AUDIT_LOADERS``, checked again here), audits the model and stores the audit
@@ -14,11 +14,8 @@ Limits: ``$DEBUGKIT_AUDIT_TIMEOUT_S`` (default 600 s) and ``$DEBUGKIT_AUDIT_MEMO
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import traceback
-from pathlib import Path
 from typing import Callable
 
 from ..errors import AuditError, DebugkitError
@@ -52,7 +49,7 @@ def compute_audit(run_dir, target: str, settings: dict, bins: dict | None = None
     Returns ``{"id", "verdict"}`` of the stored audit. Raises :class:`AuditError` (or
     the worker's own :class:`DebugkitError` message) when it could not be computed.
     """
-    from ..replay.runner import default_memory_cap, run_child
+    from ..replay.sandbox import default_memory_cap, run_child
 
     timeout = timeout_s or _limit("DEBUGKIT_AUDIT_TIMEOUT_S", DEFAULT_TIMEOUT_S)
     mb = memory_mb or _limit("DEBUGKIT_AUDIT_MEMORY_MB", None)
@@ -108,23 +105,9 @@ def _compute(req: dict, chan) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..replay.child import Channel, _set_limits
+    from ..replay.sandbox import serve
 
-    argv = sys.argv[1:] if argv is None else argv
-    req = json.loads(Path(argv[0]).read_text())
-    _set_limits(req)
-    chan = Channel(req.get("fd"))
-    try:
-        raw = _compute(req, chan)
-    except DebugkitError as exc:
-        chan.send("refused", type=type(exc).__name__, message=str(exc))
-        return 3
-    except BaseException as exc:  # report what the loader or the audit raised
-        chan.send("internal_error", type=type(exc).__name__, message=str(exc),
-                  traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-20000:])
-        return 4
-    chan.send("result", raw=raw)
-    return 0
+    return serve(_compute, argv, refuse=(DebugkitError,))
 
 
 if __name__ == "__main__":

@@ -7,8 +7,12 @@ import math
 import sys
 from typing import Any
 
+from ..analysis.findings import Check, Finding
+
 
 def _clean(obj: Any) -> Any:
+    if isinstance(obj, (Finding, Check)):  # the result vocabulary, in its documented JSON shape
+        return _clean(obj.to_dict())
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else str(obj)
     if isinstance(obj, dict):
@@ -24,7 +28,8 @@ def _clean(obj: Any) -> Any:
 
 
 def print_json(obj: Any) -> None:
-    """Print strict JSON (NaN/Inf become strings) to stdout."""
+    """Print strict JSON (NaN/Inf become strings; a :class:`Finding` or :class:`Check` its
+    ``to_dict()``) to stdout."""
     json.dump(_clean(obj), sys.stdout, indent=2, default=str, allow_nan=False)
     sys.stdout.write("\n")
 

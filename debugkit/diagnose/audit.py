@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..analysis.findings import Finding
 
-SEVERITY = {"fail": "warning", "needs_review": "info"}
+from ..analysis.findings import AUDIT_SEVERITY as SEVERITY  # the one map of audit levels
 
 
 def collect(run, config: dict) -> list[Finding]:

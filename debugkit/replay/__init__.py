@@ -21,7 +21,7 @@ from .code import CodeIdentity, CodeRefusedError, identify_capture, require_runn
 from .loading import factory_kwargs, select_failure, verify_files
 from .policy import check_plain_kwargs, cli_code_roots
 from .report import build_report, crash_of, merge_partial
-from .runner import DEFAULT_TIMEOUT_S, cuda_possible, default_memory_cap, run_child
+from .sandbox import DEFAULT_TIMEOUT_S, cuda_possible, default_memory_cap, run_child
 
 __all__ = ["replay", "plan_identities", "plan_cross_check", "CodeRefusedError", "DEVICES", "DEFAULT_TIMEOUT_S"]
 

@@ -3,16 +3,15 @@
 It rebuilds the model from the verified factory, loads the captured state and batch,
 restores the RNG states, runs the step with the probes and anomaly detection on, and
 sends what it saw to the parent as JSON lines on the file descriptor the request names
-(``progress``, ``partial`` and finally ``result``, or ``refused``/``internal_error``).
+(``progress``, ``partial`` and finally ``result``, or ``refused``/``internal_error``;
+the harness is :func:`debugkit.replay.sandbox.serve`).
 The parent turns that into the report (:mod:`debugkit.replay.report`); a crash or a
 hang of this process is the parent's to report.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import sys
 import time
 import traceback
@@ -22,35 +21,9 @@ from typing import Any
 
 from .._fsutil import read_json
 from .loading import iter_leaves, load_batch
+from .sandbox import Channel, serve
 
 ANOMALY_NAN = "returned nan values"
-
-
-class Channel:
-    """JSON lines to the parent."""
-
-    def __init__(self, fd: int | None):
-        self.f = os.fdopen(fd, "w", buffering=1) if fd is not None else None
-
-    def send(self, event: str, **payload) -> None:
-        if self.f is None:
-            return
-        self.f.write(json.dumps({"event": event, **payload}, default=str) + "\n")
-        self.f.flush()
-
-
-def _set_limits(req: dict) -> None:
-    import resource
-
-    try:
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a segfault leaves no core file
-    except (ValueError, OSError):
-        pass
-    cap = req.get("memory_cap_bytes")
-    if cap:
-        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-        cap = int(cap) if hard == resource.RLIM_INFINITY else min(int(cap), hard)
-        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
 
 
 def resolve_device(requested: str, original: str | None):
@@ -339,7 +312,7 @@ def replay_here(req: dict, chan: Channel) -> dict:
             batch_cpu, skip=target[0] if target else None, n_batch=n_batch),
     }
     if target is not None and num_classes:
-        raw["labels"] = datachecks.check_labels(target[1], int(num_classes), path=target[0],
+        raw["labels"] = datachecks.find_bad_labels(target[1], int(num_classes), path=target[0],
                                                 n_batch=n_batch)
     chan.send("partial", raw=raw)
 
@@ -378,7 +351,7 @@ def replay_here(req: dict, chan: Channel) -> dict:
         raw["labels_unchecked"] = ("num_classes is not recorded, and a step_fn's model output "
                                    "need not be class scores")
     elif target is not None and not num_classes and probe.output_width:
-        raw["labels"] = datachecks.check_labels(target[1], probe.output_width, path=target[0],
+        raw["labels"] = datachecks.find_bad_labels(target[1], probe.output_width, path=target[0],
                                                 source="output width", n_batch=n_batch)
     elif target is not None and not num_classes:
         raw["labels_unchecked"] = "neither num_classes nor the model's output width is known"
@@ -400,32 +373,10 @@ def _probe_findings(probe) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    req = json.loads(Path(argv[0]).read_text())
-    _set_limits(req)
-    chan = Channel(req.get("fd"))
-    fh_path = req.get("faulthandler_path")
-    if fh_path:
-        import faulthandler
-
-        fh = open(fh_path, "w")
-        faulthandler.enable(file=fh, all_threads=True)
-        if req.get("dump_after_s"):
-            faulthandler.dump_traceback_later(float(req["dump_after_s"]), exit=False, file=fh)
-    from .code import CodeRefusedError
     from ..errors import DebugkitError
+    from .code import CodeRefusedError
 
-    try:
-        raw = replay_here(req, chan)
-    except (CodeRefusedError, DebugkitError) as exc:
-        chan.send("refused", type=type(exc).__name__, message=str(exc))
-        return 3
-    except BaseException as exc:  # report anything the replay itself could not survive
-        chan.send("internal_error", type=type(exc).__name__, message=str(exc),
-                  traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-20000:])
-        return 4
-    chan.send("result", raw=raw)
-    return 0
+    return serve(replay_here, argv, refuse=(CodeRefusedError, DebugkitError))
 
 
 if __name__ == "__main__":

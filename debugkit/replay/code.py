@@ -312,39 +312,39 @@ def identify(role: str, entry: dict | None, spec: str | None = None,
     if search_path is None:
         search_path = default_search_path({role: entry})
     local, root = locate_module(module, search_path)
-    fmt = dict(role=role, spec=spec, module=module, qualname=qualname, local=local,
-               recorded=rec_file or "not located", looked=_looked(search_path))
+    fields = dict(role=role, spec=spec, module=module, qualname=qualname, local=local,
+                  recorded=rec_file or "not located", looked=_looked(search_path))
     if local is None or not os.path.isfile(local):
         return CodeIdentity(local_file=None, local_sha256=None, status=MISSING,
-                            message=MSG_MISSING.format(**fmt), **base)
+                            message=MSG_MISSING.format(**fields), **base)
     local = str(Path(local).resolve())
-    fmt["local"] = local
+    fields["local"] = local
     try:
         data = Path(local).read_bytes()
     except OSError:
         return CodeIdentity(local_file=local, local_sha256=None, status=MISSING,
-                            message=MSG_MISSING.format(**fmt), search_root=root, **base)
+                            message=MSG_MISSING.format(**fields), search_root=root, **base)
     sha = _sha256_bytes(data)
-    fmt.update(local_sha=sha, recorded_sha=rec_sha)
+    fields.update(local_sha=sha, recorded_sha=rec_sha)
     common = dict(local_file=local, local_sha256=sha, search_root=root, **base)
     if not local.endswith(".py"):
-        return CodeIdentity(status=NOT_SOURCE, message=MSG_NOT_SOURCE.format(**fmt), **common)
+        return CodeIdentity(status=NOT_SOURCE, message=MSG_NOT_SOURCE.format(**fields), **common)
     where = classify_location(local)
     if where == "stdlib":
-        return CodeIdentity(status=STDLIB, message=MSG_STDLIB.format(**fmt), **common)
+        return CodeIdentity(status=STDLIB, message=MSG_STDLIB.format(**fields), **common)
     if where == "installed" and not policy.is_trusted_helper(local, spec):
-        return CodeIdentity(status=INSTALLED, message=MSG_INSTALLED.format(**fmt), **common)
+        return CodeIdentity(status=INSTALLED, message=MSG_INSTALLED.format(**fields), **common)
     refusal = policy.check_factory_allowed(local, code_roots, role=role, spec=spec,
                                            hint=hint or policy.HINT_CLI)
     if refusal is not None:
         return CodeIdentity(status=NOT_ALLOWED, message=refusal, **common)
     if not defines(data, qualname):
-        return CodeIdentity(status=NOT_DEFINED, message=MSG_NOT_DEFINED.format(**fmt), **common)
+        return CodeIdentity(status=NOT_DEFINED, message=MSG_NOT_DEFINED.format(**fields), **common)
     if not rec_sha:
-        return CodeIdentity(status=UNRECORDED, message=MSG_UNRECORDED.format(**fmt), **common)
+        return CodeIdentity(status=UNRECORDED, message=MSG_UNRECORDED.format(**fields), **common)
     if rec_sha != sha:
-        return CodeIdentity(status=CHANGED, message=MSG_CHANGED.format(**fmt), **common)
-    return CodeIdentity(status=VERIFIED, message=MSG_VERIFIED.format(**fmt), **common)
+        return CodeIdentity(status=CHANGED, message=MSG_CHANGED.format(**fields), **common)
+    return CodeIdentity(status=VERIFIED, message=MSG_VERIFIED.format(**fields), **common)
 
 
 def _looked(search_path: list[str]) -> str:

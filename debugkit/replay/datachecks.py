@@ -88,7 +88,7 @@ def _pos(p: list) -> int | list | None:
     return p[0] if len(p) == 1 else (p if p else None)
 
 
-def check_labels(target, num_classes: int, *, path: tuple = (1,), source: str = "num_classes",
+def find_bad_labels(target, num_classes: int, *, path: tuple = (1,), source: str = "num_classes",
                  n_batch: int | None = None, ignore_index: int = IGNORE_INDEX) -> dict:
     """Labels outside ``[0, num_classes)`` (``ignore_index`` is allowed).
 

@@ -26,6 +26,8 @@ import math
 import re
 from typing import Any
 
+from ..analysis.findings import Check
+
 CHECKS = ("captured_state", "labels", "embedding_indices", "finite_inputs", "shapes",
           "dtype_device", "finite_forward", "finite_backward")
 # The first failing check in this order names the culprit.
@@ -176,11 +178,8 @@ def judge(record: dict, original: dict, replay: dict | None, raw: dict | None) -
 
 
 # --------------------------------------------------------------------------- checks
-def _check(name: str, ok: bool | None, detail: str, culprit: dict | None = None) -> dict:
-    c = {"name": name, "ok": ok, "detail": detail}
-    if culprit is not None:
-        c["_culprit"] = culprit
-    return c
+def _check(name: str, ok: bool | None, detail: str, culprit: dict | None = None) -> Check:
+    return Check(name, ok, detail, culprit)
 
 
 def _reached(raw: dict | None) -> bool:
@@ -193,7 +192,7 @@ def _culprit(module=None, op=None, input=None, sample_index=None, dataset_index=
             "dataset_index": dataset_index, "detail": detail}
 
 
-def check_captured_state(raw, record) -> dict:
+def check_captured_state(raw, record) -> Check:
     state = (raw or {}).get("state")
     if state is None:
         return _check("captured_state", None, "not reached: the replay stopped before loading the model")
@@ -227,7 +226,7 @@ def check_captured_state(raw, record) -> dict:
                   else "loaded the captured state; every parameter is finite")
 
 
-def check_labels(raw, record) -> dict:
+def check_labels(raw, record) -> Check:
     raw = raw or {}
     lab = raw.get("labels")
     if lab is None:
@@ -260,7 +259,7 @@ def check_labels(raw, record) -> dict:
                f"assert, on the CPU 'Target {_num(val)} is out of bounds')"))
 
 
-def check_embeddings(raw, record) -> dict:
+def check_embeddings(raw, record) -> Check:
     if not _reached(raw):
         return _check("embedding_indices", None, "not reached: the replay stopped before the forward pass")
     diag = raw["diagnosis"]
@@ -293,7 +292,7 @@ def check_embeddings(raw, record) -> dict:
     return _check("embedding_indices", False, detail, c)
 
 
-def check_inputs(raw, record) -> dict:
+def check_inputs(raw, record) -> Check:
     raw = raw or {}
     if "inputs_nonfinite" not in raw:
         return _check("finite_inputs", None, "not reached: the replay stopped before reading the batch")
@@ -327,7 +326,7 @@ def _error(raw) -> dict | None:
     return ((raw or {}).get("outcome") or {}).get("error")
 
 
-def check_shapes(raw, record) -> dict:
+def check_shapes(raw, record) -> Check:
     if not _reached(raw):
         return _check("shapes", None, "not reached: the replay stopped before the forward pass")
     err = _error(raw)
@@ -362,7 +361,7 @@ def check_shapes(raw, record) -> dict:
     return _check("shapes", True, "no shape error; every module reached accepted its inputs' shapes")
 
 
-def check_dtype_device(raw, record) -> dict:
+def check_dtype_device(raw, record) -> Check:
     if not _reached(raw):
         return _check("dtype_device", None, "not reached: the replay stopped before the forward pass")
     mism = raw["diagnosis"].get("mismatches") or []
@@ -391,7 +390,7 @@ def _forward_nonfinite(raw) -> bool:
                 or outcome.get("loss_finite") is False or (raw or {}).get("inputs_nonfinite"))
 
 
-def check_forward(raw, record) -> dict:
+def check_forward(raw, record) -> Check:
     if not _reached(raw):
         return _check("finite_forward", None, "not reached: the replay stopped before the forward pass")
     diag = raw["diagnosis"]
@@ -423,7 +422,7 @@ def check_forward(raw, record) -> dict:
     return _check("finite_forward", True, "every module's forward output is finite")
 
 
-def check_backward(raw, record) -> dict:
+def check_backward(raw, record) -> Check:
     outcome = (raw or {}).get("outcome") or {}
     if not _reached(raw) or not outcome.get("backward_ran"):
         why = "the replay stopped before the backward pass" if _reached(raw) or outcome else \
@@ -472,18 +471,18 @@ CHECK_FUNCS = {"captured_state": check_captured_state, "labels": check_labels,
                "finite_forward": check_forward, "finite_backward": check_backward}
 
 
-def build_checks(raw: dict | None, record: dict) -> list[dict]:
-    """Every check, in :data:`CHECKS` order (with a private ``_culprit`` on failures)."""
+def build_checks(raw: dict | None, record: dict) -> list[Check]:
+    """Every check, in :data:`CHECKS` order (with its ``culprit`` on failures)."""
     return [CHECK_FUNCS[name](raw, record) for name in CHECKS]
 
 
-def pick_culprit(checks: list[dict], raw: dict | None, record: dict) -> dict:
+def pick_culprit(checks: list[Check], raw: dict | None, record: dict) -> dict:
     """The first failing check's culprit in :data:`CULPRIT_ORDER`; else what the error says."""
-    by_name = {c["name"]: c for c in checks}
+    by_name = {c.name: c for c in checks}
     for name in CULPRIT_ORDER:
         c = by_name.get(name)
-        if c is not None and c["ok"] is False and c.get("_culprit"):
-            return dict(c["_culprit"])  # may carry "_positions", split off by build_report
+        if c is not None and c.ok is False and c.culprit:
+            return dict(c.culprit)  # may carry "_positions", split off by build_report
     err = _error(raw)
     if err:
         frame = err.get("raising_frame")
@@ -494,8 +493,9 @@ def pick_culprit(checks: list[dict], raw: dict | None, record: dict) -> dict:
     return _culprit()
 
 
-def public_checks(checks: list[dict]) -> list[dict]:
-    return [{"name": c["name"], "ok": c["ok"], "detail": c["detail"]} for c in checks]
+def public_checks(checks: list[Check]) -> list[dict]:
+    """The checks as the report's JSON holds them: ``{"name", "ok", "detail"}``."""
+    return [c.to_dict() for c in checks]
 
 
 # --------------------------------------------------------------------------- the report

@@ -12,7 +12,7 @@ from debugkit.replay import datachecks as D
 
 def test_labels_outside_the_range_with_ignore_index():
     y = torch.tensor([1, 12, 3, -100, -5, 9])
-    out = D.check_labels(y, 10)
+    out = D.find_bad_labels(y, 10)
     assert out == {"path": [1], "num_classes": 10, "source": "num_classes", "count": 2, "total": 6,
                    "samples": [{"sample": 1, "positions": [], "values": [12]},
                                {"sample": 4, "positions": [], "values": [-5]}],
@@ -21,13 +21,13 @@ def test_labels_outside_the_range_with_ignore_index():
 
 def test_sequence_labels_name_sample_and_position():
     y = torch.tensor([[0, 1, 2], [3, 7, 1]])
-    out = D.check_labels(y, 4, n_batch=2)
+    out = D.find_bad_labels(y, 4, n_batch=2)
     assert out["count"] == 1
     assert out["samples"] == [{"sample": 1, "positions": [1], "values": [7]}]
 
 
 def test_all_labels_fine():
-    assert D.check_labels(torch.arange(5), 5)["count"] == 0
+    assert D.find_bad_labels(torch.arange(5), 5)["count"] == 0
 
 
 @pytest.mark.parametrize("batch, path", [

@@ -11,7 +11,7 @@ from debugkit.replay import plan_cross_check
 from debugkit.replay.advice import advice_for
 from debugkit.replay.report import (build_report, judge, last_frame, normalize_message,
                                     original_of, replay_of)
-from debugkit.replay.runner import ChildOutcome
+from debugkit.replay.sandbox import ChildOutcome
 from debugkit.replay.report import crash_of
 
 STDLIB = os.path.dirname(os.__file__)

@@ -1,11 +1,21 @@
-"""Run the replay's child process: timeout, memory cap, progress, crash and hang reports.
+"""Run work in a child process under a timeout and a memory cap: both sides of the harness.
 
-The child (:mod:`debugkit.replay.child`) talks over a pipe of its own (JSON lines), so
-whatever the user's code prints cannot be mistaken for a result; its stdout and stderr
-go to a log file whose tail is kept for the report. The child is its own process group
-and is killed with it. A child that dies of a signal (a segfault), exits without a
-result, or runs past the timeout is reported as such, with the Python stack that
-``faulthandler`` wrote at the moment (at a segfault, or shortly before the timeout).
+The replay's child (:mod:`debugkit.replay.child`) and the audit worker
+(:mod:`debugkit.audit.worker`) run this way.
+
+Parent side, :func:`run_child`: it writes the request to a file, starts ``python -m MODULE
+REQUEST.json`` as its own process group and reads the child's JSON lines from a pipe of
+their own, so whatever the user's code prints cannot be mistaken for a result; the
+child's stdout and stderr go to a log file whose tail is kept for the report. A child
+that dies of a signal (a segfault), exits without a result, or runs past the timeout is
+reported as such, with the Python stack that ``faulthandler`` wrote at the moment (at a
+segfault, or shortly before the timeout).
+
+Child side, :func:`serve`: a module's ``main()`` is ``serve(work, argv, refuse=...)``; it
+reads the request, applies the limits (address-space cap, no core file, faulthandler),
+runs ``work(request, channel)`` and sends ``result`` (exit 0), ``refused`` for the
+exceptions in ``refuse`` (exit 3) or ``internal_error`` with the traceback (exit 4).
+Progress and partial results go through :class:`Channel`.
 """
 
 from __future__ import annotations
@@ -19,9 +29,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 #: Default wall-clock limit of one replay (seconds).
 DEFAULT_TIMEOUT_S = 120.0
@@ -83,9 +94,9 @@ def run_child(request: dict, *, timeout_s: float = DEFAULT_TIMEOUT_S,
               module: str = "debugkit.replay.child") -> ChildOutcome:
     """Run one replay child for ``request`` and wait at most ``timeout_s`` seconds.
 
-    ``module`` is the child's ``python -m`` module; any module that speaks the same
-    JSON-lines protocol (:class:`debugkit.replay.child.Channel`) can be run this way
-    (the audit worker, :mod:`debugkit.audit.worker`, is one)."""
+    ``module`` is the child's ``python -m`` module; any module whose ``main()`` is
+    :func:`serve` can be run this way (the audit worker, :mod:`debugkit.audit.worker`,
+    is one)."""
     tmp = Path(tempfile.mkdtemp(prefix="debugkit-replay-"))
     rfd, wfd = os.pipe()
     try:
@@ -210,3 +221,71 @@ def _read(path: Path) -> str:
 
 def _tail(path: Path) -> str:
     return _read(path)
+
+
+# --------------------------------------------------------------------------- child side
+class Channel:
+    """JSON lines to the parent."""
+
+    def __init__(self, fd: int | None):
+        self.f = os.fdopen(fd, "w", buffering=1) if fd is not None else None
+
+    def send(self, event: str, **payload) -> None:
+        if self.f is None:
+            return
+        self.f.write(json.dumps({"event": event, **payload}, default=str) + "\n")
+        self.f.flush()
+
+
+def set_limits(req: dict) -> None:
+    """No core file, and the request's address-space cap (``memory_cap_bytes``)."""
+    import resource
+
+    try:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a segfault leaves no core file
+    except (ValueError, OSError):
+        pass
+    cap = req.get("memory_cap_bytes")
+    if cap:
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        cap = int(cap) if hard == resource.RLIM_INFINITY else min(int(cap), hard)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+
+
+def _enable_faulthandler(req: dict) -> None:
+    fh_path = req.get("faulthandler_path")
+    if fh_path:
+        import faulthandler
+
+        fh = open(fh_path, "w")
+        faulthandler.enable(file=fh, all_threads=True)
+        if req.get("dump_after_s"):
+            faulthandler.dump_traceback_later(float(req["dump_after_s"]), exit=False, file=fh)
+
+
+def serve(work: Callable[[dict, Channel], dict], argv: list[str] | None = None, *,
+          refuse: Sequence[type[BaseException]] = (), faulthandler: bool = True) -> int:
+    """The child's ``main()``: read the request ``argv[0]``, run ``work(request, channel)``
+    and report its result to the parent; returns the exit status (0, 3 refused, 4 error).
+
+    ``refuse``: exception types that mean "will not run this" (sent as ``refused`` with
+    the message); anything else is an ``internal_error`` with its traceback.
+    ``faulthandler``: honour the request's ``faulthandler_path`` and ``dump_after_s``.
+    """
+    argv = sys.argv[1:] if argv is None else argv
+    req = json.loads(Path(argv[0]).read_text())
+    set_limits(req)
+    chan = Channel(req.get("fd"))
+    if faulthandler:
+        _enable_faulthandler(req)
+    try:
+        raw = work(req, chan)
+    except tuple(refuse) as exc:
+        chan.send("refused", type=type(exc).__name__, message=str(exc))
+        return 3
+    except BaseException as exc:  # report anything the work itself could not survive
+        chan.send("internal_error", type=type(exc).__name__, message=str(exc),
+                  traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-20000:])
+        return 4
+    chan.send("result", raw=raw)
+    return 0
