@@ -14,12 +14,13 @@ from debugkit.audit.share import server_secret
 from debugkit.io.store import default_store
 
 from ..conftest import ROOT, SAMPLE_RUNS
+from ._apptest import new_app
 
 SAMPLE = "credit-audit"
 
 
 def app() -> AppTest:
-    return AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
+    return new_app(timeout=240)
 
 
 @pytest.fixture(scope="module")

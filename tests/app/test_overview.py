@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from .conftest import ROOT
+from ..conftest import ROOT
 
 SAMPLES = ROOT / "sample_runs"
 

@@ -15,15 +15,11 @@ from streamlit.testing.v1 import AppTest
 from debugkit.charts.profile import HIGHLIGHT
 
 from ..conftest import ROOT, SAMPLE_RUNS
+from ._apptest import open_page
 
 
 def app(run="digits-profiled", **params):
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
-    at.query_params["run"] = run
-    for k, v in params.items():
-        at.query_params[k] = v
-    at.switch_page("pages/profiler.py")
-    return at.run()
+    return open_page("profiler", check=False, timeout=240, run=run, **params)
 
 
 def figure(at, i):

@@ -10,20 +10,15 @@ from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
+from ._apptest import open_page
 
 ROOT = Path(__file__).resolve().parents[2]
 FID = "r0-s0000075-exception"
 
 
 def app(run: str, failure: str | None = None) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
-    at.query_params["run"] = run
-    if failure is not None:
-        at.query_params["failure"] = failure
-    at.switch_page("pages/replay.py")
-    at.run()
-    assert not at.exception, at.exception
-    return at
+    query = {"run": run} if failure is None else {"run": run, "failure": failure}
+    return open_page("replay", timeout=240, **query)
 
 
 def texts(at) -> str:
