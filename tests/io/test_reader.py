@@ -19,6 +19,7 @@ from debugkit import Recorder, RunDirError, SchemaVersionError, open_run
 from debugkit import format as fmt
 from debugkit.errors import DebugkitError
 from debugkit.io import run as run_mod
+from tests._training import train_step
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_runs"
 
@@ -30,12 +31,7 @@ def _record(run_dir, steps=5, flush=0.05, close=True):
     rec = Recorder(run_dir, model, optimizer=opt, flush_every_s=flush, name="tiny")
     for _ in range(steps):
         x, y = torch.randn(4, 4), torch.randint(0, 2, (4,))
-        with rec.step((x, y)):
-            loss = F.cross_entropy(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            rec.log(loss=loss)
-            opt.step()
+        train_step(rec, model, opt, (x, y))
     if close:
         rec.close()
     return rec
