@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from debugkit.charts.profile import HIGHLIGHT
 
+from .._polling import announce_blocked, wait_for
 from ..conftest import ROOT, SAMPLE_RUNS
 from ._apptest import open_page
 
@@ -122,15 +123,15 @@ def test_stack_dump_view(tmp_path, monkeypatch):
     run = tmp_path / "roots" / "hung"
     shutil.copytree(SAMPLE_RUNS / "digits-mlp", run)
     script = tmp_path / "h.py"
-    script.write_text(textwrap.dedent('''
+    script.write_text(announce_blocked("get") + textwrap.dedent('''
         import queue
-        print("ready", flush=True)
         queue.Queue().get(timeout=120)
     '''))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
-        assert proc.stdout.readline().strip() == "ready"
-        time.sleep(0.3)
+        assert proc.stdout.readline().strip() == "ready"  # the main thread is in Queue.get
+        # and the thread that said so has ended: the dump sees the one blocked thread
+        wait_for(lambda: len(os.listdir(f"/proc/{proc.pid}/task")) == 1, "the announcing thread to end")
         doc = dump_process(proc.pid)
     finally:
         proc.kill()

@@ -15,10 +15,12 @@ import pytest
 from debugkit.cli import main
 from debugkit.io.run import open_run
 
+from .._polling import announce_blocked, wait_for
 from ..conftest import ROOT, SAMPLE_RUNS
 
 BUSY = textwrap.dedent('''
     import sys, time
+    print("ready", flush=True)  # tests that attach wait for this line, not a guessed time
     def spin(seconds):
         end = time.time() + seconds
         n = 0
@@ -64,9 +66,9 @@ def test_profile_a_command_keeps_its_exit_status(tmp_path, busy, capsys):
 
 
 def test_attach_to_a_running_process(tmp_path, busy):
-    proc = subprocess.Popen([sys.executable, str(busy), "30"])
+    proc = subprocess.Popen([sys.executable, str(busy), "30"], stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(1.0)
+        assert proc.stdout.readline().strip() == "ready"
         rc = main(["profile", str(tmp_path / "run"), "--pid", str(proc.pid), "--duration", "1", "--rate", "100"])
     finally:
         proc.kill()
@@ -74,22 +76,44 @@ def test_attach_to_a_running_process(tmp_path, busy):
     assert rc == 0
     (entry,) = open_run(tmp_path / "run").profiles()
     assert entry["origin"] == "py-spy record --pid" and entry["pid"] == proc.pid
-    assert 50 <= entry["summary"]["samples"] <= 400
+    # How many samples py-spy manages in its one second depends on the machine's load;
+    # what cannot vary: it took some, no more than 100 Hz x 1 s allows (with slack for
+    # py-spy's timer), and the manifest counts exactly the samples in the stored file.
+    from debugkit.analysis.profile import compute_function_table
+    from debugkit.io.profile_store import read_entry
+
+    prof = read_entry(entry)
+    assert 0 < entry["summary"]["samples"] == prof.total_samples <= 4 * 100
+    t = compute_function_table(prof, by="function")
+    assert t[t["name"] == "spin"].iloc[0]["self_fraction"] > 0.5  # it attached to the spinning process
     assert str(busy) in entry["command"]
 
 
-HANG = textwrap.dedent('''
+HANG = announce_blocked("wait") + textwrap.dedent('''
     import subprocess, sys, threading, time
     from debugkit import Recorder
     import torch
     child = subprocess.Popen([sys.executable, "-c", "import time\\ndef waiting():\\n    time.sleep(120)\\nwaiting()"])
     rec = Recorder(sys.argv[1], torch.nn.Linear(2, 1), flush_every_s=0.2)
-    print("ready", child.pid, flush=True)
+    READY_EXTRA = [child.pid]  # printed after "ready" once the main thread waits
     try:
         threading.Event().wait(120)  # the "hang"
     finally:
         child.kill()
 ''')
+
+
+def _heartbeat_refreshed(run):
+    """Wait until the run's writer has rewritten its heartbeat once: the run is live."""
+    first = wait_for(lambda: _heartbeat_time(run), f"a heartbeat in {run}")
+    wait_for(lambda: (_heartbeat_time(run) or first) != first, f"a second heartbeat in {run}")
+
+
+def _heartbeat_time(run):
+    try:
+        return json.loads((run / "ranks" / "0" / "heartbeat.json").read_text())["time"]
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def test_dump_a_hung_run_finds_its_run_by_heartbeat(tmp_path, monkeypatch, capsys):
@@ -103,7 +127,7 @@ def test_dump_a_hung_run_finds_its_run_by_heartbeat(tmp_path, monkeypatch, capsy
     try:
         line = proc.stdout.readline().split()
         assert line[0] == "ready", line
-        time.sleep(0.6)  # a heartbeat
+        _heartbeat_refreshed(run)
         monkeypatch.setenv("DEBUGKIT_ROOTS", str(roots))
         rc = main(["dump", "--pid", str(proc.pid)])
     finally:
@@ -125,9 +149,9 @@ def test_dump_a_hung_run_finds_its_run_by_heartbeat(tmp_path, monkeypatch, capsy
 
 
 def test_dump_without_a_run_only_prints(tmp_path, monkeypatch, capsys, busy):
-    proc = subprocess.Popen([sys.executable, str(busy), "30"])
+    proc = subprocess.Popen([sys.executable, str(busy), "30"], stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.8)
+        assert proc.stdout.readline().strip() == "ready"
         monkeypatch.setenv("DEBUGKIT_ROOTS", str(tmp_path))
         assert main(["dump", "--pid", str(proc.pid), "--json"]) == 0
     finally:
