@@ -34,6 +34,7 @@ def texts(at) -> str:
     return "\n".join(str(p) for p in parts)
 
 
+@pytest.mark.slow
 def test_normal_view_shows_verdict_charts_and_provenance(ids):
     at = app()
     at.query_params["run"] = SAMPLE
@@ -52,6 +53,7 @@ def test_normal_view_shows_verdict_charts_and_provenance(ids):
     assert "Compute a new audit" in [e.label for e in at.expander]
 
 
+@pytest.mark.slow
 def test_audit_query_param_picks_the_audit(ids):
     at = app()
     at.query_params["run"] = SAMPLE
@@ -83,6 +85,7 @@ def test_run_without_audits_explains_what_to_do():
     assert "declares no audit target" in texts(at)
 
 
+@pytest.mark.slow
 def test_compute_an_audit_from_the_page(tmp_path, monkeypatch):
     root = tmp_path / "runs"
     root.mkdir()
@@ -177,6 +180,7 @@ def test_a_shared_view_shows_nothing_about_the_recording_machine(ids):
     assert prov["created_by"] not in html and view.json_sha256 in html
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", ["pages/overview.py", "pages/home.py", None])
 def test_editing_the_url_to_another_page_keeps_the_audit_alone(ids, page):
     at = shared(SAMPLE, ids[-1], token(ids[-1]), page=page)
@@ -234,6 +238,7 @@ def test_share_only_server_refuses_plain_visits(monkeypatch):
     refused(at, "this server only opens share links")
 
 
+@pytest.mark.slow
 def test_share_button_makes_a_link_that_verifies(ids):
     import urllib.parse
 

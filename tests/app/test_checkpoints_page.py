@@ -50,6 +50,7 @@ def test_comparison_deep_link_and_bad_params():
     assert any("?a=61: this run has no verified checkpoint at that step" in w for w in warnings)
 
 
+@pytest.mark.slow
 def test_nonfinite_and_frozen_weights_are_flagged(tmp_path):
     train_with_checkpoints(tmp_path / "nan", nan_at=3)
     at = _open_path(tmp_path / "nan")
@@ -114,6 +115,7 @@ def test_replay_from_checkpoint_link(project, tmp_path):
     assert links[0].proto.query_string == "failure=r0-s0000004-exception&checkpoint=4"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value, needle", [("3", "no checkpoint at that step (it has: 2, 4)"),
                                            ("abc", "expected a checkpoint step")])
 def test_replay_page_validates_the_checkpoint_param(project, tmp_path, value, needle):
@@ -124,6 +126,7 @@ def test_replay_page_validates_the_checkpoint_param(project, tmp_path, value, ne
     assert any(needle in w.value for w in at.warning)
 
 
+@pytest.mark.slow
 def test_replay_page_with_a_checkpoint_replays_with_its_weights(project, tmp_path, monkeypatch):
     from tests.replay.test_checkpoint_and_guard import _run_with_checkpoints_then_bad_label
 

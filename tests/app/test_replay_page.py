@@ -72,6 +72,7 @@ def _upload(name: str, sample: str) -> Path:
     return dst
 
 
+@pytest.mark.slow
 def test_an_uploaded_run_asks_before_running_its_code(monkeypatch):
     # The operator allows the examples' folder and lets every visitor trust code.
     monkeypatch.setenv("DEBUGKIT_CODE_ROOTS", str(ROOT / "examples"))

@@ -78,6 +78,7 @@ def in_process(monkeypatch, capsys, cwd, *args):
     return code, out.out, out.err
 
 
+@pytest.mark.slow
 def test_subprocess_lists_exactly_the_corrupted_index(work, stage1_len):
     p = dk("scan-dataset", "digits_data:build_dataset", "--spec", "spec.json", "--json", cwd=work)
     assert p.returncode == 1, p.stderr
@@ -92,6 +93,7 @@ def test_subprocess_lists_exactly_the_corrupted_index(work, stage1_len):
     assert isinstance(out["seconds"], float)
 
 
+@pytest.mark.slow
 def test_text_output(work, stage1_len):
     p = dk("scan-dataset", "digits_data:build_dataset", "--spec", "spec.json", cwd=work)
     assert p.returncode == 1
@@ -120,6 +122,7 @@ def test_batch_size_does_not_matter(work, monkeypatch, capsys, stage1_len, batch
     assert json.loads(out)["violating_indices"] == [stage1_len + CORRUPT_ROW]
 
 
+@pytest.mark.slow
 def test_two_workers_same_result(work, stage1_len):
     p = dk("scan-dataset", "digits_data:build_dataset", "--spec", "spec.json", "--json",
            "--workers", 2, "--batch-size", 100, cwd=work)
@@ -154,6 +157,7 @@ def test_max_seconds_stops_early(work, monkeypatch, capsys):
     assert out["samples"] == 100 and out["complete"] is False and out["stopped"] == "time"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target,spec,msg", [
     ("no_such_module:build", "spec.json",
      "no_such_module:build: cannot import module 'no_such_module' "
