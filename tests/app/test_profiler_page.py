@@ -12,6 +12,7 @@ import textwrap
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from debugkit.analysis.profile import MSG_COUNT_LAUNCHER
 from debugkit.charts.profile import HIGHLIGHT
 
 from .._polling import announce_blocked, wait_for
@@ -48,8 +49,8 @@ def test_sampled_profile_view():
     assert flame["values"][0] == 12307  # every main-thread sample
     assert len(at.dataframe) >= 2
     # py-spy printed 59,614 samples; the page shows 46,959 and says where the rest went.
-    assert any("py-spy reported 59,614 samples: 46,959 of the profiled program are shown, and "
-               "12,655 of debugkit's own launcher" in c.value for c in at.caption)
+    note = MSG_COUNT_LAUNCHER.format(reported=59_614, shown=46_959, launcher=12_655)
+    assert any(note in c.value for c in at.caption), [c.value for c in at.caption]
 
 
 def test_search_highlights_the_matching_frames():

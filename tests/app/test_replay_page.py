@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
+
+from debugkit.replay.policy import HINT_SERVER, MSG_NOT_ALLOWED
+
 from ._apptest import open_page
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,8 +116,8 @@ def test_an_uploaded_run_runs_no_code_unless_the_operator_allows_a_folder(monkey
     _upload("their-run", "cancer-nan-input")
     at = app("their-run")
     assert at.button(key="replay_button").disabled and len(at.checkbox) == 0
-    assert any("is outside the folders whose code this replay may run (none); the server's "
-               "operator allows folders with DEBUGKIT_CODE_ROOTS" in e.value for e in at.error)
+    refusal = MSG_NOT_ALLOWED.split("{local}")[1].format(roots="none", hint=HINT_SERVER)
+    assert any(refusal in e.value for e in at.error), [e.value for e in at.error]
 
 
 def test_the_write_gadget_is_refused_even_when_a_visitor_may_trust(monkeypatch, tmp_path):

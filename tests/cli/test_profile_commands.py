@@ -12,8 +12,10 @@ import time
 
 import pytest
 
+from debugkit.analysis.profile import MSG_COUNT_LAUNCHER
 from debugkit.cli import main
 from debugkit.io.run import open_run
+from debugkit.recorder.pyspy import MSG_NO_PROCESS
 
 from .._polling import announce_blocked, wait_for
 from ..conftest import ROOT, SAMPLE_RUNS
@@ -229,10 +231,10 @@ def test_missing_pyspy(tmp_path, monkeypatch, capsys):
     (["profile", "R", "--pid", "1", "--", "python", "x.py"], "either --pid PID or a command"),
     (["profile", "R", "--no-subprocesses", "--", "python", "x.py"], "--no-subprocesses only applies with --pid"),
     (["profile", "R", "--bogus", "--", "python", "x.py"], "unexpected '--bogus'"),
-    (["profile", "R", "--pid", "999999999"], "--pid 999999999: no such process"),
+    (["profile", "R", "--pid", "999999999"], MSG_NO_PROCESS.format(pid=999999999)),
     (["profile", "R", "--rate", "0", "--", "python", "x.py"], "--rate 0: expected 1..10000"),
     (["profile", "R", "--duration", "-1", "--pid", "1"], "--duration -1.0: expected a positive"),
-    (["dump", "--pid", "999999999"], "--pid 999999999: no such process"),
+    (["dump", "--pid", "999999999"], MSG_NO_PROCESS.format(pid=999999999)),
     (["profile-summary", "nothing-here.json"], "nothing-here.json: no such file"),
     (["profile-summary", str(SAMPLE_RUNS / "digits-profiled"), "--profile", "nope"],
      r"no profile 'nope' \(have: train, train-no-workers, torch-trace\)"),
@@ -280,7 +282,7 @@ def test_pyspys_sample_count_is_explained(tmp_path, profile, reported, shown, la
     c = s["sample_count"]
     assert c == {"reported": reported, "in_file": reported, "launcher": launcher, "shown": shown,
                  "unexplained": 0, "note": c["note"]}
-    assert c["note"].startswith(f"py-spy reported {reported:,} samples: {shown:,} of the profiled program")
+    assert c["note"] == MSG_COUNT_LAUNCHER.format(reported=reported, shown=shown, launcher=launcher)
     text = subprocess.run([shutil.which("debugkit") or "debugkit", "profile-summary", "runs/p", "--profile",
                            profile, "--top", "1"], cwd=work, capture_output=True, text=True, timeout=300)
     assert f"{launcher:,} of debugkit's own launcher process" in text.stdout
