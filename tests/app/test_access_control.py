@@ -14,7 +14,7 @@ from debugkit.audit.share import server_secret
 from debugkit.io.store import default_store
 from pages import _common
 
-from ..conftest import ROOT, SAMPLE_RUNS
+from ..conftest import SAMPLE_RUNS
 from ._apptest import open_page
 
 OIDC = {"redirect_uri": "http://localhost:8501/oauth2callback", "cookie_secret": "not-a-real-secret",

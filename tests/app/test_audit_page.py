@@ -13,7 +13,7 @@ from debugkit.audit import list_audits, make_token
 from debugkit.audit.share import MSG_EXPIRED, MSG_MALFORMED, MSG_SIGNATURE, server_secret
 from debugkit.io.store import default_store
 
-from ..conftest import ROOT, SAMPLE_RUNS
+from ..conftest import SAMPLE_RUNS
 from ._apptest import new_app
 
 SAMPLE = "credit-audit"

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
-from ..conftest import ROOT
 from ._apptest import open_page
 
 

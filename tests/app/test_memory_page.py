@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 from debugkit import Recorder
 from debugkit.io.memsnap import import_snapshot
 from debugkit.recorder.memhistory import write_snapshot
-from tests.conftest import ROOT, SAMPLE_RUNS
+from tests.conftest import SAMPLE_RUNS
 from tests.memsnap_factory import USER, MiB, leaky_training
 from ._apptest import open_page
 

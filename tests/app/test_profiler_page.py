@@ -10,7 +10,6 @@ import sys
 import textwrap
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from debugkit.analysis.profile import MSG_COUNT_LAUNCHER
 from debugkit.charts.profile import HIGHLIGHT

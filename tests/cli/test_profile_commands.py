@@ -8,11 +8,10 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
-from debugkit.analysis.profile import MSG_COUNT_LAUNCHER
+from debugkit.analysis.profile import MSG_COUNT_LAUNCHER, MSG_COUNT_UNEXPLAINED, MSG_COUNT_UNEXPLAINED_EXTRA
 from debugkit.cli import main
 from debugkit.io.run import open_run
 from debugkit.recorder.pyspy import MSG_NO_PROCESS
@@ -295,9 +294,9 @@ def test_sample_count_differences_are_named():
     prof = read_any(SAMPLE_RUNS / "digits-profiled/profiles/train-no-workers.speedscope.json.gz")
     assert explain_sample_count(None, prof) is None  # an imported file: py-spy's count unknown
     c = explain_sample_count(26010, prof, errors=2)
-    assert c["unexplained"] == 2 and "2 samples py-spy counted are not in the file" in c["note"]
+    assert c["unexplained"] == 2 and MSG_COUNT_UNEXPLAINED.format(unexplained=2, errors=2) in c["note"]
     c = explain_sample_count(26000, prof)
-    assert c["unexplained"] == -8 and "holds 8 samples more than py-spy reported" in c["note"]
+    assert c["unexplained"] == -8 and MSG_COUNT_UNEXPLAINED_EXTRA.format(unexplained=8) in c["note"]
 
 
 def test_an_imported_file_has_no_pyspy_count(capsys):

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from debugkit import Recorder, RunDirError, SchemaVersionError, open_run
 from debugkit import format as fmt
