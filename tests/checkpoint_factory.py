@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from debugkit import Recorder
+from tests._training import train_step
 
 
 def _model():
@@ -19,12 +20,7 @@ def train_with_checkpoints(run_dir, *, freeze_first=False, nan_at=None, dtype=No
     with Recorder(run_dir, model, optimizer=opt, flush_every_s=0.05) as rec:
         for s in range(6):
             x, y = torch.randn(16, 8, dtype=dtype), torch.randint(0, 3, (16,))
-            with rec.step((x, y)):
-                loss = torch.nn.functional.cross_entropy(model(x), y)
-                opt.zero_grad()
-                loss.backward()
-                rec.log(loss=loss)
-                opt.step()
+            train_step(rec, model, opt, (x, y))
             if nan_at is not None and s == nan_at:
                 with torch.no_grad():
                     params[2][0, 0] = float("nan")

@@ -14,6 +14,24 @@ if str(ROOT) not in sys.path:
 SAMPLE_RUNS = ROOT / "sample_runs"
 
 
+#: Folders whose every test drives a browser, torchrun jobs or a framework's trainer: all
+#: ``slow``. Single slow tests elsewhere carry ``@pytest.mark.slow`` themselves (those over
+#: ~5 s in ``--durations`` on a 2-core machine). ``pytest -m "not slow"`` is the fast loop;
+#: CI runs everything.
+SLOW_FOLDERS = ("e2e", "distributed", "integrations")
+
+
+def pytest_collection_modifyitems(config, items):
+    tests = ROOT / "tests"
+    for item in items:
+        try:
+            folder = Path(item.path).relative_to(tests).parts[0]
+        except (ValueError, IndexError):
+            continue
+        if folder in SLOW_FOLDERS:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_store(tmp_path_factory, monkeypatch):
     """Every test gets its own run store and cache, so nothing touches ./runs or ~."""

@@ -14,7 +14,8 @@ from debugkit.audit.share import server_secret
 from debugkit.io.store import default_store
 from pages import _auth
 
-from ..conftest import ROOT, SAMPLE_RUNS
+from ..conftest import SAMPLE_RUNS
+from ._apptest import open_page
 
 OIDC = {"redirect_uri": "http://localhost:8501/oauth2callback", "cookie_secret": "not-a-real-secret",
         "client_id": "debugkit-test", "client_secret": "s3cret",
@@ -22,16 +23,7 @@ OIDC = {"redirect_uri": "http://localhost:8501/oauth2callback", "cookie_secret":
 
 
 def app(secrets=None, page=None, **query) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
-    if secrets is not None:
-        at.secrets["auth"] = secrets
-    for k, v in query.items():
-        at.query_params[k] = v
-    if page:
-        at.switch_page(page)
-    at.run()
-    assert not at.exception, at.exception
-    return at
+    return open_page(page, auth=secrets, **query)
 
 
 def shows_only_sign_in(at):

@@ -11,26 +11,15 @@ from streamlit.testing.v1 import AppTest
 from tests.checkpoint_factory import train_with_checkpoints
 from tests.conftest import ROOT
 from tests.replay.conftest import project  # noqa: F401  (fixture)
+from ._apptest import open_page
 
 
 def _open(run: str, **query) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    at.query_params["run"] = run
-    for k, v in query.items():
-        at.query_params[k] = v
-    at.switch_page("pages/checkpoints.py")
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return open_page("checkpoints", run=run, **query)
 
 
 def _open_path(path) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    at.session_state["debugkit_run_path"] = str(path)
-    at.switch_page("pages/checkpoints.py")
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return open_page("checkpoints", run_path=path)
 
 
 def _charts(at):
@@ -61,6 +50,7 @@ def test_comparison_deep_link_and_bad_params():
     assert any("?a=61: this run has no verified checkpoint at that step" in w for w in warnings)
 
 
+@pytest.mark.slow
 def test_nonfinite_and_frozen_weights_are_flagged(tmp_path):
     train_with_checkpoints(tmp_path / "nan", nan_at=3)
     at = _open_path(tmp_path / "nan")
@@ -125,32 +115,25 @@ def test_replay_from_checkpoint_link(project, tmp_path):
     assert links[0].proto.query_string == "failure=r0-s0000004-exception&checkpoint=4"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value, needle", [("3", "no checkpoint at that step (it has: 2, 4)"),
                                            ("abc", "expected a checkpoint step")])
 def test_replay_page_validates_the_checkpoint_param(project, tmp_path, value, needle):
     from tests.replay.test_checkpoint_and_guard import _run_with_checkpoints_then_bad_label
 
     run = _run_with_checkpoints_then_bad_label(tmp_path / "r")
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    at.session_state["debugkit_run_path"] = str(run)
-    at.query_params["checkpoint"] = value
-    at.switch_page("pages/replay.py")
-    at.run()
-    assert not at.exception
+    at = open_page("replay", run_path=run, checkpoint=value)
     assert any(needle in w.value for w in at.warning)
 
 
+@pytest.mark.slow
 def test_replay_page_with_a_checkpoint_replays_with_its_weights(project, tmp_path, monkeypatch):
     from tests.replay.test_checkpoint_and_guard import _run_with_checkpoints_then_bad_label
 
     # The operator allows the project's folder (the fixture) and lets this visitor trust it.
     monkeypatch.setenv("DEBUGKIT_CODE_TRUST", "anyone")
     run = _run_with_checkpoints_then_bad_label(tmp_path / "r")
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
-    at.session_state["debugkit_run_path"] = str(run)
-    at.query_params["checkpoint"] = "2"
-    at.switch_page("pages/replay.py")
-    at.run()
+    at = open_page("replay", check=False, timeout=180, run_path=run, checkpoint="2")
     assert any("Weights: the checkpoint at step 2" in i.value for i in at.info)
     at.checkbox[0].check().run()  # "I trust this code": the run is not a bundled sample
     at.button(key="replay_button").click().run()

@@ -5,16 +5,11 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.conftest import ROOT
+from ._apptest import open_page
 
 
 def _open(run_id: str) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    at.query_params["run"] = run_id
-    at.switch_page("pages/distributed.py")
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return open_page("distributed", run=run_id)
 
 
 def test_straggler_sample_shows_rank_2_and_the_charts():
@@ -57,9 +52,5 @@ def test_single_rank_run_says_what_to_do():
 
 @pytest.mark.parametrize("run_id", ["../etc", "no-such-run"])
 def test_bad_run_param_shows_an_error_not_a_crash(run_id):
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
-    at.query_params["run"] = run_id
-    at.switch_page("pages/distributed.py")
-    at.run()
-    assert not at.exception
+    at = open_page("distributed", run=run_id)
     assert any("run" in e.value for e in at.error) or any("Pick a run" in i.value for i in at.info)

@@ -14,6 +14,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.conftest import ROOT
+from ._apptest import open_page
 
 RUN_PAGES = {
     "overview": None,  # the loss curve is there; checked below
@@ -45,10 +46,7 @@ def scalars_only(tmp_path_factory):
 
 
 def _open(path, page) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    at.session_state["debugkit_run_path"] = str(path)
-    at.switch_page(f"pages/{page}.py")
-    at.run()
+    at = open_page(page, check=False, run_path=path)
     assert not at.exception, (page, [e.value for e in at.exception])
     return at
 
@@ -68,11 +66,7 @@ def test_every_page_when_the_run_is_deleted_while_shown(tmp_path, monkeypatch, p
     store = tmp_path / "store"
     shutil.copytree(ROOT / "sample_runs" / "digits-bad-label", store / "gone")
     monkeypatch.setenv("DEBUGKIT_STORE", str(store))
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    at.query_params["run"] = "gone"
-    at.switch_page(f"pages/{page}.py")
-    at.run()
-    assert not at.exception
+    at = open_page(page, run="gone")
     shutil.rmtree(store / "gone")
     at.run()
     assert not at.exception, [e.value for e in at.exception]
@@ -94,10 +88,7 @@ def test_a_read_only_store_shows_runs_and_refuses_uploads_clearly(tmp_path, monk
     monkeypatch.setenv("DEBUGKIT_STORE", str(store))
     try:
         for page in ("overview", "gradients", "checkpoints", "replay"):
-            at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-            at.query_params["run"] = "ro-run"
-            at.switch_page(f"pages/{page}.py")
-            at.run()
+            at = open_page(page, check=False, run="ro-run")
             assert not at.exception, (page, [e.value for e in at.exception])
         from pages import _sidebar  # noqa: F401
 

@@ -3,21 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
-from ..conftest import ROOT
+from ._apptest import open_page
 
 
 def _page(run=None, **params):
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
     if run:
-        at.query_params["run"] = run
-    for k, v in params.items():
-        at.query_params[k] = v
-    at.switch_page("pages/gradients.py")
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+        params["run"] = run
+    return open_page("gradients", **params)
 
 
 def _subheaders(at):
@@ -206,11 +199,7 @@ def test_a_live_run_is_shown_live_and_picks_up_new_steps(tmp_path, monkeypatch):
 
 
 def test_overview_links_a_nonfinite_capture_here():
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    at.query_params["run"] = "digits-exploding"
-    at.switch_page("pages/overview.py")
-    at.run()
-    assert not at.exception
+    at = open_page("overview", run="digits-exploding")
     links = [(x.proto.label, x.proto.page, x.proto.query_string) for x in at.get("page_link")]
     assert ("See the gradients at this step", "gradients",
             "run=digits-exploding&failure=r0-s0000103-nonfinite&step=103") in links

@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
+
+from ._apptest import new_app, open_page
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,7 +25,7 @@ def _shown(at) -> str:
 
 @pytest.mark.parametrize("value, why", HOSTILE, ids=["nul", "5000-chars", "long-component"])
 def test_the_sidebar_path_box(value, why):
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
+    at = new_app()
     at.run()
     box = next(t for t in at.sidebar.text_input if t.label.startswith("Run directory"))
     box.input(value)
@@ -38,10 +39,7 @@ def test_the_sidebar_path_box(value, why):
 
 @pytest.mark.parametrize("value, why", HOSTILE, ids=["nul", "5000-chars", "long-component"])
 def test_the_checkpoints_folder_box(value, why):
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    at.query_params["run"] = "digits-mlp"
-    at.switch_page("pages/checkpoints.py")
-    at.run()
+    at = open_page("checkpoints", check=False, run="digits-mlp")
     at.text_input[0].input(value)
     next(b for b in at.button if b.label == "Read folder").click().run()
     assert not at.exception, [e.value for e in at.exception]

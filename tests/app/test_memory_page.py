@@ -15,19 +15,13 @@ from streamlit.testing.v1 import AppTest
 from debugkit import Recorder
 from debugkit.io.memsnap_store import import_snapshot
 from debugkit.recorder.memhistory import write_snapshot
-from tests.conftest import ROOT, SAMPLE_RUNS
+from tests.conftest import SAMPLE_RUNS
 from tests.memsnap_factory import USER, MiB, leaky_training
+from ._apptest import open_page
 
 
 def _app(run_id: str, **params) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    at.query_params["run"] = run_id
-    for k, v in params.items():
-        at.query_params[k] = v
-    at.switch_page("pages/memory.py")
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return open_page("memory", run=run_id, **params)
 
 
 def _chart_specs(at) -> list[dict]:

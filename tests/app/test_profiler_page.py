@@ -3,27 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
+from debugkit.analysis.profile import MSG_COUNT_LAUNCHER
 from debugkit.charts.profile import HIGHLIGHT
 
+from .._polling import announce_blocked, wait_for
 from ..conftest import ROOT, SAMPLE_RUNS
+from ._apptest import open_page
 
 
 def app(run="digits-profiled", **params):
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
-    at.query_params["run"] = run
-    for k, v in params.items():
-        at.query_params[k] = v
-    at.switch_page("pages/profiler.py")
-    return at.run()
+    return open_page("profiler", check=False, timeout=240, run=run, **params)
 
 
 def figure(at, i):
@@ -51,8 +48,8 @@ def test_sampled_profile_view():
     assert flame["values"][0] == 12307  # every main-thread sample
     assert len(at.dataframe) >= 2
     # py-spy printed 59,614 samples; the page shows 46,959 and says where the rest went.
-    assert any("py-spy reported 59,614 samples: 46,959 of the profiled program are shown, and "
-               "12,655 of debugkit's own launcher" in c.value for c in at.caption)
+    note = MSG_COUNT_LAUNCHER.format(reported=59_614, shown=46_959, launcher=12_655)
+    assert any(note in c.value for c in at.caption), [c.value for c in at.caption]
 
 
 def test_search_highlights_the_matching_frames():
@@ -126,15 +123,15 @@ def test_stack_dump_view(tmp_path, monkeypatch):
     run = tmp_path / "roots" / "hung"
     shutil.copytree(SAMPLE_RUNS / "digits-mlp", run)
     script = tmp_path / "h.py"
-    script.write_text(textwrap.dedent('''
+    script.write_text(announce_blocked("get") + textwrap.dedent('''
         import queue
-        print("ready", flush=True)
         queue.Queue().get(timeout=120)
     '''))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
-        assert proc.stdout.readline().strip() == "ready"
-        time.sleep(0.3)
+        assert proc.stdout.readline().strip() == "ready"  # the main thread is in Queue.get
+        # and the thread that said so has ended: the dump sees the one blocked thread
+        wait_for(lambda: len(os.listdir(f"/proc/{proc.pid}/task")) == 1, "the announcing thread to end")
         doc = dump_process(proc.pid)
     finally:
         proc.kill()

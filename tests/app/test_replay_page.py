@@ -11,19 +11,17 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from debugkit.replay.policy import HINT_SERVER, MSG_NOT_ALLOWED
+
+from ._apptest import open_page
+
 ROOT = Path(__file__).resolve().parents[2]
 FID = "r0-s0000075-exception"
 
 
 def app(run: str, failure: str | None = None) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
-    at.query_params["run"] = run
-    if failure is not None:
-        at.query_params["failure"] = failure
-    at.switch_page("pages/replay.py")
-    at.run()
-    assert not at.exception, at.exception
-    return at
+    query = {"run": run} if failure is None else {"run": run, "failure": failure}
+    return open_page("replay", timeout=240, **query)
 
 
 def texts(at) -> str:
@@ -77,6 +75,7 @@ def _upload(name: str, sample: str) -> Path:
     return dst
 
 
+@pytest.mark.slow
 def test_an_uploaded_run_asks_before_running_its_code(monkeypatch):
     # The operator allows the examples' folder and lets every visitor trust code.
     monkeypatch.setenv("DEBUGKIT_CODE_ROOTS", str(ROOT / "examples"))
@@ -117,8 +116,8 @@ def test_an_uploaded_run_runs_no_code_unless_the_operator_allows_a_folder(monkey
     _upload("their-run", "cancer-nan-input")
     at = app("their-run")
     assert at.button(key="replay_button").disabled and len(at.checkbox) == 0
-    assert any("is outside the folders whose code this replay may run (none); the server's "
-               "operator allows folders with DEBUGKIT_CODE_ROOTS" in e.value for e in at.error)
+    refusal = MSG_NOT_ALLOWED.split("{local}")[1].format(roots="none", hint=HINT_SERVER)
+    assert any(refusal in e.value for e in at.error), [e.value for e in at.error]
 
 
 def test_the_write_gadget_is_refused_even_when_a_visitor_may_trust(monkeypatch, tmp_path):

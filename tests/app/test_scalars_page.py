@@ -9,20 +9,14 @@ from streamlit.testing.v1 import AppTest
 from debugkit.analysis.scalars import smooth_ema
 from debugkit.io.run import open_run
 
-from .conftest import ROOT
+from ..conftest import ROOT
+from ._apptest import open_page
 
 SAMPLE = ROOT / "sample_runs" / "digits-exploding"
 
 
 def _open(**query) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    at.query_params["run"] = "digits-exploding"
-    for k, v in query.items():
-        at.query_params[k] = v
-    at.switch_page("pages/scalars.py")
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return open_page("scalars", run="digits-exploding", **query)
 
 
 def _arr(v) -> np.ndarray:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import urllib.parse
@@ -10,8 +11,10 @@ import urllib.parse
 import pytest
 
 from debugkit.audit import list_audits, verify_token
-from debugkit.audit.share import server_secret
+from debugkit.audit.share import MSG_BASE_URL, MSG_DURATION, server_secret
+from debugkit.audit.store import MSG_BAD_ID
 from debugkit.cli import main
+from debugkit.errors import MSG_NO_SUCH_PATH
 
 from ..conftest import ROOT, SAMPLE_RUNS
 
@@ -63,16 +66,15 @@ def test_audit_report_writes_both_files(sample, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, match", [
-    (["audit", "show", "{run}", "--audit", "abc"], r"audit id 'abc': expected 16 lowercase hex digits"),
+    (["audit", "show", "{run}", "--audit", "abc"], re.escape(MSG_BAD_ID.format(value="abc"))),
     (["audit", "show", "{run}", "--audit", "0" * 16], r"no audit with id '0000000000000000'"),
-    (["audit", "show", "/no/such/run"], r"/no/such/run: no such file or directory"),
-    (["share", "{run}", "--audit", "{id}", "--expires", "1y"], r"expires='1y': expected a number and a unit"),
-    (["share", "{run}", "--audit", "{id}", "--base-url", "localhost"], r"base URL 'localhost'"),
+    (["audit", "show", "/no/such/run"], re.escape(MSG_NO_SUCH_PATH.format(path="/no/such/run"))),
+    (["share", "{run}", "--audit", "{id}", "--expires", "1y"], re.escape(MSG_DURATION.format(value="1y"))),
+    (["share", "{run}", "--audit", "{id}", "--base-url", "localhost"],
+     re.escape(MSG_BASE_URL.format(value="localhost"))),
     (["share", "{run}", "--audit", "0" * 16], r"no audit with id"),
 ])
 def test_bad_cli_input(sample, capsys, argv, match):
-    import re
-
     run, ids = sample
     argv = [a.format(run=run, id=ids[0]) for a in argv]
     assert main(argv) == 2

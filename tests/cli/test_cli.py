@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from debugkit.errors import MSG_NO_SUCH_PATH, MSG_NOT_A_RUN
+
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_runs"
 
@@ -40,8 +42,8 @@ def test_info_text():
 
 
 @pytest.mark.parametrize("target,msg", [
-    ("no/such/run", "no/such/run: no such file or directory"),
-    ("docs", "docs: not a debugkit run directory (no manifest.json)"),
+    ("no/such/run", MSG_NO_SUCH_PATH.format(path="no/such/run")),
+    ("docs", MSG_NOT_A_RUN.format(path="docs")),
 ])
 def test_bad_paths_give_one_line_and_exit_2(target, msg):
     p = dk("info", target)
@@ -73,7 +75,7 @@ def test_diagnose_json_shape():
 
 def test_ui_refuses_a_missing_path():
     p = dk("ui", "nowhere-at-all")
-    assert p.returncode == 2 and p.stderr == "debugkit: error: nowhere-at-all: no such file or directory\n"
+    assert p.returncode == 2 and p.stderr == f"debugkit: error: {MSG_NO_SUCH_PATH.format(path='nowhere-at-all')}\n"
 
 
 def test_no_command_prints_help_and_exits_2():

@@ -92,15 +92,9 @@ def test_import_creates_the_run_like_the_other_importers(tmp_path):
     doc = json.loads(info.stdout)
     assert doc["name"] == "snap-only" and doc["manifest"]["schema_version"] == "1.0"
 
-    from streamlit.testing.v1 import AppTest
+    from tests.app._apptest import open_page
 
-    from tests.conftest import ROOT
-
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    at.session_state["debugkit_run_path"] = str(tmp_path / "runs" / "snap-only")
-    at.switch_page("pages/memory.py")
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = open_page("memory", run_path=tmp_path / "runs" / "snap-only")
     infos = [i.value for i in at.info]
     assert any(i.startswith("This run holds memory snapshots only") for i in infos), infos
     assert not any("the Recorder writes one per step" in i for i in infos)

@@ -8,17 +8,20 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
+from debugkit.analysis.profile import MSG_COUNT_LAUNCHER, MSG_COUNT_UNEXPLAINED, MSG_COUNT_UNEXPLAINED_EXTRA
 from debugkit.cli import main
 from debugkit.io.run import open_run
+from debugkit.recorder.pyspy import MSG_NO_PROCESS
 
+from .._polling import announce_blocked, wait_for
 from ..conftest import ROOT, SAMPLE_RUNS
 
 BUSY = textwrap.dedent('''
     import sys, time
+    print("ready", flush=True)  # tests that attach wait for this line, not a guessed time
     def spin(seconds):
         end = time.time() + seconds
         n = 0
@@ -64,9 +67,9 @@ def test_profile_a_command_keeps_its_exit_status(tmp_path, busy, capsys):
 
 
 def test_attach_to_a_running_process(tmp_path, busy):
-    proc = subprocess.Popen([sys.executable, str(busy), "30"])
+    proc = subprocess.Popen([sys.executable, str(busy), "30"], stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(1.0)
+        assert proc.stdout.readline().strip() == "ready"
         rc = main(["profile", str(tmp_path / "run"), "--pid", str(proc.pid), "--duration", "1", "--rate", "100"])
     finally:
         proc.kill()
@@ -74,22 +77,44 @@ def test_attach_to_a_running_process(tmp_path, busy):
     assert rc == 0
     (entry,) = open_run(tmp_path / "run").profiles()
     assert entry["origin"] == "py-spy record --pid" and entry["pid"] == proc.pid
-    assert 50 <= entry["summary"]["samples"] <= 400
+    # How many samples py-spy manages in its one second depends on the machine's load;
+    # what cannot vary: it took some, no more than 100 Hz x 1 s allows (with slack for
+    # py-spy's timer), and the manifest counts exactly the samples in the stored file.
+    from debugkit.analysis.profile import compute_function_table
+    from debugkit.io.profile_store import read_entry
+
+    prof = read_entry(entry)
+    assert 0 < entry["summary"]["samples"] == prof.total_samples <= 4 * 100
+    t = compute_function_table(prof, by="function")
+    assert t[t["name"] == "spin"].iloc[0]["self_fraction"] > 0.5  # it attached to the spinning process
     assert str(busy) in entry["command"]
 
 
-HANG = textwrap.dedent('''
+HANG = announce_blocked("wait") + textwrap.dedent('''
     import subprocess, sys, threading, time
     from debugkit import Recorder
     import torch
     child = subprocess.Popen([sys.executable, "-c", "import time\\ndef waiting():\\n    time.sleep(120)\\nwaiting()"])
     rec = Recorder(sys.argv[1], torch.nn.Linear(2, 1), flush_every_s=0.2)
-    print("ready", child.pid, flush=True)
+    READY_EXTRA = [child.pid]  # printed after "ready" once the main thread waits
     try:
         threading.Event().wait(120)  # the "hang"
     finally:
         child.kill()
 ''')
+
+
+def _heartbeat_refreshed(run):
+    """Wait until the run's writer has rewritten its heartbeat once: the run is live."""
+    first = wait_for(lambda: _heartbeat_time(run), f"a heartbeat in {run}")
+    wait_for(lambda: (_heartbeat_time(run) or first) != first, f"a second heartbeat in {run}")
+
+
+def _heartbeat_time(run):
+    try:
+        return json.loads((run / "ranks" / "0" / "heartbeat.json").read_text())["time"]
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def test_dump_a_hung_run_finds_its_run_by_heartbeat(tmp_path, monkeypatch, capsys):
@@ -103,7 +128,7 @@ def test_dump_a_hung_run_finds_its_run_by_heartbeat(tmp_path, monkeypatch, capsy
     try:
         line = proc.stdout.readline().split()
         assert line[0] == "ready", line
-        time.sleep(0.6)  # a heartbeat
+        _heartbeat_refreshed(run)
         monkeypatch.setenv("DEBUGKIT_ROOTS", str(roots))
         rc = main(["dump", "--pid", str(proc.pid)])
     finally:
@@ -125,9 +150,9 @@ def test_dump_a_hung_run_finds_its_run_by_heartbeat(tmp_path, monkeypatch, capsy
 
 
 def test_dump_without_a_run_only_prints(tmp_path, monkeypatch, capsys, busy):
-    proc = subprocess.Popen([sys.executable, str(busy), "30"])
+    proc = subprocess.Popen([sys.executable, str(busy), "30"], stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.8)
+        assert proc.stdout.readline().strip() == "ready"
         monkeypatch.setenv("DEBUGKIT_ROOTS", str(tmp_path))
         assert main(["dump", "--pid", str(proc.pid), "--json"]) == 0
     finally:
@@ -205,10 +230,10 @@ def test_missing_pyspy(tmp_path, monkeypatch, capsys):
     (["profile", "R", "--pid", "1", "--", "python", "x.py"], "either --pid PID or a command"),
     (["profile", "R", "--no-subprocesses", "--", "python", "x.py"], "--no-subprocesses only applies with --pid"),
     (["profile", "R", "--bogus", "--", "python", "x.py"], "unexpected '--bogus'"),
-    (["profile", "R", "--pid", "999999999"], "--pid 999999999: no such process"),
+    (["profile", "R", "--pid", "999999999"], MSG_NO_PROCESS.format(pid=999999999)),
     (["profile", "R", "--rate", "0", "--", "python", "x.py"], "--rate 0: expected 1..10000"),
     (["profile", "R", "--duration", "-1", "--pid", "1"], "--duration -1.0: expected a positive"),
-    (["dump", "--pid", "999999999"], "--pid 999999999: no such process"),
+    (["dump", "--pid", "999999999"], MSG_NO_PROCESS.format(pid=999999999)),
     (["profile-summary", "nothing-here.json"], "nothing-here.json: no such file"),
     (["profile-summary", str(SAMPLE_RUNS / "digits-profiled"), "--profile", "nope"],
      r"no profile 'nope' \(have: train, train-no-workers, torch-trace\)"),
@@ -256,7 +281,7 @@ def test_pyspys_sample_count_is_explained(tmp_path, profile, reported, shown, la
     c = s["sample_count"]
     assert c == {"reported": reported, "in_file": reported, "launcher": launcher, "shown": shown,
                  "unexplained": 0, "note": c["note"]}
-    assert c["note"].startswith(f"py-spy reported {reported:,} samples: {shown:,} of the profiled program")
+    assert c["note"] == MSG_COUNT_LAUNCHER.format(reported=reported, shown=shown, launcher=launcher)
     text = subprocess.run([shutil.which("debugkit") or "debugkit", "profile-summary", "runs/p", "--profile",
                            profile, "--top", "1"], cwd=work, capture_output=True, text=True, timeout=300)
     assert f"{launcher:,} of debugkit's own launcher process" in text.stdout
@@ -269,9 +294,9 @@ def test_sample_count_differences_are_named():
     prof = read_any(SAMPLE_RUNS / "digits-profiled/profiles/train-no-workers.speedscope.json.gz")
     assert explain_sample_count(None, prof) is None  # an imported file: py-spy's count unknown
     c = explain_sample_count(26010, prof, errors=2)
-    assert c["unexplained"] == 2 and "2 samples py-spy counted are not in the file" in c["note"]
+    assert c["unexplained"] == 2 and MSG_COUNT_UNEXPLAINED.format(unexplained=2, errors=2) in c["note"]
     c = explain_sample_count(26000, prof)
-    assert c["unexplained"] == -8 and "holds 8 samples more than py-spy reported" in c["note"]
+    assert c["unexplained"] == -8 and MSG_COUNT_UNEXPLAINED_EXTRA.format(unexplained=8) in c["note"]
 
 
 def test_an_imported_file_has_no_pyspy_count(capsys):

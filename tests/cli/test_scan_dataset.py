@@ -13,6 +13,8 @@ import pytest
 from torch.utils.data import DataLoader
 
 from debugkit.cli import main
+from debugkit.cli.scan_dataset import (MSG_BUILD_FAILED, MSG_IMPORT, MSG_NO_FUNCTION, MSG_KWARGS,
+                                         MSG_NOT_CALLABLE, MSG_TARGET)
 from debugkit.recorder.guard import BatchSpec
 from examples.digits import CORRUPT_ROW, DigitsDataset, load_splits
 
@@ -78,6 +80,7 @@ def in_process(monkeypatch, capsys, cwd, *args):
     return code, out.out, out.err
 
 
+@pytest.mark.slow
 def test_subprocess_lists_exactly_the_corrupted_index(work, stage1_len):
     p = dk("scan-dataset", "digits_data:build_dataset", "--spec", "spec.json", "--json", cwd=work)
     assert p.returncode == 1, p.stderr
@@ -92,6 +95,7 @@ def test_subprocess_lists_exactly_the_corrupted_index(work, stage1_len):
     assert isinstance(out["seconds"], float)
 
 
+@pytest.mark.slow
 def test_text_output(work, stage1_len):
     p = dk("scan-dataset", "digits_data:build_dataset", "--spec", "spec.json", cwd=work)
     assert p.returncode == 1
@@ -120,6 +124,7 @@ def test_batch_size_does_not_matter(work, monkeypatch, capsys, stage1_len, batch
     assert json.loads(out)["violating_indices"] == [stage1_len + CORRUPT_ROW]
 
 
+@pytest.mark.slow
 def test_two_workers_same_result(work, stage1_len):
     p = dk("scan-dataset", "digits_data:build_dataset", "--spec", "spec.json", "--json",
            "--workers", 2, "--batch-size", 100, cwd=work)
@@ -154,20 +159,20 @@ def test_max_seconds_stops_early(work, monkeypatch, capsys):
     assert out["samples"] == 100 and out["complete"] is False and out["stopped"] == "time"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target,spec,msg", [
     ("no_such_module:build", "spec.json",
-     "no_such_module:build: cannot import module 'no_such_module' "
-     "(ModuleNotFoundError: No module named 'no_such_module')"),
+     MSG_IMPORT.format(target="no_such_module:build", module="no_such_module",
+                       detail="ModuleNotFoundError: No module named 'no_such_module'")),
     ("digits_data:missing", "spec.json",
-     "digits_data:missing: module 'digits_data' has no attribute 'missing'"),
+     MSG_NO_FUNCTION.format(target="digits_data:missing", module="digits_data", name="missing")),
     ("digits_data:NOT_CALLABLE", "spec.json",
-     "digits_data:NOT_CALLABLE: 'NOT_CALLABLE' is a int, expected a function"),
-    ("digits_data", "spec.json",
-     "'digits_data': expected MODULE:FUNCTION, e.g. mypkg.data:build_dataset"),
+     MSG_NOT_CALLABLE.format(target="digits_data:NOT_CALLABLE", name="NOT_CALLABLE", kind="int")),
+    ("digits_data", "spec.json", MSG_TARGET.format(target="digits_data")),
     ("digits_data:not_a_dataset", "spec.json",
      "digits_data:not_a_dataset returned a value that is a int: expected a torch Dataset"),
     ("digits_data:broken", "spec.json",
-     "digits_data:broken: calling it raised FileNotFoundError: labels.csv"),
+     MSG_BUILD_FAILED.format(target="digits_data:broken", error_type="FileNotFoundError", detail="labels.csv")),
     ("digits_data:build_dataset", "bad_spec.json", "bad_spec.json: not a debugkit batch spec"),
     ("digits_data:build_dataset", "nothing.json", "nothing.json: cannot read batch spec"),
 ])
@@ -182,4 +187,4 @@ def test_bad_input_exits_2_with_one_line(work, target, spec, msg):
 def test_bad_kwargs_exit_2(work, monkeypatch, capsys):
     code, out, err = in_process(monkeypatch, capsys, work, "digits_data:build_dataset",
                                 "--spec", "spec.json", "--kwargs", "[1]")
-    assert code == 2 and "--kwargs '[1]': expected a JSON object" in err
+    assert code == 2 and MSG_KWARGS.format(value="[1]") in err

@@ -16,6 +16,7 @@ from debugkit import format as fmt
 from debugkit.diagnose import index as run_index
 from debugkit.io import store
 from debugkit.io.fs import as_path, files_signature
+from tests._training import train_step
 
 
 def _record(run_dir, steps, *, fail_at=None):
@@ -28,12 +29,7 @@ def _record(run_dir, steps, *, fail_at=None):
                 x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
                 if fail_at == s:
                     y = torch.full((8,), 7)  # out of range for 2 classes: the step raises
-                with rec.step((x, y)):
-                    loss = torch.nn.functional.cross_entropy(model(x), y)
-                    opt.zero_grad()
-                    loss.backward()
-                    rec.log(loss=loss)
-                    opt.step()
+                train_step(rec, model, opt, (x, y))
     except IndexError:
         assert fail_at is not None
     # The Recorder writes env.json (pip check) from a thread: wait for it, so that the

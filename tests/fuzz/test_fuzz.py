@@ -26,6 +26,7 @@ def test_seed_input_opens(name):
     assert run_target(name, seed(name)) == "opened"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", sorted(TARGETS))
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,

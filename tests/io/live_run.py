@@ -19,9 +19,9 @@ N_LAYERS = 24
 def train(run_dir: str, steps: int, flush_s: float) -> list[float]:
     import torch
     import torch.nn as nn
-    import torch.nn.functional as F
 
     from debugkit import Recorder
+    from tests._training import train_step
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -35,12 +35,7 @@ def train(run_dir: str, steps: int, flush_s: float) -> list[float]:
         for _ in range(steps):
             x, y = torch.randn(32, 128), torch.randint(0, 128, (32,))
             t0 = time.perf_counter()
-            with rec.step((x, y)):
-                loss = F.cross_entropy(model(x), y)
-                opt.zero_grad()
-                loss.backward()
-                rec.log(loss=loss)
-                opt.step()
+            train_step(rec, model, opt, (x, y))
             times.append(time.perf_counter() - t0)
     return times
 

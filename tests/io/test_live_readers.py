@@ -53,8 +53,10 @@ def test_readers_never_see_a_torn_record_while_the_writer_appends(tmp_path):
             t.join(60)
     assert writer.returncode == 0
     assert not errors, errors[:3]
-    # the readers saw the run grow while it was written, not only the finished run
+    # the readers saw the run grow while it was written, not only the finished run: some
+    # read found part of it (how many reads fit in the writer's ~8 s depends on the load)
+    final = 400 * (2 * N_LAYERS + 1)
     grads = sorted({r["grads"] for r in reads})
-    assert len(reads) > 20 and len(grads) > 5, (len(reads), grads[:10])
+    assert reads and grads[0] < final, (len(reads), grads[:10])
     assert read_and_check(run)["steps"] == len(json.loads(out)) == 400
     assert read_and_check(run)["grads"] == 400 * (2 * N_LAYERS + 1)

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from debugkit import Recorder, RunDirError, SchemaVersionError, open_run
 from debugkit import format as fmt
 from debugkit.errors import DebugkitError
+from tests._training import train_step
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_runs"
 
@@ -29,12 +29,7 @@ def _record(run_dir, steps=5, flush=0.05, close=True):
     rec = Recorder(run_dir, model, optimizer=opt, flush_every_s=flush, name="tiny")
     for _ in range(steps):
         x, y = torch.randn(4, 4), torch.randint(0, 2, (4,))
-        with rec.step((x, y)):
-            loss = F.cross_entropy(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            rec.log(loss=loss)
-            opt.step()
+        train_step(rec, model, opt, (x, y))
     if close:
         rec.close()
     return rec

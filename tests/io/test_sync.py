@@ -14,6 +14,7 @@ from debugkit import Recorder, open_run
 from debugkit.cli import main as cli_main
 from debugkit.errors import RunDirError
 from debugkit.io.sync import MSG_DEST_INSIDE, sync_run, watch_run
+from tests._training import train_step
 
 
 def _train(run_dir, steps):
@@ -23,12 +24,7 @@ def _train(run_dir, steps):
     with Recorder(run_dir, model, optimizer=opt, name="sync-test", flush_every_s=0.05) as rec:
         for _ in range(steps):
             x, y = torch.randn(16, 4), torch.randint(0, 2, (16,))
-            with rec.step((x, y)):
-                loss = torch.nn.functional.cross_entropy(model(x), y)
-                opt.zero_grad()
-                loss.backward()
-                rec.log(loss=loss)
-                opt.step()
+            train_step(rec, model, opt, (x, y))
 
 
 @pytest.fixture

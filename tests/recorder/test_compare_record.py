@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 from debugkit import Recorder, open_run
 from debugkit.recorder.datafp import SAMPLE_ITEMS, describe_dataset, sample_indices
 from debugkit.recorder.env import all_distributions, collect_env
+from tests._training import train_step
 
 
 def _train(run_dir, data, steps=6, loaders=1):
@@ -25,12 +26,7 @@ def _train(run_dir, data, steps=6, loaders=1):
         done = 0
         for _ in range(loaders):
             for x, y in rec.track(DataLoader(data, batch_size=8)):
-                with rec.step((x, y)):
-                    loss = torch.nn.functional.cross_entropy(model(x), y)
-                    opt.zero_grad()
-                    loss.backward()
-                    rec.log(loss=loss)
-                    opt.step()
+                train_step(rec, model, opt, (x, y))
                 done += 1
                 if done >= steps:
                     break

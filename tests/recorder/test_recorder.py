@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from debugkit import InvalidInputError, NonFiniteError, Recorder, open_run
 from debugkit.tensortree import load_tree
+from tests._training import train, train_step
 
 
 def _model(seed=0):
@@ -91,13 +92,7 @@ def test_scalars_memory_steps_and_lr_rows(tmp_path):
     model = _model()
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     with Recorder(tmp_path / "r", model, optimizer=opt, config={"lr": 3e-3}) as rec:
-        for x, y in _batches(4):
-            with rec.step((x, y)):
-                loss = F.cross_entropy(model(x), y)
-                opt.zero_grad()
-                loss.backward()
-                rec.log(loss=loss, acc=0.5, count=3)
-                opt.step()
+        train(rec, model, opt, _batches(4), acc=0.5, count=3)
     run = open_run(tmp_path / "r")
     sc = run.scalars()
     assert sorted(sc["key"].unique()) == ["acc", "count", "loss", "lr"]
@@ -193,12 +188,7 @@ def test_nonfinite_capture_once_and_training_continues(tmp_path):
             if i >= 2:
                 x = x.clone()
                 x[0, 0] = float("nan")
-            with rec.step((x, y)):
-                loss = F.cross_entropy(model(x), y)
-                opt.zero_grad()
-                loss.backward()
-                rec.log(loss=loss)
-                opt.step()
+            train_step(rec, model, opt, (x, y))
     run = open_run(tmp_path / "r")
     assert run.status == "finished"
     (f,) = run.failures()

@@ -94,6 +94,7 @@ def dead_rank_run(tmp_path_factory):
 
 
 # ------------------------------------------------------------------------- overflow
+@pytest.mark.slow
 def test_lstm_huge_finite_gradients_are_an_explosion_not_nonfinite(lstm_run):
     from debugkit import open_run
 
@@ -110,6 +111,7 @@ def test_lstm_huge_finite_gradients_are_an_explosion_not_nonfinite(lstm_run):
 
 
 # ---------------------------------------------------------------------- data bugs
+@pytest.mark.slow
 def test_token_out_of_range_is_found_and_replayed_to_its_sample(token_run):
     fs = findings(token_run)
     assert [(f["kind"], f["step"], f["rank"], f["evidence"]["error_type"]) for f in fs] == \
@@ -122,6 +124,7 @@ def test_token_out_of_range_is_found_and_replayed_to_its_sample(token_run):
     assert "holds index 40, outside [0, 40)" in c["detail"]
 
 
+@pytest.mark.slow
 def test_nan_pixel_is_traced_to_its_scan(cnn_run):
     fs = findings(cnn_run)
     got = {(f["kind"], f["step"], f["layer"]) for f in fs}
@@ -133,6 +136,7 @@ def test_nan_pixel_is_traced_to_its_scan(cnn_run):
     assert rep["culprit_positions"] == [[0, 3, 5]]  # channel 0, row 3, column 5
 
 
+@pytest.mark.slow
 def test_shape_mismatch_names_the_layer(tabular_run):
     fs = findings(tabular_run)
     assert [(f["kind"], f["step"], f["rank"], f["evidence"]["error_type"]) for f in fs] == \
@@ -145,6 +149,7 @@ def test_shape_mismatch_names_the_layer(tabular_run):
 
 
 # ------------------------------------------------------------------------ dead rank
+@pytest.mark.slow
 def test_dead_rank_is_named_before_the_error_it_caused(dead_rank_run):
     fs = findings(dead_rank_run)
     assert [(f["kind"], f["rank"]) for f in fs] == [("rank_crashed", 1), ("step_failure", 0)], \
@@ -166,18 +171,15 @@ def test_dead_rank_is_named_before_the_error_it_caused(dead_rank_run):
 
 def _distributed_page(monkeypatch, folder):
     """The Distributed page of ``folder/run`` (served as run id ``run``)."""
-    from streamlit.testing.v1 import AppTest
+    from tests.app._apptest import open_page
 
     monkeypatch.setenv("DEBUGKIT_ROOTS", str(folder))
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
-    at.query_params["run"] = "run"
-    at.switch_page("pages/distributed.py")
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = open_page("distributed", run="run")
     assert at.title[0].value == "Distributed"
     return at
 
 
+@pytest.mark.slow
 def test_dead_rank_shows_on_the_distributed_page(dead_rank_run, monkeypatch):
     at = _distributed_page(monkeypatch, dead_rank_run)
     errors = [e.value for e in at.error]
@@ -186,6 +188,7 @@ def test_dead_rank_shows_on_the_distributed_page(dead_rank_run, monkeypatch):
 
 
 # ---------------------------------------------------------------------- traces only
+@pytest.mark.slow
 def test_traces_only_run_reaches_diagnose_and_the_distributed_page(tmp_path, monkeypatch):
     src = tmp_path / "hta"
     shutil.copytree(HTA, src)

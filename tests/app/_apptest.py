@@ -1,0 +1,45 @@
+"""The one way tests open the app: an AppTest of app.py (router + pages), fresh session.
+
+``new_app`` builds it (query params, a run path in session state, auth secrets) without
+running it; ``open_page`` also switches to a page, runs it and, by default, checks that
+no exception reached the page. Both are used directly by helper functions and through the
+``app`` fixture (tests/app/conftest.py).
+"""
+
+from __future__ import annotations
+
+from streamlit.testing.v1 import AppTest
+
+from ..conftest import ROOT
+
+APP = ROOT / "app.py"
+#: Seconds one ``at.run()`` may take; pages that replay or audit pass more.
+TIMEOUT_S = 120
+
+
+def new_app(*, timeout: float = TIMEOUT_S, auth: dict | None = None, run_path=None, **query) -> AppTest:
+    """An AppTest of the whole app, not yet run.
+
+    ``auth`` goes to ``st.secrets["auth"]``, ``run_path`` to the session's run picked by
+    path (``debugkit_run_path``), and every other keyword is a query parameter.
+    """
+    at = AppTest.from_file(str(APP), default_timeout=timeout)
+    if auth is not None:
+        at.secrets["auth"] = auth
+    if run_path is not None:
+        at.session_state["debugkit_run_path"] = str(run_path)
+    for k, v in query.items():
+        at.query_params[k] = v
+    return at
+
+
+def open_page(page: str | None = None, *, check: bool = True, **kwargs) -> AppTest:
+    """``new_app(**kwargs)`` switched to ``page`` ("gradients" or "pages/gradients.py";
+    None: the home page) and run; with ``check``, no exception reached the page."""
+    at = new_app(**kwargs)
+    if page is not None:
+        at.switch_page(page if page.endswith(".py") else f"pages/{page}.py")
+    at.run()
+    if check:
+        assert not at.exception, [e.value for e in at.exception]
+    return at
