@@ -67,6 +67,10 @@ class ReplayError(DebugkitError):
     """A captured failure could not be replayed."""
 
 
+class CodeRefusedError(ReplayError):
+    """The capture's code may not run (missing, changed without permission, or unsafe)."""
+
+
 class NonFiniteError(DebugkitError):
     """A loss or gradient became NaN/Inf and the Recorder was told to halt."""
 

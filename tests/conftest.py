@@ -56,7 +56,7 @@ def _apptest_runs_the_router():
     AppTest resets Streamlit's "pages directory" flag before each run, and because
     pages/ sits next to app.py, a rerun then executes the page file alone (Streamlit's
     pre-``st.navigation`` mode) instead of app.py. In a real server the flag is cleared
-    by the first ``st.navigation`` call and stays so (``pages._common.page_guard``
+    by the first ``st.navigation`` call and stays so (``pages._routing.page_guard``
     covers a fresh server's very first run). Here the flag is cleared as soon as AppTest
     builds its PagesManager, so reruns behave like the browser.
     """

@@ -39,15 +39,11 @@ SEPARATE = {frozenset({"recorder", "io"})}
 FACE = "debugkit"
 
 #: Known edges that run up a layer (or between separate packages), as
-#: ``"importer -> imported"``, in modules that other engineers of issue 21 move.
-#: removed by the merge of issue 21
+#: ``"importer -> imported"``. None: a new one is a design decision, not an exception.
 KNOWN_UPWARD: frozenset[str] = frozenset()
 
-#: Known module cycles (each a sorted tuple of module names) outside this branch's
-#: modules. removed by the merge of issue 21
-KNOWN_CYCLES: frozenset[tuple[str, ...]] = frozenset({
-    ("debugkit.replay.code", "debugkit.replay.policy"),  # replay's engineer splits these
-})
+#: Known module cycles (each a sorted tuple of module names). None: keep it that way.
+KNOWN_CYCLES: frozenset[tuple[str, ...]] = frozenset()
 
 
 def _module_name(path: Path, root: Path = ROOT) -> str:

@@ -16,8 +16,8 @@ import os
 
 from typing import Callable
 
-from ..errors import InvalidInputError, ReplayError
-from .code import CodeIdentity, CodeRefusedError, identify_capture, require_runnable
+from ..errors import CodeRefusedError, InvalidInputError, ReplayError
+from .code import CodeIdentity, identify_capture, require_runnable
 from .loading import factory_kwargs, select_failure, verify_files
 from .policy import check_plain_kwargs, cli_code_roots
 from .report import build_report, crash_of, merge_partial

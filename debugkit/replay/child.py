@@ -374,7 +374,7 @@ def _probe_findings(probe) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     from ..errors import DebugkitError
-    from .code import CodeRefusedError
+    from ..errors import CodeRefusedError
 
     return serve(replay_here, argv, refuse=(CodeRefusedError, DebugkitError))
 

@@ -34,7 +34,7 @@ import sysconfig
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..errors import ReplayError
+from ..errors import CodeRefusedError
 
 VERIFIED = "verified"
 CHANGED = "changed"
@@ -72,10 +72,6 @@ MSG_INSTALLED = ("{role} {spec}: {local} belongs to an installed package, whose 
 MSG_VERIFIED = "{role} {spec}: {local} matches the recorded SHA-256"
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class CodeRefusedError(ReplayError):
-    """The capture's code may not run (missing, changed without permission, or unsafe)."""
 
 
 @dataclass(frozen=True)

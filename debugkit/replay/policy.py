@@ -39,7 +39,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from .code import CodeRefusedError
+from ..errors import CodeRefusedError
 
 #: ``os.pathsep``-separated folders whose code a replay may run (the operator's setting).
 ENV_CODE_ROOTS = "DEBUGKIT_CODE_ROOTS"

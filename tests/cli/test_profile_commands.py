@@ -14,7 +14,7 @@ import pytest
 from debugkit.analysis.profile import MSG_COUNT_LAUNCHER, MSG_COUNT_UNEXPLAINED, MSG_COUNT_UNEXPLAINED_EXTRA
 from debugkit.cli import main
 from debugkit.io.run import open_run
-from debugkit.recorder.pyspy import MSG_NO_PROCESS
+from debugkit.cli._pyspy import MSG_NO_PROCESS
 
 from .._polling import announce_blocked, wait_for
 from ..conftest import ROOT, SAMPLE_RUNS

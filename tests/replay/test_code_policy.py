@@ -21,7 +21,7 @@ import pytest
 
 from debugkit.replay import replay
 from debugkit.replay import policy
-from debugkit.replay.code import CodeRefusedError
+from debugkit.errors import CodeRefusedError
 
 from .conftest import ROOT, record_failure
 

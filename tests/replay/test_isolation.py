@@ -14,7 +14,7 @@ import pytest
 
 from debugkit.errors import ReplayError
 from debugkit.replay import replay
-from debugkit.replay.code import CodeRefusedError
+from debugkit.errors import CodeRefusedError
 
 from .conftest import ROOT, record_failure, run_cli
 
