@@ -1,7 +1,5 @@
 """Replay a captured failure: its error, the code it runs, and what the replay found."""
 
-from pathlib import Path
-
 import streamlit as st
 
 from debugkit.errors import DebugkitError
@@ -79,28 +77,26 @@ def _guard(path: str, sig: tuple, fid: str) -> dict:
 
 
 @st.cache_data(**_data.CACHE, show_spinner=False)
-def _checkpoints(path: str, sig: tuple) -> dict:
-    from debugkit.checkpoints import read_index, verify
+def _checkpoint_problem(path: str, sig: tuple, step: int) -> str | None:
+    """The library's own check of the checkpoint the replay would use (present, verified)."""
+    from debugkit.replay import checkpoint_weights
 
     try:
-        return {int(e["step"]): verify(path, e) for e in read_index(path)}
-    except (DebugkitError, OSError, TypeError):
-        return {}
+        checkpoint_weights(path, step)
+    except DebugkitError as exc:
+        return str(exc)
+    return None
 
 
 def _checkpoint_param() -> int | None:
     """``?checkpoint=<step>``: replay with that checkpoint's weights (validated)."""
-    have = _checkpoints(path, _data.signature(path)) if _query.query_text("checkpoint") else {}
     try:
         step = _query.query_int("checkpoint", signed=False, expected="a checkpoint step (a whole number)")
         if step is None:
             return None
-        if step not in have:
-            raise DebugkitError(f"?checkpoint={step}: this run has no checkpoint at that step "
-                                f"(it has: {', '.join(map(str, sorted(have))) or 'none'})")
-        if have[step]:
-            raise DebugkitError(f"checkpoint at step {step} fails verification ({have[step]}); "
-                                "replaying with the captured weights")
+        problem = _checkpoint_problem(path, _data.signature(path), step)
+        if problem:
+            raise DebugkitError(f"?{problem}; replaying with the captured weights")
     except DebugkitError as exc:
         st.warning(_ui.md(exc), icon=":material/link_off:")
         return None
@@ -357,8 +353,9 @@ def _may_trust() -> bool:
 
 
 def render() -> None:
-    from debugkit.replay.code import NEEDS_ALLOW, NEVER
-    from debugkit.replay.policy import SAMPLES_DIR
+    from debugkit.replay.code import NEVER
+    from debugkit.replay.code import needs_trust as code_needs_trust
+    from debugkit.replay.policy import is_bundled_sample
     from debugkit.replay.sandbox import cuda_possible
 
     try:
@@ -389,8 +386,7 @@ def render() -> None:
         _show_code(idents)
 
     never = [i for i in idents if i["status"] in NEVER]
-    sample = Path(path).resolve().is_relative_to(SAMPLES_DIR.resolve())
-    needs_trust = bool(idents) and (not sample or any(i["status"] in NEEDS_ALLOW for i in idents))
+    needs_trust = code_needs_trust(path, idents)
     _show_guard(f)
     checkpoint = _checkpoint_param()
     st.subheader("Replay")
@@ -420,8 +416,8 @@ def render() -> None:
                    "differs from the recorded one. The operator can let every visitor trust code "
                    "with DEBUGKIT_CODE_TRUST=anyone (docs/security.md).", icon=":material/lock:")
     elif needs_trust:
-        why = ("this run was uploaded or opened from outside the bundled samples" if not sample
-               else "the code differs from the recorded one")
+        why = ("this run was uploaded or opened from outside the bundled samples"
+               if not is_bundled_sample(path) else "the code differs from the recorded one")
         i0 = idents[0]
         trusted = st.checkbox(
             f"I trust this code ({why}): run {_ui.code(i0['spec'])} from {_ui.code(i0['local_file'])} "

@@ -187,7 +187,7 @@ def replay(run, failure_id: str | None = None, *, device: str = "auto", allow_co
     code = [i.to_dict() for i in idents]
     state_file, weights = None, {"from": "capture"}
     if checkpoint is not None:
-        state_file = _checkpoint_state(run, checkpoint)
+        state_file = checkpoint_weights(run, checkpoint)
         weights = {"from": "checkpoint", "step": int(checkpoint), "path": state_file}
     kw = dict(allow_code=allow_code, timeout_s=t, cap=cap, progress=progress, state_file=state_file,
               code_roots=roots)
@@ -227,12 +227,17 @@ def replay(run, failure_id: str | None = None, *, device: str = "auto", allow_co
     return report
 
 
-def _checkpoint_state(run, step) -> str:
-    """The verified ``model.safetensors`` of the run's checkpoint at ``step``."""
+def checkpoint_weights(run, step) -> str:
+    """The verified ``model.safetensors`` of the run's checkpoint at ``step`` (``run``: a
+    Run or a run directory); a :class:`ReplayError` saying why when there is none."""
     from pathlib import Path
 
     from ..checkpoints import DIR, read_index, verify
 
+    if not hasattr(run, "path"):
+        from ..io.run import open_run
+
+        run = open_run(run)
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise InvalidInputError(f"checkpoint {step!r}: expected a step (an integer >= 0)")
     try:

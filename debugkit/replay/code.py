@@ -440,3 +440,14 @@ def load_verified_module(ident: dict, allow_code: bool, code_roots: list | None 
         raise CodeRefusedError(MSG_NOT_DEFINED.format(role=ident["role"], spec=ident["spec"],
                                                       qualname=qualname, local=local))
     return obj
+
+
+def needs_trust(run_path, idents) -> bool:
+    """Whether replaying this run asks the visitor to trust its code.
+
+    Every run does, except a bundled sample whose factory the recorded hash covers
+    (``idents``: :func:`identify_capture`'s entries, as dicts with a ``status``)."""
+    from .policy import is_bundled_sample
+
+    return bool(idents) and (not is_bundled_sample(run_path)
+                             or any(i["status"] in NEEDS_ALLOW for i in idents))

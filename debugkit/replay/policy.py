@@ -138,11 +138,15 @@ def server_code_roots(run_path) -> list[Path]:
     env = env_code_roots()
     if env is not None:
         return env
+    return _resolved([EXAMPLES_DIR]) if is_bundled_sample(run_path) else []
+
+
+def is_bundled_sample(run_path) -> bool:
+    """Whether ``run_path`` is one of the sample runs shipped with debugkit."""
     try:
-        sample = Path(run_path).resolve().is_relative_to(SAMPLES_DIR.resolve())
+        return Path(run_path).resolve().is_relative_to(SAMPLES_DIR.resolve())
     except (OSError, ValueError):
-        sample = False
-    return _resolved([EXAMPLES_DIR]) if sample else []
+        return False
 
 
 #: The only functions inside debugkit that a capture may name: the replay helpers that

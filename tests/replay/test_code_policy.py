@@ -227,3 +227,17 @@ def test_server_roots_default_to_the_bundled_examples_for_bundled_samples_only(m
     assert policy.server_code_roots(tmp_path / "uploaded") == []
     monkeypatch.setenv("DEBUGKIT_CODE_ROOTS", os.pathsep.join([str(tmp_path), ""]))
     assert policy.server_code_roots(tmp_path / "uploaded") == [tmp_path.resolve()]
+
+
+def test_which_runs_ask_the_visitor_to_trust_code(tmp_path):
+    """The replay page's question, decided in the library: every run but a bundled
+    sample whose recorded hash covers its code."""
+    from debugkit.replay.code import CHANGED, VERIFIED, needs_trust
+    from debugkit.replay.policy import SAMPLES_DIR, is_bundled_sample
+
+    sample = SAMPLES_DIR / "digits-bad-label"
+    assert is_bundled_sample(sample) and not is_bundled_sample(tmp_path)
+    assert not needs_trust(sample, [{"status": VERIFIED}])
+    assert needs_trust(sample, [{"status": CHANGED}])
+    assert needs_trust(tmp_path, [{"status": VERIFIED}])
+    assert not needs_trust(tmp_path, [])  # nothing to run
