@@ -53,6 +53,11 @@ else:
         _auth.signed_in_badge()
     pages = [st.Page(f, title=t, icon=i, url_path=u, default=(u == "home")) for f, t, i, u in PAGES]
     _routing.register_pages([f for f, *_ in PAGES])
-    nav = st.navigation(pages)
+    # The menu is drawn by the app (page links), not by Streamlit's sidebar navigation,
+    # which config.toml turns off (client.showSidebarNavigation = false): Streamlit would
+    # otherwise draw a fresh server's first sessions the pages/ folder's file list before
+    # this router has run, even to visitors who have not signed in (docs/security.md).
+    nav = st.navigation(pages, position="hidden")
+    _sidebar.menu(pages)
     _sidebar.sidebar()
     nav.run()

@@ -47,6 +47,14 @@ def _open_typed(path_text: str) -> None:
     select_run(str(run.path), run_id_for(str(run.path)))
 
 
+def menu(pages) -> None:
+    """The page menu at the top of the sidebar: one link per page the router serves."""
+    with st.sidebar:
+        for page in pages:
+            st.page_link(page, label=page.title, icon=page.icon or None)
+        st.divider()
+
+
 def sidebar() -> None:
     """The run picker: served runs, a typed path, or an upload."""
     apply_query_params()

@@ -37,9 +37,13 @@ def test_home_lists_the_sample_runs(app):
     assert rows["digits-bad-label"]["most severe finding"].startswith("step_failure: Step 75")
     assert rows["digits-exploding"]["errors"] >= 1 and rows["digits-exploding"]["warnings"] >= 1
     # and it leads to every page
-    links = {p.label.split("**")[1] for p in at.get("page_link")}
+    links = {p.label.split("**")[1] for p in at.main.get("page_link")}
     assert links == {"Overview", "Scalars", "Gradients", "Memory", "Profiler", "Distributed", "Checkpoints", "Replay",
                      "Bias audit", "Compare"}
+    # The sidebar's menu (drawn by the app: Streamlit's own is off, docs/security.md)
+    menu = [p.label for p in at.sidebar.get("page_link")]
+    assert menu == ["Home", "Overview", "Scalars", "Gradients", "Memory", "Profiler", "Distributed",
+                    "Checkpoints", "Replay", "Compare", "Bias audit"]
 
 
 def test_open_button_goes_to_the_overview(app):

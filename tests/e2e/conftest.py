@@ -45,7 +45,7 @@ class StreamlitServer:
         return self.log.read_text(errors="replace")
 
 
-def start_server(tmp: Path, env_extra: dict | None = None) -> StreamlitServer:
+def start_server(tmp: Path, env_extra: dict | None = None, args: tuple = ()) -> StreamlitServer:
     port = _free_port()
     store = tmp / "store"
     store.mkdir(parents=True, exist_ok=True)
@@ -57,7 +57,7 @@ def start_server(tmp: Path, env_extra: dict | None = None) -> StreamlitServer:
     cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
            "--server.headless", "true", "--server.port", str(port),
            "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-           "--server.fileWatcherType", "none"]
+           "--server.fileWatcherType", "none", *args]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 60
