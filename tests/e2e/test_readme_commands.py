@@ -41,6 +41,7 @@ BIN = Path(sys.executable).parent
 SKIP = {
     "pip install": "installs from the network into the environment under test",
     "bash .ci/run": "runs this whole suite (recursion) and installs Debian packages",
+    "python -m pytest": "runs this test suite (recursion)",
 }
 SERVERS = (("streamlit", "run"), ("debugkit", "ui"))
 # Files of the checkout a command may name; a block naming none runs from a user folder too.
