@@ -36,8 +36,10 @@ def _upload_zip(page, srv, path) -> None:
     wait_for_app(page)
     page.get_by_text("Upload a run").click()
     zone = page.get_by_test_id("stFileUploaderDropzone").nth(1)  # "…or a .zip of one"
-    with page.expect_file_chooser() as fc:
-        zone.get_by_test_id("stBaseButton-secondary").click()
+    button = zone.get_by_test_id("stBaseButton-secondary")
+    button.wait_for(state="visible", timeout=90_000)  # a loaded CI machine renders slowly
+    with page.expect_file_chooser(timeout=90_000) as fc:
+        button.click()
     fc.value.set_files(str(path))
 
 
