@@ -68,7 +68,9 @@ def test_label_corrupted_pair_shows_the_batch_spec_difference(app):
 
 
 def test_older_run_shows_unknown_not_equal(app):
-    at = _open(app, run="digits-mlp", base="digits-compare-base")
+    # digits-vanishing was recorded before the Recorder kept the full package list and the
+    # data fingerprint (an older debugkit's run)
+    at = _open(app, run="digits-vanishing", base="digits-compare-base")
     text = _texts(at)
     assert "**Environment** :material/help: `unknown`" in text
     assert "**Data** :material/help: `unknown`" in text

@@ -120,11 +120,22 @@ def test_datasets_that_cannot_be_sampled_say_why(dataset, length, error):
     assert d["length"] == length and d["fingerprint"] is None and error in d["error"]
 
 
-def test_an_older_run_has_no_data_record_and_no_persisted_spec(sample_runs):
-    run = open_run(sample_runs / "digits-mlp")
+def _as_older_run(src, dest):
+    """A copy of a sample as an older debugkit wrote it: no data.json, no batch_spec files."""
+    import shutil
+
+    shutil.copytree(src, dest)
+    (dest / "data.json").unlink(missing_ok=True)
+    for f in dest.glob("ranks/*/batch_spec-*.json"):
+        f.unlink()
+    return dest
+
+
+def test_an_older_run_has_no_data_record_and_no_persisted_spec(sample_runs, tmp_path):
+    run = open_run(_as_older_run(sample_runs / "digits-mlp", tmp_path / "mlp"))
     assert run.datasets() is None and run.batch_spec() is None
     # a failed older run: its capture's spec stands in
-    bad = open_run(sample_runs / "digits-bad-label")
+    bad = open_run(_as_older_run(sample_runs / "digits-bad-label", tmp_path / "bad"))
     assert bad.batch_spec()["source"].startswith("failure ")
     assert bad.batch_spec()["tensors"]["1"]["range"] == [0, 10]
 
