@@ -24,13 +24,18 @@ def _analysis(path: str, sig: tuple):
 
     run = open_run(path)
     times = ad.compute_rank_step_times(run.steps())
+    windows = ad.compute_straggler_windows(times)
+    grad_norms = run.grad_norms()
+    divergence = ad.compute_grad_divergence(grad_norms)
+    # The findings from diagnose, over what this page has read and computed already.
+    findings = collect(run, {}, times=times, grad_norms=grad_norms, windows=windows,
+                       divergence=divergence)
     return {
         "ranks": run.ranks, "manifest": run.manifest, "info": read_rank_info(run),
-        "times": times, "summary": ad.compute_rank_summary(times),
-        "windows": ad.compute_straggler_windows(times),
-        "divergence": ad.compute_grad_divergence(run.grad_norms()),
+        "times": times, "summary": ad.compute_rank_summary(times), "windows": windows,
+        "divergence": divergence,
         "hangs": read_hangs(run), "events": run.events(), "failures": run.failures(),
-        "findings": [f.to_dict() for f in collect(run, {})],
+        "findings": [f.to_dict() for f in findings],
         "trace_files": len(find_rank_traces(run)),
     }
 

@@ -192,7 +192,7 @@ def _median_of_others(m):
 
 def detect_stragglers(times, *, window: int = STRAGGLER_WINDOW, ratio: float = STRAGGLER_RATIO,
                       min_fraction: float = STRAGGLER_MIN_FRACTION,
-                      min_share: float = STRAGGLER_MIN_SHARE) -> list[Finding]:
+                      min_share: float = STRAGGLER_MIN_SHARE, windows=None) -> list[Finding]:
     """``straggler`` findings: ranks whose busy time stays above the others'.
 
     A rank is a straggler when its median busy time exceeds ``ratio`` times the other
@@ -201,7 +201,8 @@ def detect_stragglers(times, *, window: int = STRAGGLER_WINDOW, ratio: float = S
     wait), so that sub-millisecond noise on tiny steps is not reported. The cause is the part
     of the excess that is larger: data wait (the input pipeline) or compute.
     """
-    wins = compute_straggler_windows(times, window)
+    # ``windows``: compute_straggler_windows(times, window) when the caller has it already.
+    wins = compute_straggler_windows(times, window) if windows is None else windows
     if wins.empty:
         return []
     n_windows = wins[["window_start"]].drop_duplicates().shape[0]
@@ -514,7 +515,7 @@ def compute_grad_divergence(grad_norms):
     return out[cols].sort_values(["step", "layer"]).reset_index(drop=True)
 
 
-def detect_rank_divergence(grad_norms, *, rtol: float = DIVERGENCE_RTOL) -> list[Finding]:
+def detect_rank_divergence(grad_norms, *, rtol: float = DIVERGENCE_RTOL, divergence=None) -> list[Finding]:
     """``rank_divergence``: gradient norms that differ across ranks after the all-reduce.
 
     One finding for the run: the first step where some layer's norms differ by more
@@ -523,7 +524,8 @@ def detect_rank_divergence(grad_norms, *, rtol: float = DIVERGENCE_RTOL) -> list
     """
     import numpy as np
 
-    div = compute_grad_divergence(grad_norms)
+    # ``divergence``: compute_grad_divergence(grad_norms) when the caller has it already.
+    div = compute_grad_divergence(grad_norms) if divergence is None else divergence
     if div.empty:
         return []
     finite = np.isfinite(div["rel_spread"])

@@ -43,21 +43,30 @@ def _trace_coverage(traces: dict) -> list[Finding]:
         evidence={"trace_ranks": ranks, "world_size": world, "confidence": "partial"})]
 
 
-def collect(run, config: dict) -> list[Finding]:
+def collect(run, config: dict, *, times=None, grad_norms=None, windows=None,
+            divergence=None) -> list[Finding]:
+    """The findings; ``times`` (compute_rank_step_times), ``grad_norms``, ``windows``
+    (compute_straggler_windows with the default window) and ``divergence``
+    (compute_grad_divergence) may be passed by a caller that has them (the Distributed
+    page), so that nothing is read or computed twice."""
     from ..io.distributed import read_hangs
     from ..io.rank_traces import find_rank_traces, read_rank_traces, stack_events
 
     out: list[Finding] = []
     ranks = run.ranks
     if len(ranks) > 1:
-        times = ad.compute_rank_step_times(run.steps())
-        out += ad.detect_stragglers(times, window=int(config.get("window", ad.STRAGGLER_WINDOW)),
+        if times is None:
+            times = ad.compute_rank_step_times(run.steps())
+        window = int(config.get("window", ad.STRAGGLER_WINDOW))
+        out += ad.detect_stragglers(times, window=window,
                                     ratio=float(config.get("ratio", ad.STRAGGLER_RATIO)),
                                     min_fraction=float(config.get("min_fraction",
                                                                   ad.STRAGGLER_MIN_FRACTION)),
-                                    min_share=float(config.get("min_share", ad.STRAGGLER_MIN_SHARE)))
-        out += ad.detect_rank_divergence(run.grad_norms(),
-                                         rtol=float(config.get("rtol", ad.DIVERGENCE_RTOL)))
+                                    min_share=float(config.get("min_share", ad.STRAGGLER_MIN_SHARE)),
+                                    windows=windows if window == ad.STRAGGLER_WINDOW else None)
+        out += ad.detect_rank_divergence(run.grad_norms() if grad_norms is None else grad_norms,
+                                         rtol=float(config.get("rtol", ad.DIVERGENCE_RTOL)),
+                                         divergence=divergence)
         out += _lost_ranks(run, times)
     dumps = read_hangs(run)
     if dumps:
