@@ -493,3 +493,17 @@ def test_dense_and_general_pivots_agree():
     np.testing.assert_array_equal(dense.present, general.present)
     no_total = pivot_grad_norms(grads_frame(vals, total=False))[0]
     np.testing.assert_allclose(no_total.values[-1], dense.values[-1])
+
+
+def test_pivot_of_many_ranks_contiguous_or_interleaved_agree():
+    # Rows rank by rank (as Run.grad_norms returns them) take one slice per rank; any
+    # other order is grouped by a stable sort: both give every rank its own matrix.
+    vals = healthy(n=30)
+    frames = [grads_frame({k: v * (r + 1) for k, v in vals.items()}, rank=r) for r in (0, 3, 7)]
+    by_rank = pivot_grad_norms(pd.concat(frames, ignore_index=True))
+    mixed = pivot_grad_norms(pd.concat(frames[::-1], ignore_index=True).sample(frac=1, random_state=2))
+    assert sorted(by_rank) == sorted(mixed) == [0, 3, 7]
+    for r in (0, 3, 7):
+        np.testing.assert_array_equal(by_rank[r].steps, mixed[r].steps)
+        np.testing.assert_array_equal(by_rank[r].values, mixed[r].values)
+        np.testing.assert_allclose(by_rank[r].row(LAYERS[0]), vals[LAYERS[0]] * (r + 1))

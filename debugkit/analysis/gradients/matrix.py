@@ -103,6 +103,24 @@ def _dense_layout(s: np.ndarray, c: np.ndarray, v: np.ndarray, n_cats: int):
     return steps, np.ascontiguousarray(v.reshape(n, n_cats).T)
 
 
+def _rank_slices(ranks):
+    """``(rank, rows)`` for every rank in ascending order; ``rows`` a slice when the
+    rank's rows are contiguous (as :meth:`Run.grad_norms` returns them, rank by rank),
+    else the row indices in their original order. One pass, not one scan per rank
+    (256 ranks x 7.7M rows were 2 s of comparisons)."""
+    n = len(ranks)
+    if not n:
+        return []
+    if bool(np.all(ranks[1:] >= ranks[:-1])):
+        cut = np.flatnonzero(ranks[1:] != ranks[:-1]) + 1
+        bounds = np.concatenate([[0], cut, [n]])
+        return [(int(ranks[a]), slice(int(a), int(b))) for a, b in zip(bounds[:-1], bounds[1:])]
+    order = np.argsort(ranks, kind="stable")
+    sr = ranks[order]
+    cut = np.flatnonzero(sr[1:] != sr[:-1]) + 1
+    return [(int(ranks[part[0]]), part) for part in np.split(order, cut)]
+
+
 def pivot_grad_norms(grads) -> dict[int, GradMatrix]:
     """Turn :meth:`Run.grad_norms` rows into one :class:`GradMatrix` per rank.
 
@@ -125,14 +143,8 @@ def pivot_grad_norms(grads) -> dict[int, GradMatrix]:
     steps_all = grads["step"].to_numpy(dtype=np.int64)
     ranks_all = grads["rank"].to_numpy()
     vals_all = grads["grad_norm"].to_numpy(dtype=np.float64)
-    r0 = ranks_all[0]
-    rank_list = [r0] if (ranks_all == r0).all() else sorted(int(r) for r in np.unique(ranks_all))
-    for r in rank_list:
-        if len(rank_list) == 1:
-            s, c, v = steps_all, codes, vals_all
-        else:
-            sel = ranks_all == r
-            s, c, v = steps_all[sel], codes[sel], vals_all[sel]
+    for r, sel in _rank_slices(ranks_all):
+        s, c, v = steps_all[sel], codes[sel], vals_all[sel]
         ok = c >= 0
         if not ok.all():
             s, c, v = s[ok], c[ok], v[ok]
