@@ -34,7 +34,7 @@ from tests.e2e.conftest import CHROMIUM_ARGS, chromium_path, start_server  # noq
 PLOT = "[data-testid='stPlotlyChart'] .js-plotly-plot"
 # (url path, sample run, what counts as the first chart)
 PAGES = [
-    ("home", None, "[data-testid='stDataFrame']"),
+    ("home", None, "[data-testid='stTable'], [data-testid='stDataFrame']"),  # static table up to 60 runs
     ("overview", "digits-bad-label", PLOT),
     ("gradients", "digits-exploding", PLOT),
     ("memory", "memory-leak", PLOT),
