@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import os
 import shutil
 import signal
 import tempfile
@@ -321,7 +320,7 @@ def mutate(data: bytes, rng) -> bytes:
         return bytes(b)
     if op == 2:                             # insert random bytes
         i = rng.randrange(len(b) + 1)
-        return bytes(b[:i] + os.urandom(rng.randint(1, 64)) + b[i:])
+        return bytes(b[:i] + rng.randbytes(rng.randint(1, 64)) + b[i:])
     if op == 3 and b:                       # delete a span
         i = rng.randrange(len(b))
         return bytes(b[:i] + b[i + rng.randint(1, 256):])
@@ -329,4 +328,4 @@ def mutate(data: bytes, rng) -> bytes:
         i = rng.randrange(len(b) - 4)
         j = min(len(b), i + rng.randint(4, 512))
         return bytes(b[:j] + b[i:j] + b[j:])
-    return os.urandom(rng.randint(0, 256))  # noise
+    return rng.randbytes(rng.randint(0, 256))  # noise

@@ -147,3 +147,70 @@ def test_build_on_plain_objects_cannot_set_attributes():
     raw = b"\x80\x04}\x94}\x94(\x8c\x01a\x94K\x01ub."
     with pytest.raises(InvalidInputError, match="not a readable pickle"):
         load_plain(raw)
+
+
+def _peak_mib(fn) -> float:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        try:
+            fn()
+        except Exception:  # noqa: BLE001 - only the memory it took matters here
+            pass
+        return tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+
+
+# Each claims memory the bytes do not hold: a BINBYTES length (the C unpickler allocates
+# the object before reading it; the fuzz suite found 179 random bytes claiming 464 MiB),
+# and a memo index (the memo table grows to twice the index at once).
+CLAIMS = {
+    "BINBYTES": b"B" + (300 << 20).to_bytes(4, "little") + b"tiny.",
+    "LONG_BINPUT": b"\x80\x04N" + b"r" + (1 << 24).to_bytes(4, "little") + b".",
+    "PUT": b"Np16777216\n.",
+    "BINBYTES8 in a frame": (b"\x80\x04\x95\x0a\x00\x00\x00\x00\x00\x00\x00N\x8e"
+                             + (300 << 20).to_bytes(8, "little") + b"."),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CLAIMS))
+def test_a_claim_the_bytes_cannot_back_is_refused_before_anything_is_allocated(name, tmp_path):
+    raw = CLAIMS[name]
+    path = tmp_path / "claim.pickle"
+    path.write_bytes(raw)
+    for source in (raw, path):
+        with pytest.raises(InvalidInputError, match=r"refused to load: .* at byte \d+ \(a file of "
+                                                    rf"{len(raw)} bytes\).*nothing was allocated"):
+            load_plain(source)
+        assert _peak_mib(lambda: load_plain(source)) < 8
+    assert path.read_bytes() == raw
+
+
+@pytest.mark.parametrize("name", ["BINBYTES", "LONG_BINPUT", "PUT"])
+def test_the_plain_c_unpickler_does_allocate_for_those_claims(name):
+    """Proof that the test above tests something."""
+    assert _peak_mib(lambda: pickle.loads(CLAIMS[name])) > 100
+
+
+def test_an_opcode_crossing_its_frame_and_nested_frames_are_refused():
+    crossing = b"\x80\x04\x95\x03\x00\x00\x00\x00\x00\x00\x00NJ\x01\x02\x03\x04."
+    with pytest.raises(InvalidInputError, match=r"past the end of the frame at byte 12"):
+        load_plain(crossing)
+    nested = (b"\x80\x04\x95\x0a\x00\x00\x00\x00\x00\x00\x00\x95\x01\x00\x00\x00\x00\x00\x00\x00N.")
+    with pytest.raises(InvalidInputError, match=r"not a readable pickle .*frame that begins inside"):
+        load_plain(nested)
+
+
+@pytest.mark.parametrize("proto", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_every_protocol_of_plain_data_passes_the_walk(proto):
+    obj = {"a": [1, 2.5, "x" * 300, (1,), None, True, 2**100, -5, "é", 1e300, 2**31, -(2**40)],
+           "b": [[]] * 3, "c": {"k": "v" * 70000}, "addr": [140_000_000_000 + k for k in range(300)]}
+    if proto >= 3:
+        obj["d"] = [b"y" * 70000, b""]
+    if proto >= 4:
+        obj["s"] = [{1, 2}, frozenset([3])]
+    if proto >= 5:
+        obj["e"] = bytearray(b"z" * 10)
+    assert load_plain(pickle.dumps(obj, protocol=proto)) == obj
