@@ -11,6 +11,10 @@ a new browser context (a new session: warm, Streamlit's caches hit). Repeated
 
 ``--first-home`` also times Home on a server whose index is empty (every sample analysed).
 
+The floor: a one-chart Streamlit script (``st.plotly_chart`` of a three-bar figure, no
+debugkit) served and timed the same way, so each page's time can be read as Streamlit's
+own page load plus what the page adds (the "over the floor" columns).
+
     python bench/pages.py [--repeats 3] [--pages home,profiler] [--first-home]
 """
 
@@ -44,6 +48,14 @@ PAGES = [
     ("replay", "digits-bad-label", None),
     ("audit", "credit-audit", PLOT),
 ]
+
+
+FLOOR_APP = """import plotly.graph_objects as go
+import streamlit as st
+
+st.title("floor")
+st.plotly_chart(go.Figure(go.Bar(y=[1, 3, 2])))
+"""
 
 
 def _done(page) -> None:
@@ -101,6 +113,16 @@ def main(argv=None):
                     first_home.append(time_to_chart(browser, srv.url + "/home", PAGES[0][2]))
                 finally:
                     stop(srv)
+        floor_app = tmp / "floor_app.py"
+        floor_app.write_text(FLOOR_APP)
+        floor = ([], [])
+        for r in range(a.repeats):
+            srv = start_server(tmp / f"floor{r}", env, app=floor_app)
+            try:
+                floor[0].append(time_to_chart(browser, srv.url, PLOT))
+                floor[1].append(time_to_chart(browser, srv.url, PLOT))
+            finally:
+                stop(srv)
         srv = start_server(tmp / "fill", env)  # an earlier server fills the run-list index
         try:
             time_to_chart(browser, srv.url + "/home", PAGES[0][2])
@@ -120,13 +142,16 @@ def main(argv=None):
         browser.close()
     print(f"load average {os.getloadavg()[0]:.2f}; medians of {a.repeats}; seconds from "
           "navigation to the first chart\n")
-    print("| page | sample run | cold (new server) | warm (new session) |")
-    print("|---|---|---|---|")
+    f_cold, f_warm = statistics.median(floor[0]), statistics.median(floor[1])
+    print("| page | sample run | cold (new server) | warm (new session) | cold over the floor | "
+          "warm over the floor |")
+    print("|---|---|---|---|---|---|")
+    print(f"| (floor: one-chart Streamlit script) | - | {f_cold:.2f} | {f_warm:.2f} | - | - |")
     for name, run, _ in PAGES:
         if name in wanted:
-            cold, warm = res[name]
-            print(f"| {name} | {run or '(all samples)'} | {statistics.median(cold):.2f} | "
-                  f"{statistics.median(warm):.2f} |")
+            cold, warm = statistics.median(res[name][0]), statistics.median(res[name][1])
+            print(f"| {name} | {run or '(all samples)'} | {cold:.2f} | {warm:.2f} | "
+                  f"{cold - f_cold:+.2f} | {warm - f_warm:+.2f} |")
     if first_home:
         print(f"\nHome with an empty run-list index (every sample analysed): "
               f"{statistics.median(first_home):.2f} s")

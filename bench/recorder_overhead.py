@@ -193,9 +193,9 @@ def breakdown(config, steps, tmp):
     rec._norms.compute = tm.wrap("norms", rec._norms.compute)
     orig_rng = recmod.take_rng_state
     recmod.take_rng_state = tm.wrap("rng", orig_rng)
-    rec._observe_batch = tm.wrap("spec", rec._observe_batch)
-    if rec._specs is not None:
-        rec._specs.commit = tm.wrap("spec", rec._specs.commit)
+    rec._specs.observe = tm.wrap("spec", rec._specs.observe)
+    rec._specs.commit = tm.wrap("spec", rec._specs.commit)
+    rec._specs.discard = tm.wrap("spec", rec._specs.discard)
     rec._rss.read = tm.wrap("memory", rec._rss.read)
     rec._writer.add = tm.wrap("queue", rec._writer.add)
     rec._scalar_value = tm.wrap("item", rec._scalar_value)

@@ -45,7 +45,8 @@ class StreamlitServer:
         return self.log.read_text(errors="replace")
 
 
-def start_server(tmp: Path, env_extra: dict | None = None, args: tuple = ()) -> StreamlitServer:
+def start_server(tmp: Path, env_extra: dict | None = None, args: tuple = (),
+                 app: Path | None = None) -> StreamlitServer:
     port = _free_port()
     store = tmp / "store"
     store.mkdir(parents=True, exist_ok=True)
@@ -54,7 +55,7 @@ def start_server(tmp: Path, env_extra: dict | None = None, args: tuple = ()) -> 
            "PYTHONPATH": str(ROOT), **(env_extra or {})}
     env.pop("DEBUGKIT_ROOTS", None)
     env.update(env_extra or {})
-    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
+    cmd = [sys.executable, "-m", "streamlit", "run", str(app or ROOT / "app.py"),
            "--server.headless", "true", "--server.port", str(port),
            "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
            "--server.fileWatcherType", "none", *args]
