@@ -15,7 +15,12 @@ The floor: a one-chart Streamlit script (``st.plotly_chart`` of a three-bar figu
 debugkit) served and timed the same way, so each page's time can be read as Streamlit's
 own page load plus what the page adds (the "over the floor" columns).
 
+Page servers are started the way ``debugkit ui`` starts them (:mod:`debugkit.cli.serve`,
+which imports the pages' libraries while the server starts); ``--preload off`` serves
+them with plain ``streamlit run``, ``--preload both`` times both, interleaved.
+
     python bench/pages.py [--repeats 3] [--pages home,profiler] [--first-home]
+                          [--preload on|off|both]
 """
 
 from __future__ import annotations
@@ -96,11 +101,13 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--pages", default=",".join(p for p, _, _ in PAGES))
     ap.add_argument("--first-home", action="store_true")
+    ap.add_argument("--preload", choices=["on", "off", "both"], default="on")
     a = ap.parse_args(argv)
     wanted = a.pages.split(",")
+    modes = {"on": [True], "off": [False], "both": [True, False]}[a.preload]
     tmp = Path(tempfile.mkdtemp(prefix="dk-pages-"))
     env = {"DEBUGKIT_ROOTS": str(ROOT / "sample_runs"), "DEBUGKIT_CACHE": str(tmp / "cache")}
-    res: dict[str, tuple[list, list]] = {p: ([], []) for p in wanted}
+    res: dict[tuple, tuple[list, list]] = {(p, m): ([], []) for p in wanted for m in modes}
     first_home = []
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS,
@@ -117,7 +124,7 @@ def main(argv=None):
         floor_app.write_text(FLOOR_APP)
         floor = ([], [])
         for r in range(a.repeats):
-            srv = start_server(tmp / f"floor{r}", env, app=floor_app)
+            srv = start_server(tmp / f"floor{r}", env, app=floor_app, preload=False)
             try:
                 floor[0].append(time_to_chart(browser, srv.url, PLOT))
                 floor[1].append(time_to_chart(browser, srv.url, PLOT))
@@ -132,13 +139,14 @@ def main(argv=None):
             for name, run, sel in PAGES:
                 if name not in wanted:
                     continue
-                srv = start_server(tmp / f"{name}{r}", env)
-                try:
-                    url = f"{srv.url}/{name}" + (f"?run={run}" if run else "")
-                    res[name][0].append(time_to_chart(browser, url, sel))
-                    res[name][1].append(time_to_chart(browser, url, sel))
-                finally:
-                    stop(srv)
+                for mode in (modes if r % 2 == 0 else modes[::-1]):
+                    srv = start_server(tmp / f"{name}{r}{mode}", env, preload=mode)
+                    try:
+                        url = f"{srv.url}/{name}" + (f"?run={run}" if run else "")
+                        res[name, mode][0].append(time_to_chart(browser, url, sel))
+                        res[name, mode][1].append(time_to_chart(browser, url, sel))
+                    finally:
+                        stop(srv)
         browser.close()
     print(f"load average {os.getloadavg()[0]:.2f}; medians of {a.repeats}; seconds from "
           "navigation to the first chart\n")
@@ -148,9 +156,12 @@ def main(argv=None):
     print("|---|---|---|---|---|---|")
     print(f"| (floor: one-chart Streamlit script) | - | {f_cold:.2f} | {f_warm:.2f} | - | - |")
     for name, run, _ in PAGES:
-        if name in wanted:
-            cold, warm = statistics.median(res[name][0]), statistics.median(res[name][1])
-            print(f"| {name} | {run or '(all samples)'} | {cold:.2f} | {warm:.2f} | "
+        for mode in modes:
+            if name not in wanted:
+                continue
+            cold, warm = (statistics.median(v) for v in res[name, mode])
+            label = name if mode else f"{name} (no preload)"
+            print(f"| {label} | {run or '(all samples)'} | {cold:.2f} | {warm:.2f} | "
                   f"{cold - f_cold:+.2f} | {warm - f_warm:+.2f} |")
     if first_home:
         print(f"\nHome with an empty run-list index (every sample analysed): "

@@ -79,7 +79,8 @@ def run(args) -> int:
             check_allowed(path)  # a folder outside DEBUGKIT_ALLOWED_ROOTS is not served
             roots.append(str(path))
         env["DEBUGKIT_ROOTS"] = os.pathsep.join(roots)
-    cmd = [sys.executable, "-m", "streamlit", "run", str(app)] + app_config_flags(app, cwd)
+    # debugkit.cli.serve: `streamlit run` with the pages' imports done while the server starts.
+    cmd = [sys.executable, "-m", "debugkit.cli.serve", "run", str(app)] + app_config_flags(app, cwd)
     if args.port:
         cmd += ["--server.port", str(args.port)]
     if args.host:

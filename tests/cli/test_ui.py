@@ -44,3 +44,40 @@ def test_info_counts_ranks(tmp_path):
     four = subprocess.run([str(console), "info", str(root / "ddp-straggler")], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert "\nranks:   4 (0, 1, 2, 3)\n" in four.stdout, four.stdout
+
+
+def test_serve_preloads_every_module_it_names():
+    """debugkit.cli.serve's preload list names real modules (a renamed one would silently
+    stop being preloaded), and a module that cannot be imported is reported, not raised."""
+    from debugkit.cli.serve import PRELOAD, preload
+
+    assert preload() == []
+    assert preload(["debugkit.io.run", "debugkit.no_such_module"]) == ["debugkit.no_such_module"]
+    assert "pandas" in PRELOAD and "torch" not in PRELOAD
+
+
+def test_ui_serves_through_the_preloading_launcher(tmp_path, monkeypatch):
+    """`debugkit ui` execs `python -m debugkit.cli.serve run <app.py> ...` with the store
+    and roots in its environment."""
+    import argparse
+    import os
+    import sys
+
+    from debugkit.cli import ui
+
+    seen = {}
+
+    def fake_exec(exe, cmd, env):
+        seen.update(exe=exe, cmd=cmd, env=env)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(os, "execve", fake_exec)
+    monkeypatch.chdir(tmp_path)
+    args = argparse.Namespace(paths=[str(tmp_path)], port=8600, host=None, headless=True)
+    try:
+        ui.run(args)
+    except SystemExit:
+        pass
+    assert seen["cmd"][:5] == [sys.executable, "-m", "debugkit.cli.serve", "run", str(app_path())]
+    assert seen["cmd"][-4:] == ["--server.port", "8600", "--server.headless", "true"]
+    assert seen["env"]["DEBUGKIT_ROOTS"] == str(tmp_path.resolve())

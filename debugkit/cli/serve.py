@@ -1,0 +1,69 @@
+"""The Streamlit server of ``debugkit ui``, with the pages' imports done while it starts.
+
+``python -m debugkit.cli.serve run app.py [streamlit options]`` is ``python -m streamlit
+run ...`` plus one daemon thread that imports what every dashboard page needs (pandas,
+pyarrow, plotly and debugkit's readers, analyses and charts; :data:`PRELOAD`). Streamlit
+imports nothing of a page until a browser opens it, so without this the first page
+pays those imports (about 0.6 s of the Profiler page's script run here,
+``bench/pages.py``). The thread starts after Streamlit itself is imported and runs
+while the server binds its port and the browser loads the front end; a page that
+opens before it is done waits only for the module it needs.
+
+torch is left out: only Replay and Checkpoints use it, and its import (1-2 s of CPU)
+would compete with the first page on a two-core machine. ``DEBUGKIT_PRELOAD=0`` turns
+the thread off.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import threading
+
+PRELOAD = (
+    "numpy",
+    "pandas",
+    "pyarrow.ipc",
+    "plotly.graph_objects",
+    "debugkit.io.run",
+    "debugkit.io.store",
+    "debugkit.diagnose.index",
+    "debugkit.analysis.findings",
+    "debugkit.analysis.gradients",
+    "debugkit.analysis.memory",
+    "debugkit.analysis.profile",
+    "debugkit.analysis.distributed",
+    "debugkit.io.profile_store",
+    "debugkit.io.profile_cache",
+    "debugkit.charts.gradients",
+    "debugkit.charts.memory",
+    "debugkit.charts.profile",
+    "debugkit.charts.distributed",
+    "debugkit.charts.scalars",
+)
+
+
+def preload(names=PRELOAD) -> list[str]:
+    """Import ``names`` in order; returns those that failed (a missing optional
+    dependency is the page's to report, with its own message, when it is opened)."""
+    failed = []
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - the page that needs it says why
+            failed.append(name)
+    return failed
+
+
+def main(argv: list[str] | None = None) -> int:
+    from streamlit.web import cli
+
+    if os.environ.get("DEBUGKIT_PRELOAD", "1") != "0":
+        threading.Thread(target=preload, name="debugkit-preload", daemon=True).start()
+    sys.argv = ["streamlit", *(sys.argv[1:] if argv is None else argv)]
+    return cli.main(prog_name="streamlit")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
