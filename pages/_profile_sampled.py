@@ -149,7 +149,6 @@ def render_sampled(path: str, entry: dict, prof):
         st.info(f"No {thread_desc} in this profile.")
         return
     idle = st.session_state.get("sp_idle", False)
-    tree, table, idle_info = _sampled_views(path, sig, entry["id"], threads, by, fold, idle)
 
     # Step breakdown (main thread by default).
     bd_threads = threads if threads is not None or "main" not in set(prof.threads["role"]) else \
@@ -167,6 +166,9 @@ def render_sampled(path: str, entry: dict, prof):
     else:
         st.info(ap.describe_breakdown(bd, info, hot), icon=":material/info:")
 
+    # The flamegraph and tables after the breakdown is on screen (Streamlit sends each
+    # element as it is drawn): their tree is the page's largest computation.
+    tree, table, idle_info = _sampled_views(path, sig, entry["id"], threads, by, fold, idle)
     st.subheader("Flamegraph")
     # By default the training loop alone (imports and set-up around it left out).
     loop_tree = _loop_tree(path, sig, entry["id"], bd_threads, by, fold) \
