@@ -15,7 +15,7 @@ The floor: a one-chart Streamlit script (``st.plotly_chart`` of a three-bar figu
 debugkit) served and timed the same way, so each page's time can be read as Streamlit's
 own page load plus what the page adds (the "over the floor" columns).
 
-Page servers are started the way ``debugkit ui`` starts them (:mod:`debugkit.cli.serve`,
+Page servers are started the way ``debugkit ui`` starts them (``pages/_serve.py``,
 which imports the pages' libraries while the server starts); ``--preload off`` serves
 them with plain ``streamlit run``, ``--preload both`` times both, interleaved.
 

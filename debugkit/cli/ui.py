@@ -79,8 +79,9 @@ def run(args) -> int:
             check_allowed(path)  # a folder outside DEBUGKIT_ALLOWED_ROOTS is not served
             roots.append(str(path))
         env["DEBUGKIT_ROOTS"] = os.pathsep.join(roots)
-    # debugkit.cli.serve: `streamlit run` with the pages' imports done while the server starts.
-    cmd = [sys.executable, "-m", "debugkit.cli.serve", "run", str(app)] + app_config_flags(app, cwd)
+    # pages/_serve.py: `streamlit run` with the pages' imports done while the server starts.
+    cmd = [sys.executable, str(app.parent / "pages" / "_serve.py"), "run", str(app)] + \
+        app_config_flags(app, cwd)
     if args.port:
         cmd += ["--server.port", str(args.port)]
     if args.host:

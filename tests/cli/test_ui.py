@@ -47,9 +47,9 @@ def test_info_counts_ranks(tmp_path):
 
 
 def test_serve_preloads_every_module_it_names():
-    """debugkit.cli.serve's preload list names real modules (a renamed one would silently
+    """pages/_serve.py's preload list names real modules (a renamed one would silently
     stop being preloaded), and a module that cannot be imported is reported, not raised."""
-    from debugkit.cli.serve import PRELOAD, preload
+    from pages._serve import PRELOAD, preload
 
     assert preload() == []
     assert preload(["debugkit.io.run", "debugkit.no_such_module"]) == ["debugkit.no_such_module"]
@@ -57,7 +57,7 @@ def test_serve_preloads_every_module_it_names():
 
 
 def test_ui_serves_through_the_preloading_launcher(tmp_path, monkeypatch):
-    """`debugkit ui` execs `python -m debugkit.cli.serve run <app.py> ...` with the store
+    """`debugkit ui` execs `python <checkout>/pages/_serve.py run <app.py> ...` with the store
     and roots in its environment."""
     import argparse
     import os
@@ -78,6 +78,7 @@ def test_ui_serves_through_the_preloading_launcher(tmp_path, monkeypatch):
         ui.run(args)
     except SystemExit:
         pass
-    assert seen["cmd"][:5] == [sys.executable, "-m", "debugkit.cli.serve", "run", str(app_path())]
+    assert seen["cmd"][:4] == [sys.executable, str(app_path().parent / "pages" / "_serve.py"), "run",
+                               str(app_path())]
     assert seen["cmd"][-4:] == ["--server.port", "8600", "--server.headless", "true"]
     assert seen["env"]["DEBUGKIT_ROOTS"] == str(tmp_path.resolve())

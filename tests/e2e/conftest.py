@@ -48,7 +48,7 @@ class StreamlitServer:
 def start_server(tmp: Path, env_extra: dict | None = None, args: tuple = (),
                  app: Path | None = None, preload: bool = True) -> StreamlitServer:
     """A Streamlit server of ``app`` (the dashboard by default), started the way
-    ``debugkit ui`` starts it (:mod:`debugkit.cli.serve`; ``preload=False``: plain
+    ``debugkit ui`` starts it (``pages/_serve.py``; ``preload=False``: plain
     ``streamlit run``), once its health check answers."""
     port = _free_port()
     store = tmp / "store"
@@ -58,8 +58,8 @@ def start_server(tmp: Path, env_extra: dict | None = None, args: tuple = (),
            "PYTHONPATH": str(ROOT), **(env_extra or {})}
     env.pop("DEBUGKIT_ROOTS", None)
     env.update(env_extra or {})
-    launcher = "debugkit.cli.serve" if preload else "streamlit"
-    cmd = [sys.executable, "-m", launcher, "run", str(app or ROOT / "app.py"),
+    launcher = [str(ROOT / "pages" / "_serve.py")] if preload else ["-m", "streamlit"]
+    cmd = [sys.executable, *launcher, "run", str(app or ROOT / "app.py"),
            "--server.headless", "true", "--server.port", str(port),
            "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
            "--server.fileWatcherType", "none", *args]

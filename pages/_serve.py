@@ -1,7 +1,7 @@
 """The Streamlit server of ``debugkit ui``, with the pages' imports done while it starts.
 
-``python -m debugkit.cli.serve run app.py [streamlit options]`` is ``python -m streamlit
-run ...`` plus one daemon thread that imports what every dashboard page needs (pandas,
+``python pages/_serve.py run app.py [streamlit options]`` is ``python -m streamlit run
+...`` plus one daemon thread that imports what every dashboard page needs (pandas,
 pyarrow, plotly and debugkit's readers, analyses and charts; :data:`PRELOAD`). Streamlit
 imports nothing of a page until a browser opens it, so without this the first page
 pays those imports (about 0.6 s of the Profiler page's script run here,
@@ -11,7 +11,8 @@ opens before it is done waits only for the module it needs.
 
 torch is left out: only Replay and Checkpoints use it, and its import (1-2 s of CPU)
 would compete with the first page on a two-core machine. ``DEBUGKIT_PRELOAD=0`` turns
-the thread off.
+the thread off. It lives with the pages, not in ``debugkit/``: the library never imports
+Streamlit (``tests/test_layers.py``).
 """
 
 from __future__ import annotations
@@ -57,6 +58,10 @@ def preload(names=PRELOAD) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Run as a script, this folder is sys.path[0]: its page files (memory.py, audit.py,
+    # ...) must not shadow modules of those names.
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
     from streamlit.web import cli
 
     if os.environ.get("DEBUGKIT_PRELOAD", "1") != "0":
