@@ -4,8 +4,8 @@
 ...`` plus one daemon thread that imports what every dashboard page needs (pandas,
 pyarrow, plotly and debugkit's readers, analyses and charts; :data:`PRELOAD`). Streamlit
 imports nothing of a page until a browser opens it, so without this the first page
-pays those imports (about 0.6 s of the Profiler page's script run here,
-``bench/pages.py``). The thread starts after Streamlit itself is imported and runs
+pays those imports (with the thread, pages open 0.1-0.4 s sooner cold here:
+``bench/pages.py --preload both``). The thread starts after Streamlit itself is imported and runs
 while the server binds its port and the browser loads the front end; a page that
 opens before it is done waits only for the module it needs.
 
