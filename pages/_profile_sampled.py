@@ -14,18 +14,26 @@ from pages._profile_load import original_bytes, read_profile
 THREAD_CHOICES = {"main": "Main thread", "dataloader": "DataLoader workers", "all": "All threads",
                   "pick": "Pick threads…"}
 FOLD_CHOICES = {0.001: "0.1 %", 0.005: "0.5 %", 0.01: "1 %"}
+# The views under the step breakdown, like speedscope's (flame graph, "sandwich" table).
+VIEWS = {"flame": "Flamegraph", "functions": "Top functions", "threads": "Threads", "compare": "Compare"}
 
 
 @st.cache_data(**_data.CACHE, show_spinner=False)
-def _sampled_views(run_path: str, sig: tuple, profile_id: str, threads: tuple | None, by: str, fold: float,
-                   idle: bool = False):
+def _flame_tree(run_path: str, sig: tuple, profile_id: str, threads: tuple | None, by: str, fold: float):
+    from debugkit.analysis import profile as ap
+
+    prof = read_profile(run_path, sig, profile_id)
+    return ap.compute_flame_tree(prof, list(threads) if threads is not None else None, by=by, min_fraction=fold)
+
+
+@st.cache_data(**_data.CACHE, show_spinner=False)
+def _function_table(run_path: str, sig: tuple, profile_id: str, threads: tuple | None, by: str, idle: bool):
     from debugkit.analysis import profile as ap
 
     prof = read_profile(run_path, sig, profile_id)
     th = list(threads) if threads is not None else None
-    tree = ap.compute_flame_tree(prof, th, by=by, min_fraction=fold)
     table = ap.compute_function_table(prof, th, by="frame" if by == "frame" else "function", include_idle=idle)
-    return tree, table, ap.compute_idle_summary(prof, th)
+    return table, ap.compute_idle_summary(prof, th)
 
 
 @st.cache_data(**_data.CACHE, show_spinner=False)
@@ -33,8 +41,14 @@ def _breakdown(run_path: str, sig: tuple, profile_id: str, threads: tuple | None
     from debugkit.analysis import profile as ap
 
     prof = read_profile(run_path, sig, profile_id)
-    bd, info = ap.compute_step_breakdown(prof, list(threads) if threads is not None else None)
-    return bd, info, ap.compute_worker_hotspots(prof)
+    return ap.compute_step_breakdown(prof, list(threads) if threads is not None else None)
+
+
+@st.cache_data(**_data.CACHE, show_spinner=False)
+def _worker_hotspots(run_path: str, sig: tuple, profile_id: str):
+    from debugkit.analysis import profile as ap
+
+    return ap.compute_worker_hotspots(read_profile(run_path, sig, profile_id))
 
 
 @st.cache_data(**_data.CACHE, show_spinner=False)
@@ -148,14 +162,14 @@ def render_sampled(path: str, entry: dict, prof):
     if threads is not None and not len(threads):
         st.info(f"No {thread_desc} in this profile.")
         return
-    idle = st.session_state.get("sp_idle", False)
 
     # Step breakdown (main thread by default).
     bd_threads = threads if threads is not None or "main" not in set(prof.threads["role"]) else \
         tuple(prof.thread_ids("main"))
-    bd, info, workers = _breakdown(path, sig, entry["id"], bd_threads)
+    bd, info = _breakdown(path, sig, entry["id"], bd_threads)
     data_share = float(bd.loc[bd["phase"] == "data", "fraction"].iloc[0]) if info.get("loop_samples") else 0.0
-    hot = workers if data_share >= 0.3 or info.get("workers_only") else None
+    # The workers' hot functions are named only when waiting for data is a large share.
+    hot = _worker_hotspots(path, sig, entry["id"]) if data_share >= 0.3 or info.get("workers_only") else None
     st.subheader("Where the training step goes")
     if info.get("loop_samples"):
         st.plotly_chart(cp.build_step_breakdown_figure(bd), key="step_breakdown",
@@ -166,10 +180,35 @@ def render_sampled(path: str, entry: dict, prof):
     else:
         st.info(ap.describe_breakdown(bd, info, hot), icon=":material/info:")
 
-    # The flamegraph and tables after the breakdown is on screen (Streamlit sends each
-    # element as it is drawn): their tree is the page's largest computation.
-    tree, table, idle_info = _sampled_views(path, sig, entry["id"], threads, by, fold, idle)
-    st.subheader("Flamegraph")
+    # The views below the breakdown are tabs drawn only when open (the browser then loads
+    # no data grid, and the server computes no table, before the first charts are up).
+    view = st.tabs(list(VIEWS.values()), on_change="rerun", key="sp_view")
+    views = dict(zip(VIEWS, view))
+    if views["flame"].open:
+        with views["flame"]:
+            _flamegraph(path, sig, entry, prof, threads, thread_desc, bd_threads, info, query, by, fold)
+    if views["functions"].open:
+        with views["functions"]:
+            _top_functions(path, sig, entry, threads, thread_desc, by, query)
+    if views["threads"].open:
+        with views["threads"]:
+            st.dataframe(prof.threads.drop(columns=["thread_id"]), hide_index=True, width="stretch",
+                         column_config={"weight_s": st.column_config.NumberColumn("seconds", format="%.2f")})
+    if views["compare"].open:
+        with views["compare"]:
+            _compare(path, entry, prof, threads)
+    st.download_button("Download the original file", data=original_bytes(entry),
+                       file_name=f"{entry['id']}" + (".speedscope.json" if entry["format"] == "speedscope" else ".txt"),
+                       help="Opens in speedscope.app too.", icon=":material/download:")
+
+
+def _flamegraph(path: str, sig: tuple, entry: dict, prof, threads, thread_desc: str, bd_threads, info: dict,
+                query: str, by: str, fold: float):
+    """The flamegraph (an icicle by default), opening at the training loop."""
+    from debugkit.analysis import profile as ap
+    from debugkit.charts import profile as cp
+
+    tree = _flame_tree(path, sig, entry["id"], threads, by, fold)
     # By default the training loop alone (imports and set-up around it left out).
     loop_tree = _loop_tree(path, sig, entry["id"], bd_threads, by, fold) \
         if info.get("loop") and threads == bd_threads else None
@@ -224,24 +263,18 @@ def render_sampled(path: str, entry: dict, prof):
                + ". Width: share of the samples; colour: package (your code blue, torch orange, "
                  "Python grey). Hover a frame for its file, line and samples.")
 
-    st.subheader("Top functions")
-    st.toggle("Show idle frames", key="sp_idle",
-              help="Samples whose innermost frame waits (Condition.wait, select, socket.accept, queue "
-                   "get ...) are left out of the self-time table by default.")
+
+def _top_functions(path: str, sig: tuple, entry: dict, threads, thread_desc: str, by: str, query: str):
+    """Self and total time per function (or per line), idle frames left out by default."""
+    idle = st.toggle("Show idle frames", key="sp_idle",
+                     help="Samples whose innermost frame waits (Condition.wait, select, socket.accept, "
+                          "queue get ...) are left out of the self-time table by default.")
+    table, idle_info = _function_table(path, sig, entry["id"], threads, by, idle)
     if not idle and idle_info["samples"]:
         st.caption(f"{idle_info['samples']:,} idle samples ({idle_info['fraction']:.0%} of {thread_desc}) "
                    "left out of the self time, waiting in " + ", ".join(_ui.code(r["name"]) for r in idle_info["top"][:3])
                    + ".")
     _function_tables(table, by, query)
-
-    with st.expander(f"Threads ({len(prof.threads)})"):
-        st.dataframe(prof.threads.drop(columns=["thread_id"]), hide_index=True, width="stretch",
-                     column_config={"weight_s": st.column_config.NumberColumn("seconds", format="%.2f")})
-
-    _compare(path, entry, prof, threads)
-    st.download_button("Download the original file", data=original_bytes(entry),
-                       file_name=f"{entry['id']}" + (".speedscope.json" if entry["format"] == "speedscope" else ".txt"),
-                       help="Opens in speedscope.app too.", icon=":material/download:")
 
 
 def _loop_node(tree, info) -> int | None:
@@ -266,14 +299,16 @@ def _function_tables(table, by: str, query: str):
         q = query.strip().lower()
         show = show[(show["name"].str.lower().str.contains(q, regex=False))
                     | (show["file"].str.lower().str.contains(q, regex=False))]
-    t1, t2 = st.tabs(["Self time (code running)", "Total time (on the stack)"])
+    # Only the open tab's grid is drawn (a data grid is a browser chunk to load and draw).
+    t1, t2 = st.tabs(["Self time (code running)", "Total time (on the stack)"], on_change="rerun",
+                     key="sp_table_tab")
     order = ["name", "file"] + (["line"] if by == "frame" else [])
-    with t1:
-        st.dataframe(show.head(200), hide_index=True, width="stretch", height=360, column_config=cols,
+    if t1.open:
+        t1.dataframe(show.head(200), hide_index=True, width="stretch", height=360, column_config=cols,
                      column_order=order + ["self_fraction", "self_samples", "self_s", "total_fraction"])
-    with t2:
+    if t2.open:
         tot = show.sort_values(["total_samples", "self_samples"], ascending=False, kind="stable")
-        st.dataframe(tot.head(200), hide_index=True, width="stretch", height=360, column_config=cols,
+        t2.dataframe(tot.head(200), hide_index=True, width="stretch", height=360, column_config=cols,
                      column_order=order + ["total_fraction", "total_samples", "total_s", "self_fraction"])
 
 
@@ -281,7 +316,7 @@ def _compare(path: str, entry: dict, prof, threads):
     from debugkit.charts import profile as cp
     from debugkit.io.profile_store import describe
 
-    st.subheader("Compare with another profile")
+    st.caption("This profile against a baseline: what takes a larger or smaller share of the samples.")
     here = [(None, path, p["id"], describe(p)) for p in _data.read_profiles(path)
             if p["kind"] == "sampled" and p["id"] != entry["id"]]
     others = _other_profiles(tuple(str(r) for r in _runs.roots()), str(Path(path)))

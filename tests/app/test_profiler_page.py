@@ -13,6 +13,7 @@ import pytest
 
 from debugkit.analysis.profile import MSG_COUNT_LAUNCHER
 from debugkit.charts.profile import HIGHLIGHT
+from pages._profile_sampled import VIEWS
 
 from .._polling import announce_blocked, wait_for
 from ..conftest import ROOT, SAMPLE_RUNS
@@ -31,6 +32,12 @@ def metrics(at):
     return {m.label: m.value for m in at.metric}
 
 
+def open_view(at, label):
+    """Switch the sampled view's tabs (drawn only when open) to ``label`` and rerun."""
+    at.session_state["sp_view"] = label
+    return at.run()
+
+
 def test_sampled_profile_view():
     at = app()
     assert not at.exception and not at.error
@@ -46,7 +53,19 @@ def test_sampled_profile_view():
     at.segmented_control(key="sp_scope").set_value("all").run()
     flame = figure(at, 1)["data"][0]
     assert flame["values"][0] == 12307  # every main-thread sample
-    assert len(at.dataframe) >= 2
+    # The views are tabs drawn only when open: no data grid is sent before the charts.
+    assert [t.label for t in at.tabs] == list(VIEWS.values()) and not at.dataframe
+    open_view(at, "Top functions")
+    assert not at.exception and len(at.get("plotly_chart")) == 1  # the breakdown; no flamegraph
+    assert [t.label for t in at.tabs][2:4] == ["Self time (code running)", "Total time (on the stack)"]
+    (table,) = at.dataframe  # the self-time tab alone
+    assert table.value["self_samples"].is_monotonic_decreasing and len(table.value) > 10
+    at.session_state["sp_table_tab"] = "Total time (on the stack)"
+    (total,) = at.run().dataframe
+    assert total.value["total_samples"].is_monotonic_decreasing
+    open_view(at, "Threads")
+    (threads,) = at.dataframe
+    assert len(threads.value) == 24 and "thread_id" not in threads.value.columns
     # py-spy printed 59,614 samples; the page shows 46,959 and says where the rest went.
     note = MSG_COUNT_LAUNCHER.format(reported=59_614, shown=46_959, launcher=12_655)
     assert any(note in c.value for c in at.caption), [c.value for c in at.caption]
@@ -81,6 +100,8 @@ def test_thread_filter_and_frame_grouping():
 
 def test_compare_with_the_no_workers_profile():
     at = app()
+    assert not any(s.key == "sp_compare" for s in at.selectbox)  # drawn when its tab opens
+    open_view(at, "Compare")
     at.selectbox(key="sp_compare").select_index(1).run()
     assert not at.exception and not at.error
     diff = [figure(at, i) for i in range(len(at.get("plotly_chart")))
@@ -189,6 +210,7 @@ def test_data_bound_profile_names_the_workers_hot_function(tmp_path, monkeypatch
     assert flame["labels"][0] == "training loop: main (/tmp/i16b_db/train.py, lines 80-84)"
     assert flame["values"][0] == 960 and "EncodedWine.__init__" not in flame["labels"]  # set-up left out
     waits = {"Condition.wait", "socket.accept", "_PollLikeSelector.select", "Connection._recv"}
+    open_view(at, "Top functions")
     running = set(at.dataframe[0].value.query("self_samples > 0")["name"])
     assert not running & waits
     assert any("idle samples" in c.value and "left out of the self time" in c.value for c in at.caption)

@@ -56,6 +56,25 @@ def test_serve_preloads_every_module_it_names():
     assert "pandas" in PRELOAD and "torch" not in PRELOAD
 
 
+def test_launcher_routes_a_fresh_servers_first_request_through_app_py(monkeypatch):
+    """pages/_serve.py starts Streamlit in st.navigation mode: a PagesManager for app.py
+    (which has a pages/ folder beside it) would otherwise start in the older
+    pages-directory mode, where a fresh server's first request runs the page file
+    directly and page_guard has to rerun it under the router."""
+    from streamlit.runtime.pages_manager import PagesManager
+
+    from pages._serve import _navigation_mode
+
+    app_py = str(app_path())
+    monkeypatch.setattr(PagesManager, "uses_pages_directory", None)
+    PagesManager(app_py)
+    assert PagesManager.uses_pages_directory is True  # what Streamlit does by itself
+    monkeypatch.setattr(PagesManager, "uses_pages_directory", None)
+    _navigation_mode()
+    PagesManager(app_py)
+    assert PagesManager.uses_pages_directory is False
+
+
 def test_ui_serves_through_the_preloading_launcher(tmp_path, monkeypatch):
     """`debugkit ui` execs `python <checkout>/pages/_serve.py run <app.py> ...` with the store
     and roots in its environment."""
