@@ -75,32 +75,48 @@ def sidebar() -> None:
         if choice != "—" and choice != cur_id:
             select_run(paths[choice], choice)
             st.rerun()
-        with st.expander("Open a path", expanded=False):
-            with st.form("open_path", clear_on_submit=False, border=False):
-                text = st.text_input("Run directory, .zip or TensorBoard log dir", placeholder="runs/my-run")
-                if st.form_submit_button("Open") and text.strip():
-                    _open_typed(text)
-                    st.rerun()
-            if msg := st.session_state.get("debugkit_path_error"):
-                st.error(md(msg))
-        with st.expander("Upload a run", expanded=False):
-            from debugkit.io.upload import UploadLimits
+        # Drawn when opened: their widgets (a file uploader among them) would otherwise be
+        # front-end code that every page loads and draws with the sidebar.
+        path_box = st.expander("Open a path", expanded=False, on_change="rerun", key="sidebar_open_path")
+        if path_box.open:
+            with path_box:
+                _open_path_form()
+        upload_box = st.expander("Upload a run", expanded=False, on_change="rerun", key="sidebar_upload")
+        if upload_box.open:
+            with upload_box:
+                _upload_form()
 
-            # The widget refuses a file the unpacker would refuse anyway (per-file limit,
-            # DEBUGKIT_MAX_UPLOAD_MB), before it is sent.
-            max_mb = max(1, UploadLimits.from_env().max_file_bytes >> 20)
-            files = st.file_uploader("Run directory", accept_multiple_files="directory",
-                                     max_upload_size=max_mb,
-                                     key=f"upload_dir_{st.session_state.get('upload_gen', 0)}",
-                                     help="Pick the run's folder; it is copied into the run store.")
-            zipf = st.file_uploader("…or a .zip of one", type=["zip"], max_upload_size=max_mb,
-                                    key=f"upload_zip_{st.session_state.get('upload_gen', 0)}")
-            picked = list(files or []) or ([zipf] if zipf is not None else [])
-            if picked:
-                _handle_upload(picked)
-                st.session_state["upload_gen"] = st.session_state.get("upload_gen", 0) + 1
-                st.rerun()
-            if msg := st.session_state.get("debugkit_upload_error"):
-                st.error(md(msg))
-            if msg := st.session_state.pop("debugkit_upload_ok", None):
-                st.success(md(msg))
+
+def _open_path_form() -> None:
+    """A typed run path (a local path or an fsspec URL) and its error, if any."""
+    with st.form("open_path", clear_on_submit=False, border=False):
+        text = st.text_input("Run directory, .zip or TensorBoard log dir", placeholder="runs/my-run")
+        if st.form_submit_button("Open") and text.strip():
+            _open_typed(text)
+            st.rerun()
+    if msg := st.session_state.get("debugkit_path_error"):
+        st.error(md(msg))
+
+
+def _upload_form() -> None:
+    """A run directory or a .zip, copied into the run store; the outcome below it."""
+    from debugkit.io.upload import UploadLimits
+
+    # The widget refuses a file the unpacker would refuse anyway (per-file limit,
+    # DEBUGKIT_MAX_UPLOAD_MB), before it is sent.
+    max_mb = max(1, UploadLimits.from_env().max_file_bytes >> 20)
+    files = st.file_uploader("Run directory", accept_multiple_files="directory",
+                             max_upload_size=max_mb,
+                             key=f"upload_dir_{st.session_state.get('upload_gen', 0)}",
+                             help="Pick the run's folder; it is copied into the run store.")
+    zipf = st.file_uploader("…or a .zip of one", type=["zip"], max_upload_size=max_mb,
+                            key=f"upload_zip_{st.session_state.get('upload_gen', 0)}")
+    picked = list(files or []) or ([zipf] if zipf is not None else [])
+    if picked:
+        _handle_upload(picked)
+        st.session_state["upload_gen"] = st.session_state.get("upload_gen", 0) + 1
+        st.rerun()
+    if msg := st.session_state.get("debugkit_upload_error"):
+        st.error(md(msg))
+    if msg := st.session_state.pop("debugkit_upload_ok", None):
+        st.success(md(msg))

@@ -26,6 +26,7 @@ def _shown(at) -> str:
 @pytest.mark.parametrize("value, why", HOSTILE, ids=["nul", "5000-chars", "long-component"])
 def test_the_sidebar_path_box(value, why):
     at = new_app()
+    at.session_state["sidebar_open_path"] = True  # the box is drawn when its expander is open
     at.run()
     box = next(t for t in at.sidebar.text_input if t.label.startswith("Run directory"))
     box.input(value)

@@ -81,6 +81,7 @@ def test_overview_shows_dunder_names_as_written(app, tmp_path):
             with rec.step((torch.randn(4, 3), torch.tensor([0, 1, 0, 1]))):
                 raise KeyError("Dataset.__getitem__ got index 7")
     at = app()
+    at.session_state["sidebar_open_path"] = True  # the box is drawn when its expander is open
     at.run()
     at.sidebar.expander[0].text_input[0].input(str(run))
     at.sidebar.expander[0].button[0].click()
