@@ -16,6 +16,9 @@ THREAD_CHOICES = {"main": "Main thread", "dataloader": "DataLoader workers", "al
 FOLD_CHOICES = {0.001: "0.1 %", 0.005: "0.5 %", 0.01: "1 %"}
 # The views under the step breakdown, like speedscope's (flame graph, "sandwich" table).
 VIEWS = {"flame": "Flamegraph", "functions": "Top functions", "threads": "Threads", "compare": "Compare"}
+# Keys (prefixes) of the widgets drawn inside those tabs.
+VIEW_WIDGETS = {"flame": ("sp_scope", "sp_zoom_", "sp_flame"), "functions": ("sp_idle", "sp_table_tab"),
+                "compare": ("sp_compare",)}
 
 
 @st.cache_data(**_data.CACHE, show_spinner=False)
@@ -184,6 +187,9 @@ def render_sampled(path: str, entry: dict, prof):
     # no data grid, and the server computes no table, before the first charts are up).
     view = st.tabs(list(VIEWS.values()), on_change="rerun", key="sp_view")
     views = dict(zip(VIEWS, view))
+    for name, prefixes in VIEW_WIDGETS.items():  # kept while another tab is open
+        if not views[name].open:
+            _ui.keep_widget_state(*prefixes)
     if views["flame"].open:
         with views["flame"]:
             _flamegraph(path, sig, entry, prof, threads, thread_desc, bd_threads, info, query, by, fold)

@@ -75,3 +75,17 @@ def about(text: str) -> None:
     """The page's short "what am I looking at" note, under its title."""
     with st.expander("What am I looking at?", icon=":material/help:"):
         st.markdown(text)
+
+
+def keep_widget_state(*prefixes: str) -> None:
+    """Keep the values of widgets that are not drawn in every run.
+
+    Streamlit drops a widget's value at the end of a run that did not draw it, so a
+    toggle inside a lazily drawn tab or expander (``on_change="rerun"``) would be back at
+    its default when its tab is opened again. Assigning the value to its own key makes
+    it Session State's, which is kept (Streamlit's documented way to keep widget state
+    across pages). Call it in the runs that do not draw them (a run that draws a widget
+    whose value was just set this way logs Streamlit's default-value warning).
+    """
+    for key in [k for k in st.session_state if isinstance(k, str) and k.startswith(prefixes)]:
+        st.session_state[key] = st.session_state[key]

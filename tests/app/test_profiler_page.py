@@ -220,3 +220,19 @@ def test_data_bound_profile_names_the_workers_hot_function(tmp_path, monkeypatch
     assert not at.exception
     assert any(i.value.startswith(MSG_WORKERS_VIEW) and "`decode_row`" in i.value for i in at.info)
     assert not any("BaseProcess.run" in m.value for m in [*at.markdown, *at.caption, *at.info])
+
+
+def test_the_views_widgets_keep_their_values_while_another_tab_is_open():
+    """A widget in a tab that is not drawn would lose its value (Streamlit drops the
+    state of widgets a run does not draw); the page keeps them."""
+    at = app()
+    at.segmented_control(key="sp_scope").set_value("all").run()
+    at.toggle(key="sp_flame").set_value(True).run()
+    open_view(at, "Top functions")
+    at.toggle(key="sp_idle").set_value(True).run()
+    open_view(at, "Flamegraph")
+    assert not at.exception and not at.warning
+    assert at.segmented_control(key="sp_scope").value == "all" and at.toggle(key="sp_flame").value
+    assert figure(at, 1)["data"][0]["values"][0] == 12307  # the whole profile, as chosen
+    open_view(at, "Top functions")
+    assert at.toggle(key="sp_idle").value
