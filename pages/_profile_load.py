@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
-from pathlib import Path
-
 import streamlit as st
 
 from pages import _data
@@ -26,5 +23,7 @@ def load(run_path: str, profile_id: str):
 
 
 def original_bytes(entry: dict) -> bytes:
-    data = Path(entry["path"]).read_bytes()
-    return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+    """The profile's file, gunzipped within the decompression limits (a bomb is refused)."""
+    from debugkit.io.profiles import read_bytes
+
+    return read_bytes(entry["path"])

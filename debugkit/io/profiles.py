@@ -11,14 +11,15 @@ dumps), :mod:`debugkit.io.chrome_trace` (torch.profiler traces);
 
 from __future__ import annotations
 
-import gzip
 import os
 import re
+import zlib
 from pathlib import Path
 from typing import Any
 
 from .._fsutil import check_regular_file
 from ..errors import ProfileFileError
+from .decompress import GZIP_MAGIC, check_not_refused, file_key, wrap_maybe_gzip
 
 # Message templates (tests match on these).
 MSG_EMPTY_FILE = "{path}: the file is empty"
@@ -30,48 +31,37 @@ MSG_UNKNOWN_FORMAT = ("{path}: not a profile debugkit can read: expected py-spy 
                       "JSON, raw/collapsed stacks (`py-spy record --format raw`), a torch.profiler "
                       "chrome trace (.json or .json.gz) or a py-spy dump")
 
-GZIP_MAGIC = b"\x1f\x8b"
 SPEEDSCOPE_SCHEMA = "speedscope.app/file-format-schema"
 
 
 # ---------------------------------------------------------------------------- files
 def read_bytes(path: str | os.PathLike) -> bytes:
-    """The file's bytes, gunzipped when it is gzip-compressed."""
-    p = Path(path)
-    try:
-        check_regular_file(p)  # a FIFO would block open() forever
-        with open(p, "rb") as f:
-            head = f.read(2)
-            f.seek(0)
-            if head == GZIP_MAGIC:
-                try:
-                    return gzip.GzipFile(fileobj=f).read()
-                except (OSError, EOFError) as exc:
-                    raise ProfileFileError(MSG_TRUNCATED.format(
-                        path=p, offset=f.tell(), line="?",
-                        detail=f" (gzip stream: {exc})")) from exc
+    """The file's bytes, gunzipped when it is gzip-compressed (within the limits of
+    :mod:`debugkit.io.decompress`: a compression bomb is refused, and remembered)."""
+    with open_binary(path) as f:
+        try:
             return f.read()
-    except FileNotFoundError as exc:
-        raise ProfileFileError(f"{p}: no such file") from exc
-    except IsADirectoryError as exc:
-        raise ProfileFileError(f"{p}: is a directory, expected a profile file") from exc
+        except (OSError, EOFError, zlib.error) as exc:
+            raise ProfileFileError(MSG_TRUNCATED.format(
+                path=path, offset="?", line="?", detail=f" (gzip stream: {exc})")) from exc
 
 
 def open_binary(path: str | os.PathLike):
-    """A binary file object over the file's (gunzipped) bytes, for streaming readers."""
+    """A binary file object over the file's (gunzipped) bytes, for streaming readers.
+
+    A gzip file is inflated as it is read, within :mod:`debugkit.io.decompress`'s limits
+    (:class:`~debugkit.io.decompress.DecompressionLimitError` past them)."""
     p = Path(path)
     try:
         check_regular_file(p)  # a FIFO would block open() forever
+        key = file_key(p)
+        check_not_refused(key)  # refused before: refused again at once, not inflated again
         f = open(p, "rb")
     except FileNotFoundError as exc:
         raise ProfileFileError(f"{p}: no such file") from exc
     except IsADirectoryError as exc:
         raise ProfileFileError(f"{p}: is a directory, expected a profile file") from exc
-    if f.read(2) == GZIP_MAGIC:
-        f.seek(0)
-        return gzip.GzipFile(fileobj=f, mode="rb")
-    f.seek(0)
-    return f
+    return wrap_maybe_gzip(f, p, key=key)
 
 
 def sniff_format(path: str | os.PathLike) -> str:
@@ -85,7 +75,7 @@ def sniff_format(path: str | os.PathLike) -> str:
     with open_binary(path) as f:
         try:
             head = f.read(1 << 16)
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, zlib.error) as exc:
             raise ProfileFileError(MSG_TRUNCATED.format(path=path, offset=0, line=1,
                                                     detail=f" (gzip stream: {exc})")) from exc
     return sniff_bytes(head, path)

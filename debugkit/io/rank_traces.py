@@ -12,9 +12,9 @@ Files: ``<run>/traces/*.json`` or ``*.json.gz`` (``export_chrome_trace`` output,
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
+import zlib
 from dataclasses import dataclass
 
 from .. import format as fmt
@@ -70,18 +70,12 @@ class RankTrace:
 
 
 def _load_json(path) -> dict:
-    p = path
-    try:
-        with p.open("rb") as f:
-            raw = f.read()
-    except AttributeError:
-        with open(p, "rb") as f:
-            raw = f.read()
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise InvalidInputError(MSG_NOT_TRACE.format(path=path, detail=f"bad gzip data: {exc}")) from exc
+    from .decompress import read_maybe_gzip
+
+    try:  # inflated within debugkit.io.decompress's limits: a gzip bomb is refused, once
+        raw = read_maybe_gzip(path)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InvalidInputError(MSG_NOT_TRACE.format(path=path, detail=f"bad gzip data: {exc}")) from exc
     try:
         doc = json.loads(raw)
     except ValueError as exc:
