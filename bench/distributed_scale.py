@@ -175,7 +175,9 @@ def main() -> None:
         size = sum(f.stat().st_size for f in run.rglob("*") if f.is_file())
         print(f"generated {a.ranks} ranks x {a.steps} steps ({size / 2**20:.0f} MiB) in "
               f"{time.perf_counter() - t0:.1f} s: {run}")
-        exe = shutil.which("debugkit")
+        from debugkit._fsutil import find_executable
+
+        exe = find_executable("debugkit")  # next to this interpreter first (unactivated venv)
         if not exe:
             raise SystemExit("the debugkit console script is not installed (pip install -e .)")
         os.environ["DEBUGKIT_ROOTS"] = str(tmp)  # the page serves the folder holding the run

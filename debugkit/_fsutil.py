@@ -1,9 +1,11 @@
-"""Small file-system helpers shared by the writer and the reader."""
+"""Small file-system helpers shared by the writer and the reader, and :func:`find_executable`."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,22 @@ from .errors import MSG_FILE_TOO_BIG, MSG_NOT_REGULAR, FileLimitError
 #: heartbeats, failure records, audits) are kilobytes; an audit with SHAP summaries a few
 #: MiB. Larger is refused before it is read, not parsed into memory.
 MAX_JSON_BYTES = 64 << 20
+
+
+def find_executable(name: str) -> str | None:
+    """The executable ``name`` (a console script such as ``debugkit``, or a tool such as
+    ``py-spy``) installed next to the running interpreter, else the one on ``PATH``.
+
+    Next to ``sys.executable`` first: in a virtual environment that is not activated (its
+    ``bin/python`` run by its full path), what ``pip`` installed into that environment is
+    in that folder and not on ``PATH``, and a different copy on ``PATH`` would belong to
+    another environment. ``None`` when neither has it.
+    """
+    here = Path(sys.executable).parent
+    for cand in (here / name, here / f"{name}.exe"):
+        if cand.is_file() and os.access(cand, os.X_OK):
+            return str(cand)
+    return shutil.which(name)
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, fsync: bool = False) -> None:

@@ -14,6 +14,16 @@ if str(ROOT) not in sys.path:
 SAMPLE_RUNS = ROOT / "sample_runs"
 
 
+def console_script(name: str = "debugkit") -> str:
+    """The installed console script ``name`` as a user's shell would run it: the one next to
+    this interpreter first (a virtual environment that is not activated), else on PATH."""
+    from debugkit._fsutil import find_executable
+
+    exe = find_executable(name)
+    assert exe, f"the {name} console script is not installed (pip install -e .)"
+    return exe
+
+
 #: Folders whose every test drives a browser, torchrun jobs or a framework's trainer: all
 #: ``slow``. Single slow tests elsewhere carry ``@pytest.mark.slow`` themselves (those over
 #: ~5 s in ``--durations`` on a 2-core machine). ``pytest -m "not slow"`` is the fast loop;

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -46,8 +45,11 @@ PTRACE_PATTERNS = re.compile(
 
 
 def find_pyspy() -> str:
-    """The py-spy executable: ``$DEBUGKIT_PY_SPY``, else ``py-spy`` on PATH."""
-    exe = os.environ.get("DEBUGKIT_PY_SPY") or shutil.which("py-spy")
+    """The py-spy executable: ``$DEBUGKIT_PY_SPY``, else the ``py-spy`` installed next to
+    the interpreter (a virtual environment that is not activated), else on PATH."""
+    from .._fsutil import find_executable
+
+    exe = os.environ.get("DEBUGKIT_PY_SPY") or find_executable("py-spy")
     if not exe:
         raise MissingDependencyError("py-spy", "Profiling with py-spy")
     return exe

@@ -1,4 +1,7 @@
-"""``debugkit diagnose RUN [--json]``: every finding of every detector, ordered by step."""
+"""``debugkit diagnose RUN [--json]``: every finding of every detector, ordered by step.
+
+``debugkit diagnose --kinds [--json]``: the catalogue of finding kinds
+(:mod:`debugkit.analysis.kinds`): area, default severity, title, page and doc section."""
 
 from __future__ import annotations
 
@@ -7,7 +10,9 @@ from ._output import print_json, print_table
 
 def register(sub) -> None:
     p = sub.add_parser("diagnose", help="find what went wrong in a run")
-    p.add_argument("run", help="run directory or .zip")
+    p.add_argument("run", nargs="?", help="run directory or .zip")
+    p.add_argument("--kinds", action="store_true",
+                   help="list every kind of finding (area, default severity, title, page, doc) and exit")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--severity", choices=["error", "warning", "info"], default="info",
                    help="lowest severity to show (default: info)")
@@ -40,10 +45,30 @@ def parse_overrides(items: list[str]) -> dict:
     return out
 
 
+def print_kinds(as_json: bool) -> int:
+    from ..analysis.kinds import KINDS
+
+    if as_json:
+        print_json({"kinds": [k.to_dict() for k in KINDS]})
+        return 0
+    print_table([{**k.to_dict(), "severity": "/".join(k.severities)} for k in KINDS],
+                ["kind", "area", "severity", "page", "doc", "title"])
+    return 0
+
+
 def run(args) -> int:
     from ..diagnose import diagnose
+    from ..errors import InvalidInputError
     from ..io.run import open_run
 
+    if getattr(args, "kinds", False):
+        if args.run:
+            raise InvalidInputError(f"diagnose --kinds lists the kinds of finding and reads no run: "
+                                    f"drop {args.run!r}, or drop --kinds to diagnose it")
+        return print_kinds(args.json)
+    if not args.run:
+        raise InvalidInputError("diagnose needs a run directory or .zip (debugkit diagnose RUN), "
+                                "or --kinds to list the kinds of finding")
     r = open_run(args.run)
     keep = {"error": {"error"}, "warning": {"error", "warning"},
             "info": {"error", "warning", "info"}}[args.severity]

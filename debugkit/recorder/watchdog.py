@@ -25,7 +25,6 @@ from __future__ import annotations
 import faulthandler
 import json
 import os
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -82,7 +81,9 @@ def pyspy_dump(pid: int) -> tuple[str | None, str | None]:
     """``(output, error)`` of ``py-spy dump --native --pid PID``; error says why not."""
     if os.environ.get("DEBUGKIT_HANG_PYSPY", "1") == "0":
         return None, "disabled by DEBUGKIT_HANG_PYSPY=0"
-    exe = shutil.which("py-spy")
+    from .._fsutil import find_executable
+
+    exe = find_executable("py-spy")
     if exe is None:
         return None, "py-spy is not installed (pip install py-spy)"
     try:

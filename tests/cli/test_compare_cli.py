@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from debugkit.errors import MSG_NO_SUCH_PATH, MSG_NOT_A_RUN
+from ..conftest import console_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_runs"
 
 
 def debugkit(*args, cwd):
-    exe = shutil.which("debugkit")
-    assert exe, "the debugkit console script is not installed"
+    exe = console_script("debugkit")
     return subprocess.run([exe, *map(str, args)], cwd=cwd, capture_output=True, text=True,
                           timeout=180)
 

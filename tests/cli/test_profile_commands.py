@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +18,7 @@ from debugkit.io.run import open_run
 from debugkit.cli._pyspy import MSG_NO_PROCESS
 
 from .._polling import announce_blocked, wait_for
-from ..conftest import ROOT, SAMPLE_RUNS
+from ..conftest import ROOT, SAMPLE_RUNS, console_script
 
 BUSY = textwrap.dedent('''
     import sys, time
@@ -220,9 +221,28 @@ def test_missing_pyspy(tmp_path, monkeypatch, capsys):
     bindir = tmp_path / "empty"
     bindir.mkdir()
     monkeypatch.setenv("PATH", str(bindir))
+    monkeypatch.setattr(sys, "executable", str(bindir / "python"))  # nor next to the interpreter
     monkeypatch.delenv("DEBUGKIT_PY_SPY", raising=False)
     assert main(["profile", str(tmp_path / "r"), "--", "python", "x.py"]) == 2
     assert "needs the optional package 'py-spy'; install it with: pip install py-spy" in capsys.readouterr().err
+
+
+def test_pyspy_next_to_the_interpreter_of_an_unactivated_venv(tmp_path, busy):
+    """A venv run by its full path (not activated): py-spy was installed into it, next to its
+    python, and is not on PATH. `debugkit profile` finds it there instead of saying
+    "install py-spy"."""
+    assert (Path(sys.executable).parent / "py-spy").is_file(), "py-spy is a test dependency"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "DEBUGKIT_PY_SPY"}
+    env.update(PATH=str(empty), PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, "-m", "debugkit", "profile", str(tmp_path / "run"), "--name", "spin",
+                        "--", sys.executable, str(busy), "0.5"], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert "install it with: pip install py-spy" not in p.stderr
+    assert p.returncode == 0, p.stderr
+    assert "stored profile 'spin'" in p.stderr
+    assert [e["id"] for e in open_run(tmp_path / "run").profiles()] == ["spin"]
 
 
 @pytest.mark.parametrize("argv, match", [
@@ -272,7 +292,7 @@ def test_pyspys_sample_count_is_explained(tmp_path, profile, reported, shown, la
     script, from another folder, with a relative path."""
     work = tmp_path / "work"
     shutil.copytree(SAMPLE_RUNS / "digits-profiled", work / "runs" / "p")
-    out = subprocess.run([shutil.which("debugkit") or "debugkit", "profile-summary", "runs/p", "--profile",
+    out = subprocess.run([console_script("debugkit"), "profile-summary", "runs/p", "--profile",
                           profile, "--json", "--top", "1"], cwd=work, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr
@@ -282,7 +302,7 @@ def test_pyspys_sample_count_is_explained(tmp_path, profile, reported, shown, la
     assert c == {"reported": reported, "in_file": reported, "launcher": launcher, "shown": shown,
                  "unexplained": 0, "note": c["note"]}
     assert c["note"] == MSG_COUNT_LAUNCHER.format(reported=reported, shown=shown, launcher=launcher)
-    text = subprocess.run([shutil.which("debugkit") or "debugkit", "profile-summary", "runs/p", "--profile",
+    text = subprocess.run([console_script("debugkit"), "profile-summary", "runs/p", "--profile",
                            profile, "--top", "1"], cwd=work, capture_output=True, text=True, timeout=300)
     assert f"{launcher:,} of debugkit's own launcher process" in text.stdout
 

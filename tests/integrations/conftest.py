@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from ..conftest import console_script
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN_TIMEOUT_S = 420
@@ -30,7 +31,7 @@ def train(cwd: Path, module: str, out: str, *args) -> subprocess.CompletedProces
 
 def debugkit(cwd: Path, *args) -> subprocess.CompletedProcess:
     """The installed ``debugkit`` console script from ``cwd``."""
-    exe = shutil.which("debugkit") or str(Path(sys.executable).with_name("debugkit"))
+    exe = console_script("debugkit")
     return subprocess.run([exe, *map(str, args)], cwd=cwd, env=_env(), capture_output=True,
                           text=True, timeout=CLI_TIMEOUT_S)
 

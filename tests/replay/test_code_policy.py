@@ -24,6 +24,7 @@ from debugkit.replay import policy
 from debugkit.errors import CodeRefusedError
 
 from .conftest import ROOT, record_failure
+from ..conftest import console_script
 
 FID = "r0-s0000075-exception"
 CLI_TIMEOUT_S = 300
@@ -31,8 +32,7 @@ CLI_TIMEOUT_S = 300
 
 def debugkit_cli(*args, cwd, env_extra=None):
     """The installed console script, as a user runs it."""
-    exe = Path(sys.executable).parent / "debugkit"
-    exe = str(exe) if exe.is_file() else shutil.which("debugkit")
+    exe = console_script("debugkit")
     env = {k: v for k, v in os.environ.items() if k != "DEBUGKIT_CODE_ROOTS"}
     env.update(env_extra or {})
     return subprocess.run([exe, *map(str, args)], cwd=cwd, env=env, capture_output=True,

@@ -19,12 +19,13 @@ from pathlib import Path
 import pytest
 
 from debugkit.analysis.lost_ranks import parse_collective_error
+from ..conftest import console_script
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "tests" / "scenarios" / "jobs"
 HTA = ROOT / "tests" / "data" / "public" / "hta_trace_filter"
 TIMEOUT_S = 300
-DEBUGKIT = shutil.which("debugkit") or str(Path(sys.executable).with_name("debugkit"))
+DEBUGKIT = console_script("debugkit")
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
 
