@@ -13,7 +13,6 @@ from debugkit.io import store as run_store
 from pages._ui import md
 
 SESSION_RUN = "debugkit_run_path"
-SESSION_EXTRA_ROOTS = "debugkit_extra_roots"
 
 
 def store_dir() -> Path:
@@ -21,13 +20,16 @@ def store_dir() -> Path:
 
 
 def roots() -> list[Path]:
-    extra = [Path(p) for p in st.session_state.get(SESSION_EXTRA_ROOTS, [])]
-    return run_store.default_roots() + [p for p in extra if p not in run_store.default_roots()]
+    """The served folders, the run store (uploads) and the runs opened by path: what
+    the picker lists and what ``?run=`` may name (for every visitor, after a reload)."""
+    return run_store.served_roots()
 
 
 @st.cache_data(ttl=5, max_entries=64, show_spinner=False)
 def _find(roots_key: tuple[str, ...]):
-    return [(e.id, str(e.path)) for e in run_store.find_runs([Path(r) for r in roots_key])]
+    from debugkit.io.fs import as_path
+
+    return [(e.id, str(e.path)) for e in run_store.find_runs([as_path(r) for r in roots_key])]
 
 
 def run_entries() -> list[tuple[str, str]]:

@@ -17,6 +17,24 @@ SHARE_REFUSED = ("This share link cannot be opened: {reason}. Ask the person who
                  "for a new link.")
 
 
+SHARE_REACH_AUTH = ("The link opens this audit, read-only, without signing in: a recipient who is "
+                    "not signed in reaches this audit alone (no other page, no run picker, no upload, "
+                    "no recompute). Signed with the server's secret (HMAC-SHA256).")
+SHARE_REACH_OPEN = ("This server has no sign-in: anyone who can reach its address opens every page "
+                    "and every run, with or without this link. The link itself shows this audit "
+                    "read-only. To give a reviewer this audit alone, start a share-only server "
+                    "from the same folder (`debugkit ui --share-only --port 8502`: share links and "
+                    "nothing else) and put its address below, or configure sign-in (`[auth]`, "
+                    "docs/security.md).")
+
+
+def share_reach_text() -> str:
+    """What a link's recipient can reach on this server, said exactly."""
+    from pages import _auth
+
+    return SHARE_REACH_AUTH if _auth.auth_providers() is not None else SHARE_REACH_OPEN
+
+
 def share_only_mode() -> bool:
     """``DEBUGKIT_SHARE_ONLY=1``: a server for compliance reviewers that serves valid share
     links and nothing else."""
@@ -48,7 +66,7 @@ def share_request() -> dict | None:
         expires_at = verify_token(token, run_id, audit_id, server_secret(store_dir()))
         validate_audit_id(audit_id)
         try:
-            entry = run_store.resolve_run(run_id, run_store.default_roots())
+            entry = run_store.resolve_run(run_id, run_store.served_roots())
             load_audit(entry.path, audit_id)
         except DebugkitError as exc:
             raise ShareTokenError("the shared run or audit is no longer available, or it was "

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import streamlit as st
 
 from debugkit.errors import DebugkitError
-from pages._runs import (SESSION_EXTRA_ROOTS, SESSION_RUN, apply_query_params, refresh_run_list,
-                         run_entries, run_id_for, select_run, store_dir)
+from debugkit.io import store as run_store
+from pages._runs import (
+    SESSION_RUN,
+    apply_query_params,
+    refresh_run_list,
+    run_entries,
+    run_id_for,
+    select_run,
+    store_dir,
+)
 from pages._ui import md
+
 
 def _handle_upload(files) -> None:
     from debugkit.io.upload import unpack_files
@@ -29,8 +36,8 @@ def _handle_upload(files) -> None:
 
 
 def _open_typed(path_text: str) -> None:
-    from debugkit.io.run import open_run
     from debugkit.io.access import check_allowed
+    from debugkit.io.run import open_run
 
     try:
         path = check_allowed(path_text.strip())  # a local path or an fsspec URL
@@ -39,10 +46,14 @@ def _open_typed(path_text: str) -> None:
         st.session_state["debugkit_path_error"] = str(exc)
         return
     st.session_state.pop("debugkit_path_error", None)
-    parent = str(Path(run.path).parent)
-    extra = st.session_state.setdefault(SESSION_EXTRA_ROOTS, [])
-    if parent not in extra:
-        extra.append(parent)
+    # Remembered in the run store, so the run stays listed and its ?run= link resolves
+    # after a reload (a folder: as the user named it; a .zip: its unpacked run folder).
+    try:
+        src = run.source
+        run_store.remember_opened(str(src if src.is_dir() else run.path), store_dir())
+    except OSError as exc:
+        st.session_state["debugkit_path_error"] = ("opened, but the run store is not writable, so a "
+                                                   f"reload will not list it ({exc.strerror})")
     refresh_run_list()
     select_run(str(run.path), run_id_for(str(run.path)))
 

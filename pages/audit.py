@@ -1,6 +1,7 @@
 """Bias audit: verdict, group fairness metrics, SHAP attributions, provenance; share links."""
 
 import datetime as dt
+import os
 import urllib.parse
 
 import streamlit as st
@@ -204,16 +205,23 @@ def _base_url() -> str:
     return "http://localhost:8501"
 
 
+def _default_base() -> str:
+    """The share links' address: ``$DEBUGKIT_BASE_URL`` (a share-only server's, say),
+    else this page's."""
+    return os.environ.get("DEBUGKIT_BASE_URL") or _base_url()
+
+
 def _share_box(audit_id):
     from debugkit.audit.share import parse_duration, server_secret, share_link
 
     rid = _runs.run_id_for(path)
     with st.popover("Share with compliance", icon=":material/share:"):
-        st.caption("A read-only link to this audit alone: no other page, no run picker, no upload, "
-                   "no recompute. Signed with the server's secret (HMAC-SHA256).")
+        st.caption(_share.share_reach_text())
         with st.form("share_form", border=False):
             st.selectbox("Expires after", list(EXPIRY), index=2, key="share_expiry")
-            st.text_input("Dashboard address", value=_base_url(), key="share_base")
+            st.text_input("Dashboard address", value=_default_base(), key="share_base",
+                          help="The address the recipient opens: this server's, or a share-only "
+                               "server's started from the same folder")
             st.form_submit_button("Create link", icon=":material/link:",
                                   on_click=lambda: st.session_state.update(share_request=True))
         if st.session_state.pop("share_request", False):

@@ -25,10 +25,10 @@ def register(sub) -> None:
 
 def server_run_id(path: Path) -> tuple[str, bool]:
     """The id the dashboard serves ``path`` under, and whether it serves it at all."""
-    from ..io.store import default_roots, find_runs
+    from ..io.store import find_runs, served_roots
 
     real = os.path.realpath(path)
-    for e in find_runs(default_roots()):
+    for e in find_runs(served_roots()):
         if os.path.realpath(e.path) == real:
             return e.id, True
     name = path.name
@@ -40,11 +40,11 @@ def run(args) -> int:
     from ..audit.share import parse_duration, server_secret, share_link
     from ..audit.store import load_audit
     from ..io.run import open_run
-    from ..io.store import default_roots, resolve_run
+    from ..io.store import default_roots, resolve_run, served_roots
 
     target = Path(args.run).expanduser()
     if not target.exists() and re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$", args.run):
-        target = resolve_run(args.run, default_roots()).path
+        target = resolve_run(args.run, served_roots()).path
     run_ = open_run(target)
     if run_.path != run_.source:
         raise InvalidInputError(f"{args.run}: share a run directory the dashboard serves, not a .zip")

@@ -26,6 +26,11 @@ def register(sub) -> None:
     p.add_argument("--port", type=int, default=None, help="port (default: Streamlit's 8501)")
     p.add_argument("--host", default=None, help="address to listen on (default: Streamlit's)")
     p.add_argument("--headless", action="store_true", help="do not open a browser")
+    p.add_argument("--share-only", action="store_true",
+                   help="serve nothing but valid share links (signed, read-only audit links): "
+                        "every other address, page, the run picker and uploads are refused. "
+                        "Start it beside the dashboard, from the same folder and on another port, "
+                        "and give reviewers its address (same as DEBUGKIT_SHARE_ONLY=1)")
     p.set_defaults(func=run)
 
 
@@ -79,6 +84,8 @@ def run(args) -> int:
             check_allowed(path)  # a folder outside DEBUGKIT_ALLOWED_ROOTS is not served
             roots.append(str(path))
         env["DEBUGKIT_ROOTS"] = os.pathsep.join(roots)
+    if args.share_only:
+        env["DEBUGKIT_SHARE_ONLY"] = "1"  # read by pages/_share.py: share links alone
     # pages/_serve.py: `streamlit run` with the pages' imports done while the server starts.
     cmd = [sys.executable, str(app.parent / "pages" / "_serve.py"), "run", str(app)] + \
         app_config_flags(app, cwd)

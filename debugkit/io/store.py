@@ -13,6 +13,8 @@ from .access import is_allowed
 from .fs import as_path, is_local, split_roots
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+OPENED_FILE = ".debugkit-opened.json"
+MAX_OPENED = 200
 MSG_BAD_RUN_ID = "run id {value!r}: expected letters, digits, '.', '_' or '-' (at most 200)"
 MSG_UNKNOWN_RUN = "run {value!r}: no such run in {roots}"
 
@@ -32,6 +34,57 @@ def default_roots() -> list[Path]:
     here = Path(__file__).resolve().parents[2] / "sample_runs"
     roots = [here] if here.is_dir() else []
     return roots + [default_store()]
+
+
+def opened_runs(store: Path | None = None) -> list[str]:
+    """Runs opened by path in the dashboard (``Open a path``), oldest first, as recorded
+    in ``<store>/.debugkit-opened.json``: they stay listed, and reachable by ``?run=``,
+    after a reload or a restart, for as long as they exist. A missing or unreadable
+    file is an empty list (it is a convenience, never a reason to fail)."""
+    import json
+
+    f = Path(store or default_store()) / OPENED_FILE
+    try:
+        data = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    if not isinstance(data, list):
+        return []
+    return [x for x in data if isinstance(x, str) and 0 < len(x) <= 4096][-MAX_OPENED:]
+
+
+def remember_opened(location: str, store: Path | None = None) -> None:
+    """Add a run location (a local path or an fsspec URL) to :func:`opened_runs`.
+
+    The file is replaced in one rename, and holds the :data:`MAX_OPENED` latest."""
+    import json
+    import os as _os
+
+    store = Path(store or default_store())
+    location = str(location)
+    items = [x for x in opened_runs(store) if x != location] + [location]
+    store.mkdir(parents=True, exist_ok=True)
+    tmp = store / f".{OPENED_FILE}.{_os.getpid()}.tmp"
+    tmp.write_text(json.dumps(items[-MAX_OPENED:], indent=0), encoding="utf-8")
+    _os.replace(tmp, store / OPENED_FILE)
+
+
+def served_roots() -> list[Path]:
+    """Every place the dashboard lists runs from: :func:`default_roots`, the run store
+    (where uploads land, served even when ``$DEBUGKIT_ROOTS`` names other folders, so an
+    uploaded run is always listed) and the runs opened by path (:func:`opened_runs`)."""
+    roots = default_roots()
+    store = default_store()
+    if not any(str(r) == str(store) for r in roots):
+        roots.append(store)
+    for loc in opened_runs(store):
+        try:
+            p = as_path(loc)
+        except (DebugkitError, ValueError):
+            continue
+        if not any(str(r) == str(p) for r in roots):
+            roots.append(p)
+    return roots
 
 
 @dataclass(frozen=True)
@@ -71,17 +124,21 @@ def find_runs(roots: list[Path]) -> list[RunEntry]:
     ``exp.validation``.
 
     Ids are folder names; when two roots hold the same name, the later one is
-    prefixed with its root's name (``store.myrun``). With ``$DEBUGKIT_ALLOWED_ROOTS``
+    prefixed with its root's name (``store.myrun``; a root that is itself a run: its
+    parent folder's name). A folder reached through two roots is listed once. With ``$DEBUGKIT_ALLOWED_ROOTS``
     set, a run whose resolved path (symlinks followed) lies outside it is not listed
     (so ``?run=`` cannot name it either).
     """
     out: list[RunEntry] = []
     ids: set[str] = set()
+    seen: set[str] = set()
     for root in roots:
         root = as_path(root) if isinstance(root, str) else root
         candidates = []  # (id, folder)
+        prefix = root.name
         if is_run_dir(root):
             candidates.append((root.name, root))
+            prefix = root.parent.name or root.name
         elif root.is_dir():
             tb_root = _tensorboard_runs(root)
             try:
@@ -97,14 +154,28 @@ def find_runs(roots: list[Path]) -> list[RunEntry]:
                     candidates += [(f"{p.name}.{name}" if name else p.name, d)
                                    for name, d in _tensorboard_runs(p)]
         for name, p in candidates:
+            key = _same_place(p)
+            if key in seen:
+                continue  # the same run under two roots (a run opened inside a served folder)
             if not is_allowed(p):
                 continue  # a link (or a root) that leads outside DEBUGKIT_ALLOWED_ROOTS
+            seen.add(key)
             rid = name if _ID.match(name) else re.sub(r"[^A-Za-z0-9._-]", "-", name)[:200]
             if rid in ids:
-                rid = f"{root.name}.{rid}"
+                rid = f"{prefix}.{rid}"
             ids.add(rid)
             out.append(RunEntry(rid, p, root))
     return out
+
+
+def _same_place(p) -> str:
+    """A key that is equal for two spellings of one folder (symlinks followed)."""
+    if is_local(p):
+        try:
+            return os.path.realpath(p)
+        except (OSError, ValueError):
+            return str(p)
+    return str(p).rstrip("/")
 
 
 def validate_run_id(value: str) -> str:

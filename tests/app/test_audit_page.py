@@ -258,3 +258,21 @@ def test_share_button_makes_a_link_that_verifies(ids):
     assert q["run"] == SAMPLE and q["audit"] == ids[0]
     exp = verify_token(q["token"], SAMPLE, ids[0], server_secret(default_store()))
     assert 13 * 86400 < exp - time.time() <= 14 * 86400
+
+
+@pytest.mark.slow
+def test_share_popover_says_what_the_recipient_reaches_on_an_open_server(ids, monkeypatch):
+    from pages._share import SHARE_REACH_AUTH, SHARE_REACH_OPEN
+
+    monkeypatch.setenv("DEBUGKIT_BASE_URL", "http://reviewers.example.org:8502")
+    at = app()
+    at.query_params["run"] = SAMPLE
+    at.switch_page("pages/audit.py")
+    at.run()
+    assert not at.exception
+    captions = [c.value for c in at.caption]
+    assert SHARE_REACH_OPEN in captions  # no [auth]: every page is open to anyone
+    assert SHARE_REACH_AUTH not in captions
+    assert "debugkit ui --share-only" in SHARE_REACH_OPEN
+    base = next(t for t in at.text_input if t.label == "Dashboard address")
+    assert base.value == "http://reviewers.example.org:8502"

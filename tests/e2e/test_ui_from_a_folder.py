@@ -152,3 +152,48 @@ def test_sigint_stops_the_server_too(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)
+
+
+def test_share_only_flag_serves_share_links_and_nothing_else(browser, tmp_path):
+    """`debugkit ui --share-only` (shown in --help): a valid link opens its audit; the
+    plain address, another page and a run link are refused."""
+    env = {**user_env(tmp_path), "PYTHONPATH": str(ROOT)}
+    helptext = subprocess.run([str(CONSOLE), "ui", "--help"], env=env, capture_output=True,
+                              text=True, timeout=120, cwd=tmp_path, check=False)
+    assert "--share-only" in helptext.stdout and "share links" in helptext.stdout
+    work = tmp_path / "work"
+    (work / "runs").mkdir(parents=True)
+    shutil.copytree(ROOT / "sample_runs" / "credit-audit", work / "runs" / "my-audit")
+    (tmp_path / "home").mkdir()
+    audit_id = list_audits(work / "runs" / "my-audit")[0]["id"]
+    port = _free_port()
+    log = tmp_path / "ui.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([str(CONSOLE), "ui", "--share-only", "--headless", "--port", str(port),
+                                 "--host", "127.0.0.1"], cwd=work, env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url, proc, log)
+        share = subprocess.run([str(CONSOLE), "share", "runs/my-audit", "--audit", audit_id,
+                                "--base-url", url], cwd=work, env=env, capture_output=True,
+                               text=True, timeout=120, check=False)
+        assert share.returncode == 0, share.stderr
+        ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+        page = ctx.new_page()
+        page.set_default_timeout(120_000)
+        try:
+            for address in (url, url + "/overview?run=my-audit", url + "/home"):
+                page.goto(address)
+                wait_for_app(page)
+                page.get_by_text("this server only opens share links").first.wait_for()
+                assert page.get_by_test_id("stSidebar").count() == 0
+            page.goto(share.stdout.strip())
+            wait_for_app(page)
+            page.get_by_text("Shared read-only view of audit").first.wait_for()
+            assert page.get_by_text("Link not valid").count() == 0
+        finally:
+            ctx.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
