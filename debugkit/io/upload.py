@@ -40,6 +40,8 @@ MSG_STORE_FULL_RUNS = ("upload: the run store {store} already holds {limit} runs
                        "(DEBUGKIT_STORE_MAX_RUNS); delete runs first")
 MSG_STORE_FULL_BYTES = ("upload: the run store {store} would hold {size} bytes, over its quota of "
                         "{limit} bytes (DEBUGKIT_STORE_MAX_MB); delete runs first")
+MSG_STORE_FULL_FILES = ("upload: the run store {store} would hold {count} files, over its limit of "
+                        "{limit} (DEBUGKIT_STORE_MAX_FILES); delete runs first")
 MSG_BAD_SETTING = "{name}={value!r}: expected a whole number{what}"
 MSG_NOT_RUN = "upload: no manifest.json at the top of the upload or in a single top-level folder"
 MSG_BAD_ZIP = "upload: {name!r} is not a readable zip archive ({detail})"
@@ -61,11 +63,27 @@ class UploadLimits:
 
     @classmethod
     def from_env(cls) -> "UploadLimits":
+        """``$DEBUGKIT_MAX_UPLOAD_MB`` (the total; a file at most that too) and
+        ``$DEBUGKIT_MAX_UPLOAD_FILES`` (files in one run, default 20,000)."""
+        out: dict = {}
         mb = os.environ.get("DEBUGKIT_MAX_UPLOAD_MB")
         if mb and mb.isdigit():
             total = int(mb) << 20
-            return cls(max_total_bytes=total, max_file_bytes=min(total, cls.max_file_bytes))
-        return cls()
+            out.update(max_total_bytes=total, max_file_bytes=min(total, cls.max_file_bytes))
+        files = _whole_number("DEBUGKIT_MAX_UPLOAD_FILES")
+        if files is not None:
+            out["max_files"] = files
+        return cls(**out)
+
+
+def _whole_number(name: str, unit: str = "") -> int | None:
+    """``$name`` as a whole number, None when unset; :class:`UploadError` otherwise."""
+    value = os.environ.get(name)
+    if value is None or not value.strip():
+        return None
+    if not value.strip().isdigit():
+        raise UploadError(MSG_BAD_SETTING.format(name=name, value=value[:40], what=unit))
+    return int(value)
 
 
 def check_name(name: str, limits: UploadLimits = UploadLimits()) -> PurePosixPath:
@@ -94,59 +112,124 @@ def check_name(name: str, limits: UploadLimits = UploadLimits()) -> PurePosixPat
 class StoreQuota:
     """Bounds on the whole run store, so repeated uploads cannot fill the disk.
 
-    ``max_bytes`` (``$DEBUGKIT_STORE_MAX_MB``, default 20 GiB) counts every file in the
-    store, uploads in flight included; ``max_runs`` (``$DEBUGKIT_STORE_MAX_RUNS``,
-    default 1,000) counts its run folders.
+    ``max_bytes`` (``$DEBUGKIT_STORE_MAX_MB``, default 20 GiB) counts the disk the store
+    takes: every file's and folder's allocated blocks (a 1-byte file takes a 4 KiB
+    block), uploads in flight included; ``max_runs`` (``$DEBUGKIT_STORE_MAX_RUNS``,
+    default 1,000) counts its run folders and ``max_files``
+    (``$DEBUGKIT_STORE_MAX_FILES``, default 200,000) its files and folders.
     """
 
     max_bytes: int = 20 << 30
     max_runs: int = 1000
+    max_files: int = 200_000
 
     @classmethod
     def from_env(cls) -> "StoreQuota":
         out = {}
         for name, field, scale in (("DEBUGKIT_STORE_MAX_MB", "max_bytes", 1 << 20),
-                                   ("DEBUGKIT_STORE_MAX_RUNS", "max_runs", 1)):
-            value = os.environ.get(name)
-            if value is None or not value.strip():
-                continue
-            if not value.strip().isdigit():
-                raise UploadError(MSG_BAD_SETTING.format(name=name, value=value[:40],
-                                                         what=" (MiB)" if scale > 1 else ""))
-            out[field] = int(value) * scale
+                                   ("DEBUGKIT_STORE_MAX_RUNS", "max_runs", 1),
+                                   ("DEBUGKIT_STORE_MAX_FILES", "max_files", 1)):
+            value = _whole_number(name, " (MiB)" if scale > 1 else "")
+            if value is not None:
+                out[field] = value * scale
         return cls(**out)
 
 
-def store_usage(store: Path) -> tuple[int, int]:
-    """``(bytes of every file, number of run folders)`` in the store (links not followed)."""
-    total, runs = 0, 0
+@dataclass(frozen=True)
+class StoreUsage:
+    """What a store takes: ``bytes`` allocated on disk, ``files`` (files, folders and
+    links), ``runs`` (top-level run folders)."""
+
+    bytes: int
+    files: int
+    runs: int
+
+
+def allocated_bytes(st: os.stat_result) -> int:
+    """The disk a file or folder takes: its allocated blocks (``st_blocks`` counts 512-byte
+    units on POSIX); where that is unknown, its size rounded up to 4 KiB."""
+    blocks = getattr(st, "st_blocks", None)
+    if blocks is not None:
+        return int(blocks) * 512
+    return -(-st.st_size // 4096) * 4096
+
+
+def block_size(folder: Path) -> int:
+    """The file system's allocation unit under ``folder`` (4,096 when unknown)."""
+    try:
+        vfs = os.statvfs(folder)
+        return int(vfs.f_frsize or vfs.f_bsize or 4096)
+    except (OSError, AttributeError):
+        return 4096
+
+
+def store_counts(store: Path) -> StoreUsage:
+    """The store's :class:`StoreUsage` (links not followed; the store's own files too)."""
+    total, files, runs = 0, 0, 0
     store = Path(store)
     if not store.is_dir():
-        return 0, 0
-    for top, dirs, files in os.walk(store):
+        return StoreUsage(0, 0, 0)
+    for top, dirs, names in os.walk(store):
         if Path(top) == store:
             runs = sum(1 for d in dirs if not d.startswith("."))
-        for name in files:
+        for name in [*dirs, *names]:
             try:
-                total += os.lstat(os.path.join(top, name)).st_size
+                total += allocated_bytes(os.lstat(os.path.join(top, name)))
             except OSError:
-                pass
-    return total, runs
+                continue
+            files += 1
+    return StoreUsage(total, files, runs)
+
+
+def store_usage(store: Path) -> tuple[int, int]:
+    """``(bytes allocated on disk, number of run folders)`` of the store."""
+    u = store_counts(store)
+    return u.bytes, u.runs
 
 
 class _Budget:
+    """Counts one upload against its limits and the store's quota while it is written.
+
+    ``total`` is the upload's bytes (the upload limits); ``disk`` what they take on disk
+    (each file rounded up to whole blocks, each new folder one block: the quota)."""
+
     def __init__(self, limits: UploadLimits, archive_bytes: int | None = None,
-                 store: Path | None = None, quota: StoreQuota | None = None, used: int = 0):
+                 store: Path | None = None, quota: StoreQuota | None = None,
+                 used: StoreUsage | None = None):
         self.limits = limits
         self.files = 0
         self.total = 0
+        self.disk = 0
         self.archive_bytes = archive_bytes
-        self.store, self.quota, self.used = store, quota, used
+        self.store, self.quota = store, quota
+        self.used = used or StoreUsage(0, 0, 0)
+        self.block = block_size(store) if store is not None else 4096
+        self.dirs: set = set()
 
-    def add_file(self):
+    def add_file(self, dirs: Iterable = ()):
+        """One more file (and the new folders ``dirs`` above it)."""
+        new_dirs = [d for d in dirs if d not in self.dirs]
+        self.dirs.update(new_dirs)
         self.files += 1
+        self.disk += len(new_dirs) * self.block
         if self.files > self.limits.max_files:
             raise UploadError(MSG_TOO_MANY.format(count=self.files, limit=self.limits.max_files))
+        if self.quota is not None:
+            count = self.used.files + self.files + len(self.dirs)
+            if count > self.quota.max_files:
+                raise UploadError(MSG_STORE_FULL_FILES.format(store=self.store, count=count,
+                                                              limit=self.quota.max_files))
+        self._check_disk(0)
+
+    def end_file(self, file_bytes: int):
+        """A file is written: charge its whole blocks."""
+        self.disk += -(-file_bytes // self.block) * self.block
+
+    def _check_disk(self, pending: int):
+        if self.quota is not None and self.used.bytes + self.disk + pending > self.quota.max_bytes:
+            raise UploadError(MSG_STORE_FULL_BYTES.format(store=self.store,
+                                                          size=self.used.bytes + self.disk + pending,
+                                                          limit=self.quota.max_bytes))
 
     def add_bytes(self, name: str, file_bytes: int, n: int):
         self.total += n
@@ -156,9 +239,7 @@ class _Budget:
         if self.total > self.limits.max_total_bytes:
             raise UploadError(MSG_TOO_BIG.format(what="the upload", size=self.total,
                                                  limit=self.limits.max_total_bytes))
-        if self.quota is not None and self.used + self.total > self.quota.max_bytes:
-            raise UploadError(MSG_STORE_FULL_BYTES.format(store=self.store, size=self.used + self.total,
-                                                          limit=self.quota.max_bytes))
+        self._check_disk(-(-file_bytes // self.block) * self.block)
         if self.archive_bytes:
             ratio = self.total / self.archive_bytes
             if ratio > self.limits.max_archive_ratio:
@@ -183,6 +264,7 @@ def _copy_bounded(src: BinaryIO, dest: Path, name: str, budget: _Budget,
                     raise UploadError(MSG_BOMB.format(name=name, ratio=ratio,
                                                       limit=budget.limits.max_ratio))
             out.write(chunk)
+    budget.end_file(written)
 
 
 def _zip_is_link(info: zipfile.ZipInfo) -> bool:
@@ -233,7 +315,7 @@ def extract_zip(source: str | os.PathLike | BinaryIO, dest: Path, *,
             if key in seen:
                 raise UploadError(MSG_BAD_NAME.format(name=info.filename, why="duplicate name"))
             seen.add(key)
-            budget.add_file()
+            budget.add_file(rel.parents)
             if info.file_size > limits.max_file_bytes:
                 raise UploadError(MSG_TOO_BIG.format(what=f"file {info.filename!r}",
                                                      size=info.file_size, limit=limits.max_file_bytes))
@@ -268,12 +350,8 @@ def _publish(staging: Path, store: Path, preferred: str, quota: StoreQuota | Non
     fmt.read_manifest(root)  # the format's validator: a clear error for a broken or too-new run
     with _store_lock(store):
         if quota is not None:
-            used, runs = store_usage(store)  # the staged files are inside the store too
-            if runs >= quota.max_runs:
-                raise UploadError(MSG_STORE_FULL_RUNS.format(store=store, limit=quota.max_runs))
-            if used > quota.max_bytes:
-                raise UploadError(MSG_STORE_FULL_BYTES.format(store=store, size=used,
-                                                              limit=quota.max_bytes))
+            _check_quota(store, quota, store_counts(store),  # the staged files are in the store too
+                         over=lambda used, limit: used > limit)
         return _rename_into(root, store, preferred)
 
 
@@ -357,7 +435,7 @@ def unpack_files(files: Iterable[tuple[str, BinaryIO | bytes]], store: str | os.
                 raise UploadError(MSG_BAD_NAME.format(name=name, why="duplicate name"))
             seen.add(str(rel))
             top.add(rel.parts[0])
-            budget.add_file()
+            budget.add_file(rel.parents)
             src = io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data
             _copy_bounded(src, staging / rel, name, budget)
         preferred = next(iter(top)) if len(top) == 1 and len(seen) > 1 else "upload"
@@ -371,12 +449,18 @@ def unpack_files(files: Iterable[tuple[str, BinaryIO | bytes]], store: str | os.
 def _quota_budget(store: Path, limits: UploadLimits) -> _Budget:
     """A budget that also stops at the store's quota; refuses at once when it is full."""
     quota = StoreQuota.from_env()
-    used, runs = store_usage(store)
-    if runs >= quota.max_runs:
-        raise UploadError(MSG_STORE_FULL_RUNS.format(store=store, limit=quota.max_runs))
-    if used >= quota.max_bytes:
-        raise UploadError(MSG_STORE_FULL_BYTES.format(store=store, size=used, limit=quota.max_bytes))
+    used = store_counts(store)
+    _check_quota(store, quota, used, over=lambda used, limit: used >= limit)
     return _Budget(limits, store=store, quota=quota, used=used)
+
+
+def _check_quota(store: Path, quota: StoreQuota, used: StoreUsage, over) -> None:
+    if used.runs >= quota.max_runs:
+        raise UploadError(MSG_STORE_FULL_RUNS.format(store=store, limit=quota.max_runs))
+    if over(used.bytes, quota.max_bytes):
+        raise UploadError(MSG_STORE_FULL_BYTES.format(store=store, size=used.bytes, limit=quota.max_bytes))
+    if over(used.files, quota.max_files):
+        raise UploadError(MSG_STORE_FULL_FILES.format(store=store, count=used.files, limit=quota.max_files))
 
 
 def unpack_zip(source: str | os.PathLike | BinaryIO, store: str | os.PathLike, *,

@@ -137,3 +137,33 @@ def test_repeated_uploads_stop_at_the_store_quota(tmp_path_factory, page, tmp_pa
         assert len(_stored(srv)) == 2
     finally:
         stop_server(srv)
+
+
+def test_the_store_quota_counts_disk_blocks_and_files(tmp_path_factory, page, tmp_path):
+    """Issue 28, item 6: the quota counted file sizes, not the disk. 1,900 one-byte files
+    (a 0.2 MB zip) counted 1.9 KB while taking 7.4 MiB of 4 KiB blocks, and 6,000 empty
+    files counted nothing at all. With a 4 MiB quota and a 5,000-file limit both are
+    refused in the page; a normal run still uploads."""
+    srv = start_server(tmp_path_factory.mktemp("blocks"),
+                       {"DEBUGKIT_STORE_MAX_MB": "4", "DEBUGKIT_STORE_MAX_FILES": "5000"})
+    try:
+        z = tmp_path / "run.zip"
+        z.write_bytes(_zip_bytes(_run_files()))
+        _upload_zip(page, srv, z)
+        page.get_by_text("Uploaded as", exact=False).first.wait_for(state="visible", timeout=60_000)
+        assert len(_stored(srv)) == 1
+        ones = tmp_path / "one-byte-files.zip"
+        ones.write_bytes(_zip_bytes(_run_files("tiny") + [(f"tiny/f/{i}", b"x") for i in range(1_900)]))
+        assert ones.stat().st_size < 400_000
+        _upload_zip(page, srv, ones)
+        page.get_by_text("over its quota of 4194304 bytes (DEBUGKIT_STORE_MAX_MB)",
+                         exact=False).first.wait_for(state="visible", timeout=60_000)
+        empties = tmp_path / "empty-files.zip"
+        empties.write_bytes(_zip_bytes(_run_files("empty") + [(f"empty/f/{i}", b"") for i in range(6_000)]))
+        _upload_zip(page, srv, empties)
+        page.get_by_text("over its limit of 5000 (DEBUGKIT_STORE_MAX_FILES)",
+                         exact=False).first.wait_for(state="visible", timeout=60_000)
+        assert len(_stored(srv)) == 1
+        assert not [p for p in (srv.store / ".incoming").iterdir()]
+    finally:
+        stop_server(srv)
