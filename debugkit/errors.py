@@ -41,6 +41,9 @@ MSG_FILE_TOO_BIG = ("{path}: {size} bytes is over the limit of {limit} bytes for
 MSG_NOT_REGULAR = "{path}: not a regular file ({kind}); refusing to open it"
 MSG_BAD_TYPED_PATH = "path {value!r}: {why}"
 MSG_TABLE_UNREADABLE = "{path}: {table} data is unreadable ({detail})"
+#: An Arrow stream whose record batch parses but lies about its buffers (offsets past
+#: the data, null counts, dictionary indices), or whose columns do not fit the table.
+MSG_TABLE_INVALID = "{path}: record batch {batch} is invalid Arrow data, refused ({detail})"
 
 
 class DebugkitError(Exception):

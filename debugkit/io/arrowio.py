@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import MSG_TABLE_INVALID, RunDirError
+
 
 @dataclass
 class StreamRead:
@@ -31,6 +33,19 @@ def read_stream(path: str | os.PathLike, schema=None) -> StreamRead:
 
     A half-written last batch (the writer was killed, or is writing right now) is
     skipped and reported through ``truncated``; it is never an error.
+
+    Every batch is fully validated (``RecordBatch.validate(full=True)``: offsets inside
+    their data, lengths and null counts consistent, dictionary indices in range, UTF-8)
+    before anything reads its values: pyarrow trusts an IPC file's buffers, and a string
+    column whose offsets lie (``[0, 2**30, 4]``) would make ``to_pandas`` read past the
+    buffer and crash the process. Such a batch cannot come from a half-written file
+    (that fails to parse), so it is refused, as is a column that cannot be cast to
+    ``schema``.
+
+    Raises
+    ------
+    RunDirError
+        A batch fails validation, or a column does not convert to ``schema``.
     """
     import pyarrow as pa
 
@@ -50,15 +65,24 @@ def read_stream(path: str | os.PathLike, schema=None) -> StreamRead:
     batches, truncated, detail = [], False, ""
     while True:
         try:
-            batches.append(reader.read_next_batch())
+            batch = reader.read_next_batch()
         except StopIteration:
             break
         except (pa.ArrowInvalid, OSError, ValueError) as exc:
             truncated, detail = True, str(exc)
             break
-    table = pa.Table.from_batches(batches, schema=reader.schema)
-    if schema is not None and not table.schema.equals(schema):
-        table = _conform(table, schema)
+        try:
+            batch.validate(full=True)
+        except (pa.ArrowException, ValueError) as exc:
+            raise RunDirError(MSG_TABLE_INVALID.format(path=path, batch=len(batches),
+                                                       detail=exc)) from None
+        batches.append(batch)
+    try:
+        table = pa.Table.from_batches(batches, schema=reader.schema)
+        if schema is not None and not table.schema.equals(schema):
+            table = _conform(table, schema)
+    except (pa.ArrowException, ValueError, TypeError) as exc:
+        raise RunDirError(MSG_TABLE_INVALID.format(path=path, batch="(schema)", detail=exc)) from None
     return StreamRead(table, truncated, detail)
 
 
