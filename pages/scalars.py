@@ -33,6 +33,27 @@ def _default_keys(keys: list[str]) -> list[str]:
     return loss or keys[:1]
 
 
+def _flag(text: str) -> bool | None:
+    return {"1": True, "0": False}.get(text)
+
+
+def _smoothing_value(text: str) -> float | None:
+    try:
+        w = round(float(text), 2)
+    except ValueError:
+        return None
+    return w if 0.0 <= w <= 0.99 else None
+
+
+def _keys_to_query(picked: list[str], default: list[str]) -> None:
+    """Mirror the picked series in the URL as a repeated ``?key=`` (none: the default)."""
+    if picked == default or not picked:
+        if "key" in st.query_params:
+            del st.query_params["key"]
+    elif st.query_params.get_all("key") != picked:
+        st.query_params["key"] = picked
+
+
 def render():
     sig = _data.signature(path)
     try:
@@ -55,13 +76,35 @@ def render():
                 "the learning rate is logged for you once an optimizer is passed to the Recorder.",
                 icon=":material/hourglass:")
         return
+    from debugkit.analysis.scalars import last_values, suggest_log_scale
+
     wanted = _query.query_choices("key", keys)
+    default_keys = _default_keys(keys)
+    # The view lives in the URL (?key=...&smoothing=...&log=...&raw=...): a pasted link
+    # shows what its sender saw. Widgets are seeded from it once per distinct value.
+    _query.from_query("smoothing", _smoothing_value)
+    _query.from_query("log", _flag)
+    _query.from_query("raw", _flag)
     c1, c2, c3, c4 = st.columns([3.4, 2, 1.4, 1], vertical_alignment="bottom")
-    picked = c1.multiselect("Scalars", keys, default=wanted or _default_keys(keys), key=f"scalars_keys_{path}")
-    weight = c2.slider("Smoothing", 0.0, 0.99, SMOOTHING_DEFAULT, 0.01, key="scalars_smoothing",
-                       help="TensorBoard's exponential moving average with debiasing; 0 shows the raw values")
-    log_y = c3.toggle("Log scale", key="scalars_log")
-    raw = c4.toggle("Raw", value=True, key="scalars_raw", help="Also draw the unsmoothed values, faintly")
+    picked = c1.multiselect("Scalars", keys, default=wanted or default_keys, key=f"scalars_keys_{path}")
+    # Log scale by default where the default series span decades (an exploding loss), per run.
+    suggest = suggest_log_scale(scalars, default_keys)
+    if st.session_state.get("_scalars_log_for") != path:
+        st.session_state["_scalars_log_for"] = path
+        if st.query_params.get("log") not in ("0", "1"):
+            st.session_state["log"] = suggest
+    st.session_state.setdefault("smoothing", SMOOTHING_DEFAULT)
+    st.session_state.setdefault("raw", True)
+    weight = c2.slider("Smoothing", 0.0, 0.99, step=0.01, key="smoothing",
+                       help="TensorBoard's exponential moving average with debiasing; 0 shows the raw "
+                            "values. The learning rate is never smoothed.")
+    log_y = c3.toggle("Log scale", key="log",
+                      help="On by default when the series span three decades or more")
+    raw = c4.toggle("Raw", key="raw", help="Also draw the unsmoothed values, faintly")
+    _keys_to_query(picked, default_keys)
+    _query.to_query("smoothing", f"{weight:g}", f"{SMOOTHING_DEFAULT:g}")
+    _query.to_query("log", "1" if log_y else "0", "1" if suggest else "0")
+    _query.to_query("raw", "1" if raw else "0", "1")
     if not picked:
         st.info("Pick one or more scalars.", icon=":material/checklist:")
         return
@@ -76,11 +119,8 @@ def render():
                 st.caption(_ui.code(k))
                 st.plotly_chart(_figure(path, sig, float(weight), (k,), bool(log_y), bool(raw), fails),
                                 key=f"scalars_chart_{i}")
-    sm = _smoothed(path, sig, float(weight))
-    last = sm[sm["key"].isin(picked)].sort_values("step").groupby(["key", "rank"], observed=True).tail(1)
-    st.dataframe(last[["key", "rank", "step", "value", "smoothed"]].rename(
-        columns={"step": "last step", "value": "last value", "smoothed": "last smoothed"}),
-        hide_index=True, width="stretch")
+    # values as text: NaN reads "NaN" (a float column would show it as an empty cell)
+    st.dataframe(last_values(_smoothed(path, sig, float(weight)), picked), hide_index=True, width="stretch")
     for w in info.get("warnings") or []:
         st.caption(f":material/info: {_ui.md(w)}")
 

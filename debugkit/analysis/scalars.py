@@ -58,9 +58,16 @@ def smooth_ema(values, weight: float) -> np.ndarray:
     return out
 
 
-def smooth_scalars(scalars, weight: float):
+def smooth_scalars(scalars, weight: float, *, unsmoothed=is_lr_key):
     """``scalars`` with a ``smoothed`` column: :func:`smooth_ema` per (key, rank), in step
     order.
+
+    Parameters
+    ----------
+    unsmoothed : callable(str) -> bool
+        Keys whose ``smoothed`` column is the raw value. By default the learning rate:
+        it is a setting, not a noisy measurement, and an average of a step schedule
+        draws values it never had (a jump to 1.0 drawn as 0.8056).
 
     Returns
     -------
@@ -69,10 +76,57 @@ def smooth_scalars(scalars, weight: float):
     """
     df = scalars.sort_values(["key", "rank", "step"], kind="stable").reset_index(drop=True)
     sm = np.empty(len(df), dtype=np.float64)
-    for _, idx in df.groupby(["key", "rank"], sort=False, observed=True).indices.items():
-        sm[idx] = smooth_ema(df["value"].to_numpy(dtype=np.float64)[idx], weight)
+    values = df["value"].to_numpy(dtype=np.float64)
+    for (key, _rank), idx in df.groupby(["key", "rank"], sort=False, observed=True).indices.items():
+        sm[idx] = values[idx] if unsmoothed(str(key)) else smooth_ema(values[idx], weight)
     df["smoothed"] = sm
     return df
+
+
+#: Positive values spanning at least this factor are easier to read on a log axis (an
+#: exploding loss: 2.3 for 90 steps, then 2e9, is a flat line and a wall on a linear one).
+LOG_SCALE_SPAN = 1e3
+
+
+def suggest_log_scale(scalars, keys) -> bool:
+    """Whether the series ``keys`` of ``scalars`` (``key, value``) want a log y axis by
+    default: their finite values are all positive and span :data:`LOG_SCALE_SPAN` or more.
+    """
+    v = scalars.loc[scalars["key"].isin(list(keys)), "value"].to_numpy(dtype=np.float64)
+    v = v[np.isfinite(v)]
+    if not len(v) or (v <= 0).any():
+        return False
+    return float(v.max()) / float(v.min()) >= LOG_SCALE_SPAN
+
+
+def format_value(x) -> str:
+    """A scalar as a table shows it: ``NaN``, ``inf`` and ``-inf`` spelled out (a table of
+    floats would show a missing value), others with 6 significant digits."""
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return str(x)
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return f"{x:.6g}"
+
+
+def last_values(smoothed, keys):
+    """The last logged value of each series, for a table.
+
+    Returns
+    -------
+    DataFrame ``key, rank, last step, last value, last smoothed``; the two value
+    columns are text (:func:`format_value`), so NaN reads ``NaN``.
+    """
+    df = smoothed[smoothed["key"].isin(list(keys))].sort_values("step", kind="stable")
+    last = df.groupby(["key", "rank"], observed=True).tail(1)
+    out = last[["key", "rank", "step"]].rename(columns={"step": "last step"}).reset_index(drop=True)
+    out["last value"] = [format_value(v) for v in last["value"]]
+    out["last smoothed"] = [format_value(v) for v in last["smoothed"]]
+    return out
 
 
 def describe_lr_before(scalars, step: int, rank: int | None = None) -> dict | None:

@@ -103,6 +103,9 @@ def build_movement_figure(moved, *, top: int = 20, label_a: str = "A", label_b: 
         hovertemplate=("%{y}<br>relative change %{x:.3g}<br>norm " + label_a + " %{customdata[0]:.4g}"
                        "<br>norm " + label_b + " %{customdata[1]:.4g}<extra></extra>")))
     fig.update_layout(height=int(max(220, 24 * len(d) + 80)), margin={"l": 10, "r": 10, "t": 10, "b": 40},
-                      xaxis={"title": f"||{label_b} - {label_a}|| / ||{label_a}||", "type": "log"},
+                      # linear from 0: bar lengths compare as the values do (on a log axis
+                      # that starts at 0.6, 0.62 looked 20x shorter than 1.37)
+                      xaxis={"title": f"||{label_b} - {label_a}|| / ||{label_a}||", "type": "linear",
+                             "rangemode": "tozero"},
                       yaxis={"autorange": "reversed", "automargin": True, "type": "category"})
     return fig

@@ -61,6 +61,7 @@ def build_overlay_figure(series: dict, *, colours: dict | None = None, title=Non
         fig.add_trace(go.Scatter(x=b["step"], y=b["lo"], mode="lines", line={"width": 0},
                                  fill="tonexty", fillcolor=BAND_FILL, name=band_name,
                                  hoverinfo="skip"))
+    floor = _log_floor(series) if log_y else None
     for name, (x, y) in series.items():
         x, y = np.asarray(x), np.asarray(y, dtype=np.float64)
         idx = downsample_minmax(x, y, max_points)
@@ -70,6 +71,15 @@ def build_overlay_figure(series: dict, *, colours: dict | None = None, title=Non
         fig.add_trace(go.Scattergl(x=x[finite], y=y[finite], mode="lines", name=name,
                                    line={"color": colour, "width": 2},
                                    hovertemplate="step %{x}<br>%{y:.4g}<extra>" + name + "</extra>"))
+        zero = finite & (y <= 0)
+        if floor is not None and zero.any():
+            # a log axis cannot draw 0 (the line would just end): exactly-zero values are
+            # open circles on the axis floor, in the run's colour, with their value
+            fig.add_trace(go.Scatter(
+                x=x[zero], y=[floor] * int(zero.sum()), mode="markers", name=f"{name}: 0",
+                marker={"symbol": "circle-open", "size": 8, "color": colour},
+                customdata=[f"{v:g}" for v in y[zero]],
+                hovertemplate="step %{x}: %{customdata}<extra>" + name + "</extra>"))
         if (~finite).any():
             top = float(np.nanmax(y[finite])) if finite.any() else 1.0
             fig.add_trace(go.Scatter(
@@ -94,8 +104,38 @@ def build_overlay_figure(series: dict, *, colours: dict | None = None, title=Non
                       margin={"l": 50, "r": 20, "t": 40 if title else 20, "b": 40},
                       legend={"orientation": "h", "y": -0.2}, hovermode="x unified")
     if log_y:
-        fig.update_yaxes(type="log")
+        fig.update_yaxes(type="log", **log_ticks(series, floor))
     return fig
+
+
+def _log_floor(series: dict) -> float | None:
+    """Where a log axis draws values it cannot (zeros): half the smallest positive value
+    of every series, or None when no series has one."""
+    pos = [np.asarray(y, dtype=np.float64) for _, y in series.values()]
+    pos = [v[np.isfinite(v) & (v > 0)] for v in pos]
+    pos = [v for v in pos if v.size]
+    return float(min(v.min() for v in pos)) / 2 if pos else None
+
+
+def log_ticks(series: dict, floor: float | None = None) -> dict:
+    """``tickvals`` / ``ticktext`` for a log axis over the series' positive values: 1, 2
+    and 5 of each decade, written in full (``0.5``, ``2e-05``), not as plotly's bare
+    mantissa digits (a "5" that means 0.5); over more than four decades, one tick per
+    decade."""
+    vals = [np.asarray(y, dtype=np.float64) for _, y in series.values()]
+    vals = np.concatenate([v[np.isfinite(v) & (v > 0)] for v in vals] or [np.array([])])
+    if floor is not None:
+        vals = np.append(vals, floor)
+    if not vals.size:
+        return {}
+    lo, hi = int(np.floor(np.log10(vals.min()))), int(np.ceil(np.log10(vals.max())))
+    steps = (1,) if hi - lo > 4 else (1, 2, 5)
+    ticks = [m * 10.0 ** e for e in range(lo, hi + 1) for m in steps]
+    ticks = [t for t in ticks if vals.min() / 1.01 <= t <= vals.max() * 1.01]
+    if len(ticks) < 3:  # less than a decade: every digit
+        ticks = [m * 10.0 ** e for e in range(lo, hi + 1) for m in range(1, 10)]
+        ticks = [t for t in ticks if vals.min() / 1.01 <= t <= vals.max() * 1.01] or [10.0 ** lo]
+    return {"tickvals": ticks, "ticktext": [f"{t:.3g}" for t in ticks]}
 
 
 def _y_at(xy, steps) -> list:

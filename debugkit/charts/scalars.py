@@ -61,6 +61,11 @@ def build_scalars_figure(smoothed, keys, *, log_y=False, max_points=5000, show_r
     """Several scalar series on one chart, TensorBoard style: each series' smoothed line,
     and its raw values as a faint line of the same colour behind it.
 
+    The learning rate (``lr``, ``lr/<group>``) is drawn as logged (never smoothed) and,
+    beside other series, on its own axis at the right: a loss of 2.3 and a learning rate
+    of 0.001 on one axis would flatten one of them. Non-finite values (NaN, inf) are red
+    ``x`` markers at the top of the chart, named by their value in the hover.
+
     Parameters
     ----------
     smoothed : DataFrame
@@ -69,7 +74,8 @@ def build_scalars_figure(smoothed, keys, *, log_y=False, max_points=5000, show_r
     keys : sequence of str
         The series to draw (one trace pair per key and rank).
     log_y : bool
-        Logarithmic y axis (non-positive values are left out by plotly).
+        Logarithmic y axis for the series other than the learning rate (non-positive
+        values are left out by plotly).
     show_raw : bool
         Draw the unsmoothed values too.
     failure_steps : sequence of int
@@ -78,17 +84,24 @@ def build_scalars_figure(smoothed, keys, *, log_y=False, max_points=5000, show_r
     import plotly.graph_objects as go
     from plotly.colors import qualitative
 
+    from ..analysis.scalars import is_lr_key
+
     fig = go.Figure()
     df = smoothed[smoothed["key"].isin(list(keys))]
     multi_rank = df["rank"].nunique() > 1
+    lr_apart = any(is_lr_key(str(k)) for k in keys) and not all(is_lr_key(str(k)) for k in keys)
     palette = qualitative.Plotly
+    nonfinite = []  # (x, raw values, label, axis)
+    tops: dict[str, float] = {}  # axis -> largest finite value drawn on it
     for i, ((key, rank), g) in enumerate(df.groupby(["key", "rank"], sort=True, observed=True)):
         color = palette[i % len(palette)]
         g = g.sort_values("step")
         x = g["step"].to_numpy()
         label = f"{key} (rank {rank})" if multi_rank else str(key)
+        lr = is_lr_key(str(key))
+        axis = "y2" if lr and lr_apart else "y"
         layers = [("smoothed", {"name": label, "line": {"color": color, "width": 2}})]
-        if show_raw:
+        if show_raw and not lr:  # the learning rate is drawn raw: no second line
             layers.insert(0, ("value", {"name": f"{label} (raw)", "opacity": 0.25, "showlegend": False,
                                         "line": {"color": color, "width": 1}}))
         for col, kw in layers:
@@ -97,15 +110,34 @@ def build_scalars_figure(smoothed, keys, *, log_y=False, max_points=5000, show_r
             xs, ys = x[idx], y[idx]
             finite = np.isfinite(ys)
             fig.add_trace(go.Scattergl(x=xs[finite], y=ys[finite], mode="lines", legendgroup=label,
+                                       yaxis=axis,
                                        hovertemplate="step %{x}<br>%{y:.4g}<extra>" + kw["name"] + "</extra>",
                                        **kw))
+        raw = g["value"].to_numpy(dtype=np.float64)
+        bad = ~np.isfinite(raw)
+        if (~bad).any():
+            tops[axis] = max(tops.get(axis, -np.inf), float(raw[~bad].max()))
+        if bad.any():
+            nonfinite.append((x[bad], raw[bad], label, axis))
+    for xs, vals, label, axis in nonfinite:
+        top = tops.get(axis, 1.0)  # at the largest finite value of their axis
+        text = ["NaN" if np.isnan(v) else ("inf" if v > 0 else "-inf") for v in vals]
+        fig.add_trace(go.Scatter(x=xs, y=[top] * len(xs), mode="markers", yaxis=axis,
+                                 marker={"symbol": "x", "color": "#d62728", "size": 11},
+                                 name=f"{label}: NaN/inf", customdata=text,
+                                 hovertemplate="step %{x}: %{customdata}<extra>" + label + "</extra>"))
     for s in sorted(set(failure_steps)):
         fig.add_vline(x=s, line={"color": "#d62728", "dash": "dot", "width": 1},
                       annotation_text=f"failure @ {s}", annotation_position="top left",
                       annotation_font={"color": "#d62728", "size": 11})
-    fig.update_layout(xaxis_title="step", yaxis_title=", ".join(map(str, keys)), height=height,
-                      margin={"l": 50, "r": 20, "t": 20, "b": 40},
+    left = [str(k) for k in keys if not (lr_apart and is_lr_key(str(k)))]
+    fig.update_layout(xaxis_title="step", yaxis_title=", ".join(left), height=height,
+                      margin={"l": 50, "r": 60 if lr_apart else 20, "t": 20, "b": 40},
                       legend={"orientation": "h", "y": -0.2}, hovermode="x unified")
+    if lr_apart:
+        fig.update_layout(yaxis2={"title": {"text": ", ".join(str(k) for k in keys if is_lr_key(str(k)))},
+                                  "overlaying": "y", "side": "right", "showgrid": False,
+                                  "exponentformat": "power"})
     if log_y:
-        fig.update_yaxes(type="log")
+        fig.layout.yaxis.type = "log"  # the learning rate's own axis stays linear
     return fig

@@ -39,8 +39,9 @@ def test_every_scalar_is_offered_and_loss_is_drawn_smoothed():
     ms = at.multiselect[0]
     assert set(ms.options) == {"loss", "epoch", "lr"}  # the Recorder's lr is there too
     assert ms.value == ["loss"]
-    raw, smooth = _traces(at)
+    raw, smooth, nan = _traces(at)
     assert raw["name"] == "loss (raw)" and smooth["name"] == "loss"
+    assert nan["name"] == "loss: NaN/inf" and nan["customdata"] == ["NaN"] and list(_arr(nan["x"])) == [103]
     sc = open_run(SAMPLE).scalars()
     loss = sc[sc["key"] == "loss"].sort_values("step")["value"].to_numpy()
     expect = smooth_ema(loss, 0.6)
@@ -58,9 +59,10 @@ def test_several_series_log_scale_and_no_smoothing():
 
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)
     names = [t["name"] for t in spec["data"]]
-    assert names == ["loss (raw)", "loss", "lr (raw)", "lr"]
+    assert names == ["loss (raw)", "loss", "lr", "loss: NaN/inf"]  # the lr is drawn raw, once
     assert spec["layout"]["yaxis"]["type"] == "log"
     lr = next(t for t in spec["data"] if t["name"] == "lr")
+    assert lr["yaxis"] == "y2" and spec["layout"]["yaxis2"]["side"] == "right"
     y = _arr(lr["y"])
     assert y[0] == 0.1 and y.max() == 10.0  # smoothing 0: the raw learning rate
     # one chart per series as well
@@ -72,3 +74,54 @@ def test_a_key_in_the_url_is_validated():
     assert at.multiselect[0].value == ["lr"]
     at = _open(key="no-such-key")
     assert at.multiselect[0].value == ["loss"]
+
+
+def _spec(at, i=0):
+    import json
+
+    return json.loads(at.get("plotly_chart")[i].proto.spec)
+
+
+def test_an_exploding_run_opens_on_a_log_axis_and_a_healthy_one_on_a_linear_one():
+    assert _spec(_open())["layout"]["yaxis"]["type"] == "log"  # 2.2 .. 2.1e9
+    healthy = open_page("scalars", run="digits-mlp")
+    assert healthy.toggle[0].value is False
+    assert _spec(healthy)["layout"]["yaxis"].get("type", "linear") == "linear"
+
+
+def test_the_learning_rate_is_drawn_as_logged_at_any_smoothing():
+    at = _open(key="lr")
+    assert at.slider[0].value == 0.6
+    lr = next(t for t in _spec(at)["data"] if t["name"] == "lr")
+    sc = open_run(SAMPLE).scalars()
+    raw = sc[sc["key"] == "lr"].sort_values("step")["value"].to_numpy()
+    np.testing.assert_array_equal(_arr(lr["y"]), raw)  # 10.0 stays 10.0, not an average
+
+
+def test_nan_reads_nan_in_the_table():
+    at = _open()
+    table = at.dataframe[0].value
+    row = table[table["key"] == "loss"].iloc[0]
+    assert row["last value"] == "NaN" and row["last step"] == 103
+
+
+def test_the_view_round_trips_through_the_url():
+    at = _open()
+    at.multiselect[0].set_value(["loss", "epoch"]).run()
+    at.slider[0].set_value(0.3).run()
+    at.toggle[0].set_value(False).run()  # linear, against the default for this run
+    at.toggle[1].set_value(False).run()  # no raw lines
+    q = at.query_params
+    assert q["key"] == ["loss", "epoch"] and q["smoothing"] == "0.3"
+    assert q["log"] == "0" and q["raw"] == "0"
+    # the link opened in a new session shows the same view
+    again = open_page("scalars", run="digits-exploding", key=["loss", "epoch"], smoothing="0.3",
+                      log="0", raw="0")
+    assert again.multiselect[0].value == ["loss", "epoch"]
+    assert again.slider[0].value == 0.3
+    assert again.toggle[0].value is False and again.toggle[1].value is False
+    spec = _spec(again)
+    assert spec["layout"]["yaxis"].get("type", "linear") == "linear"
+    assert not any(t["name"].endswith("(raw)") for t in spec["data"])
+    bad = open_page("scalars", run="digits-exploding", smoothing="7", log="maybe")
+    assert bad.slider[0].value == 0.6 and bad.toggle[0].value is True

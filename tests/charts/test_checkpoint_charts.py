@@ -45,3 +45,6 @@ def test_movement_bars_largest_first_and_nonfinite_in_magenta(tmp_path):
     assert list(bar.y) == ["1.bias", "0.weight"]  # NaN change first: the one to look at
     assert list(bar.marker.color) == [NONFINITE_COLOR, "#1f77b4"]
     assert "step 30" in fig.layout.xaxis.title.text
+    # lengths compare as values do: a linear axis from 0 (a log axis made 0.62 look 20x
+    # shorter than 1.37)
+    assert fig.layout.xaxis.type == "linear" and fig.layout.xaxis.rangemode == "tozero"

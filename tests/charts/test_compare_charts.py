@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from debugkit.analysis.compare import series_band
 from debugkit.charts.compare import (
     PALETTE,
     build_grad_overlay_figure,
     build_scalar_overlay_figure,
+    log_ticks,
     run_colours,
 )
 from debugkit.io.run import open_run
@@ -56,3 +58,27 @@ def test_nan_points_and_failures_are_drawn_in_the_runs_colour():
     nan = fig.data[1]
     assert list(nan.x) == [2, 3] and nan.marker.line.color == fig.data[0].line.color
     assert fig.data[3].marker.color == fig.data[0].line.color and list(fig.data[3].x) == [2]
+
+
+def test_exactly_zero_gradients_stay_visible_on_the_log_axis(sample_runs):
+    """0.weight of digits-compare-lr is 0 at steps 53-55 and 57-59: on a log axis its line
+    would end at 52; the zeros are open markers on the axis floor instead."""
+    runs = _runs(sample_runs)
+    fig = build_grad_overlay_figure({n: r.grad_norms() for n, r in runs.items()}, "0.weight")
+    zeros = next(t for t in fig.data if t.name == "digits-compare-lr: 0")
+    assert list(zeros.x) == [53, 54, 55, 57, 58, 59]
+    assert set(zeros.customdata) == {"0"}
+    line = next(t for t in fig.data if t.name == "digits-compare-lr")
+    assert zeros.marker.color == line.line.color
+    assert 0 < zeros.y[0] <= min(v for t in fig.data if t.name in NAMES for v in t.y if v > 0)
+
+
+def test_log_ticks_are_written_in_full():
+    fig = build_grad_overlay_figure({"a": pd.DataFrame({"step": [0, 1, 2], "rank": 0, "layer": "w",
+                                                        "grad_norm": [0.3, 0.5, 0.9]})}, "w")
+    y = fig.layout.yaxis
+    assert y.type == "log"
+    assert "0.5" in y.ticktext and "5" not in y.ticktext
+    assert all(float(t) == pytest.approx(v) for t, v in zip(y.ticktext, y.tickvals))
+    wide = log_ticks({"a": ([0, 1], [1e-7, 3e2])})
+    assert wide["ticktext"][0] == "1e-07" and wide["ticktext"][-1] == "100"
