@@ -97,6 +97,11 @@ def encode(X, enc: dict):
     return pd.DataFrame(cols, index=X.index)
 
 
+#: What ``audit_target`` lets a run's ``models/mlp.json`` ask for (the recorded MLP has 61
+#: features and 32 hidden units); ``$DEBUGKIT_AUDIT_BOUNDS`` changes them.
+MLP_BOUNDS = {"n_features": (1, 10_000), "hidden": (1, 1024)}
+
+
 def build_mlp(n_features: int, hidden: int = 32):
     """A two-hidden-layer ReLU MLP giving the logit of good credit."""
     import torch.nn as nn
@@ -180,8 +185,14 @@ def audit_target(run_dir, model: str = "gbm", seed: int = 0) -> dict:
     if model == "mlp":
         from safetensors.torch import load_file
 
-        meta = json.loads((Path(run_dir) / "models" / "mlp.json").read_text())
-        net = build_mlp(**meta["factory_kwargs"])
+        from debugkit._fsutil import read_json
+        from debugkit.audit.targets import check_bounds
+
+        meta = read_json(Path(run_dir) / "models" / "mlp.json", max_bytes=1 << 20)
+        # The run's file sizes the model: keep it inside the bounds the server allows.
+        kwargs = check_bounds(meta["factory_kwargs"], MLP_BOUNDS,
+                              what=f"{Path(run_dir).name}/models/mlp.json factory_kwargs")
+        net = build_mlp(**kwargs)
         net.load_state_dict(load_file(str(Path(run_dir) / "models" / "mlp.safetensors")))
         net.eval()
         Xte = X.iloc[te].reset_index(drop=True)

@@ -14,7 +14,10 @@ A run file comes from whoever made (or uploaded) the run, so it never chooses co
 loader is called only when its exact ``module:function`` is in the operator's list,
 ``$DEBUGKIT_AUDIT_LOADERS`` (comma-separated; default: the bundled sample's
 ``examples.credit:audit_target``; empty: none). The run only picks one of those and
-passes plain keyword arguments. A target is never loaded for a visitor with a share
+passes plain keyword arguments, and numbers (its own and those a loader reads from the
+run, such as a model's layer sizes) stay inside bounds the loader declares and the
+operator may tighten or widen (``$DEBUGKIT_AUDIT_BOUNDS``, :func:`check_bounds`): an
+upload does not size the model the server builds. A target is never loaded for a visitor with a share
 link, and the page computes audits in a separate process under a time and memory limit
 (:mod:`debugkit.audit.worker`).
 """
@@ -29,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .._fsutil import atomic_write_json, read_json
-from ..errors import AuditError, InvalidInputError
+from ..errors import AuditError, DebugkitError, InvalidInputError
 
 TARGETS_FILE = "audit_targets.json"
 _SPEC = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
@@ -42,6 +45,56 @@ DEFAULT_LOADERS = ("examples.credit:audit_target",)
 MSG_BAD_FILE = "{path}: {detail}"
 MSG_NO_TARGET = "{run}: no audit target {name!r} (known: {known})"
 REQUIRED = ("model", "X", "y", "sensitive", "name")
+MSG_OUT_OF_BOUNDS = ("{what}: {name}={value!r} is outside the bounds this server allows "
+                     "({lo:g}..{hi:g}; the operator sets them in DEBUGKIT_AUDIT_BOUNDS)")
+MSG_BAD_BOUNDS = ("DEBUGKIT_AUDIT_BOUNDS={value!r}: expected comma-separated name=LOW..HIGH "
+                  "(numbers, LOW <= HIGH), e.g. hidden=1..1024,n_features=1..10000")
+_BOUND = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(-?[0-9.eE+-]+)\.\.(-?[0-9.eE+-]+)$")
+
+
+def operator_bounds() -> dict[str, tuple[float, float]]:
+    """The operator's bounds on loader arguments, ``$DEBUGKIT_AUDIT_BOUNDS``
+    (``name=LOW..HIGH,...``); they replace a loader's own bound of the same name."""
+    env = os.environ.get("DEBUGKIT_AUDIT_BOUNDS", "")
+    out: dict[str, tuple[float, float]] = {}
+    for part in (p.strip() for p in env.split(",")):
+        if not part:
+            continue
+        m = _BOUND.match(part)
+        try:
+            lo, hi = float(m.group(2)), float(m.group(3))  # type: ignore[union-attr]
+        except (AttributeError, ValueError):
+            raise AuditError(MSG_BAD_BOUNDS.format(value=env[:200])) from None
+        if not lo <= hi:  # NaN too
+            raise AuditError(MSG_BAD_BOUNDS.format(value=env[:200]))
+        out[m.group(1)] = (lo, hi)
+    return out
+
+
+def check_bounds(values: dict, bounds: dict[str, tuple[float, float]] | None = None, *,
+                 what: str) -> dict:
+    """``values`` itself when every bounded name holds a number inside its bounds.
+
+    ``bounds`` are the loader's own (``{"hidden": (1, 1024)}``); the operator's
+    (:func:`operator_bounds`) replace them name by name and add to them. A loader calls
+    this on whatever it reads from a run before it builds anything from it;
+    :func:`load_target` calls it on a target's ``kwargs``.
+
+    Raises
+    ------
+    InvalidInputError
+        A bounded value that is not a finite number, or lies outside its bounds.
+    """
+    allowed = {**(bounds or {}), **operator_bounds()}
+    if not isinstance(values, dict):
+        raise InvalidInputError(f"{what}: expected an object of named values, got {type(values).__name__}")
+    for name, (lo, hi) in allowed.items():
+        if name not in values:
+            continue
+        v = values[name]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
+            raise InvalidInputError(MSG_OUT_OF_BOUNDS.format(what=what, name=name, value=v, lo=lo, hi=hi))
+    return values
 
 
 def allowed_loaders() -> list[str]:
@@ -125,12 +178,15 @@ def load_target(run_dir, name: str) -> dict[str, Any]:
     if not _allowed(t["loader"]):
         raise InvalidInputError(MSG_NOT_ALLOWED.format(name=name, spec=t["loader"],
                                                        allowed=", ".join(allowed_loaders()) or "none"))
+    kwargs = check_bounds(t["kwargs"], what=f"{TARGETS_FILE}: target {name!r} kwargs")
     try:
         fn = getattr(importlib.import_module(module), func)
     except (ImportError, AttributeError) as exc:
         raise AuditError(f"audit target {name!r}: cannot import {t['loader']} ({exc})") from exc
     try:
-        args = fn(Path(run_dir), **t["kwargs"])
+        args = fn(Path(run_dir), **kwargs)
+    except (DebugkitError, MemoryError):
+        raise  # its own refusal (check_bounds, a bad run file), or the worker's memory cap
     except Exception as exc:  # noqa: BLE001 - the loader is user code; report what it raised
         raise AuditError(f"audit target {name!r}: {t['loader']} failed: {type(exc).__name__}: {exc}") from exc
     if not isinstance(args, dict) or any(k not in args for k in REQUIRED):

@@ -8,19 +8,32 @@ of its own). The worker loads the target (whose loader must be in the operator's
 in the run; the parent gets the audit's id back. A loader that hangs, allocates without
 bound or crashes is stopped and reported; the dashboard's process never runs it.
 
-Limits: ``$DEBUGKIT_AUDIT_TIMEOUT_S`` (default 600 s) and ``$DEBUGKIT_AUDIT_MEMORY_MB``
-(default: half the machine's memory).
+Limits, all the operator's (an upload cannot change them): ``$DEBUGKIT_AUDIT_TIMEOUT_S``
+(default 600 s), ``$DEBUGKIT_AUDIT_MEMORY_MB`` (the worker's address-space cap, default
+4,096 MiB, whatever the machine's memory: the bundled MLP audit needs 3 GiB of address
+space for torch, and dies under 2 GiB) and ``$DEBUGKIT_AUDIT_WORKERS`` (audits computed
+at once on this machine, default 2): a further request is refused at once with
+:data:`MSG_BUSY` (a lock file per slot in the cache folder, so every server process and
+session shares the count).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from typing import Callable
+import threading
+from typing import Callable, Iterator
 
 from ..errors import AuditError, DebugkitError
 
 DEFAULT_TIMEOUT_S = 600.0
+#: The worker's address-space cap when ``$DEBUGKIT_AUDIT_MEMORY_MB`` is unset (MiB).
+DEFAULT_MEMORY_MB = 4096
+#: Audits computed at once when ``$DEBUGKIT_AUDIT_WORKERS`` is unset.
+DEFAULT_WORKERS = 2
+MSG_BUSY = ("the server is busy: {limit} audit(s) are being computed already, its limit "
+            "(DEBUGKIT_AUDIT_WORKERS); try again in a minute")
 MSG_TIMEOUT = ("audit target {name!r}: the audit did not finish within {timeout:g} s and was "
                "stopped (DEBUGKIT_AUDIT_TIMEOUT_S)")
 MSG_CRASHED = "audit target {name!r}: the audit process stopped without a result: {detail}"
@@ -49,11 +62,11 @@ def compute_audit(run_dir, target: str, settings: dict, bins: dict | None = None
     Returns ``{"id", "verdict"}`` of the stored audit. Raises :class:`AuditError` (or
     the worker's own :class:`DebugkitError` message) when it could not be computed.
     """
-    from ..replay.sandbox import default_memory_cap, run_child
+    from ..replay.sandbox import run_child
 
     timeout = timeout_s or _limit("DEBUGKIT_AUDIT_TIMEOUT_S", DEFAULT_TIMEOUT_S)
-    mb = memory_mb or _limit("DEBUGKIT_AUDIT_MEMORY_MB", None)
-    cap = int(mb * (1 << 20)) if mb else default_memory_cap()
+    mb = memory_mb or _limit("DEBUGKIT_AUDIT_MEMORY_MB", DEFAULT_MEMORY_MB)
+    cap = int(mb * (1 << 20))
     req = {"run_dir": str(run_dir), "target": target, "settings": settings, "bins": bins or {},
            "sys_path": [p for p in sys.path if p]}
 
@@ -65,8 +78,9 @@ def compute_audit(run_dir, target: str, settings: dict, bins: dict | None = None
             except ValueError:
                 progress(0.0, msg)
 
-    out = run_child(req, timeout_s=timeout, memory_cap_bytes=cap, on_progress=on_progress,
-                    cwd=os.getcwd(), module="debugkit.audit.worker")
+    with audit_slot():  # refused at once ("busy") when every slot is taken
+        out = run_child(req, timeout_s=timeout, memory_cap_bytes=cap, on_progress=on_progress,
+                        cwd=os.getcwd(), module="debugkit.audit.worker")
     if out.status == "ok":
         return out.raw
     if out.status == "refused":
@@ -80,6 +94,59 @@ def compute_audit(run_dir, target: str, settings: dict, bins: dict | None = None
                      if cap else "out of memory")
         raise AuditError(MSG_FAILED.format(name=target, type=out.error_type, message=first))
     raise AuditError(MSG_CRASHED.format(name=target, detail=out.message))
+
+
+class AuditBusyError(AuditError):
+    """Every audit slot is taken (``$DEBUGKIT_AUDIT_WORKERS``); try again later."""
+
+
+def max_workers() -> int:
+    """``$DEBUGKIT_AUDIT_WORKERS`` (default :data:`DEFAULT_WORKERS`)."""
+    return int(_limit("DEBUGKIT_AUDIT_WORKERS", DEFAULT_WORKERS))
+
+
+_THREAD_SLOTS: dict[int, threading.BoundedSemaphore] = {}
+_THREAD_SLOTS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def audit_slot() -> Iterator[int]:
+    """Hold one of the machine's :func:`max_workers` audit slots, or raise
+    :class:`AuditBusyError` at once (it never waits: a visitor is told to try again).
+
+    A slot is an exclusive ``flock`` on ``<cache>/locks/audit-<i>.lock``: shared by every
+    session of a server and by every server using that cache folder, and released by the
+    kernel if the process dies. Without ``fcntl`` (Windows) a semaphore per process."""
+    from .._fsutil import cache_dir
+
+    limit = max_workers()
+    try:
+        import fcntl
+    except ImportError:  # no flock: count this process's audits only
+        with _THREAD_SLOTS_LOCK:
+            sem = _THREAD_SLOTS.setdefault(limit, threading.BoundedSemaphore(limit))
+        if not sem.acquire(blocking=False):
+            raise AuditBusyError(MSG_BUSY.format(limit=limit)) from None
+        try:
+            yield 0
+        finally:
+            sem.release()
+        return
+    folder = cache_dir() / "locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(limit):
+        f = open(folder / f"audit-{i}.lock", "a")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            continue
+        try:
+            yield i
+        finally:
+            f.close()  # closing releases the lock
+        return
+    raise AuditBusyError(MSG_BUSY.format(limit=limit))
 
 
 def _compute(req: dict, chan) -> dict:
