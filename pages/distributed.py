@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from debugkit.errors import DebugkitError
-from pages import _data, _routing, _runs, _ui
+from pages import _data, _query, _routing, _runs, _ui
 
 _routing.page_guard()
 path = _runs.require_run("its ranks")
@@ -87,8 +87,18 @@ def _step_time_tab(a, stragglers):
     if times.empty:
         st.info("No step rows recorded yet.")
         return
-    label = st.segmented_control("Value", list(METRICS), default="step time", key="dist_metric")
-    value = METRICS.get(label or "step time", "step_time_s")
+    # With a straggler, "own work" by default: in synchronous training the straggler's
+    # *step time* is the shortest (the others wait for it inside their collectives), so
+    # the step-time view would make it look fastest.
+    default = "own work (data wait + compute)" if stragglers else "step time"
+    _query.from_query("dist_metric", lambda v: v if v in METRICS else None)
+    if st.session_state.get("_dist_metric_for") != path:
+        st.session_state["_dist_metric_for"] = path
+        if st.query_params.get("dist_metric") not in METRICS:
+            st.session_state["dist_metric"] = default
+    label = st.segmented_control("Value", list(METRICS), key="dist_metric")
+    _query.to_query("dist_metric", label or default, default)
+    value = METRICS.get(label or default, "step_time_s")
     if value == "comm_s" and not times["comm_measured"].any():
         st.info("Time in collectives was not measured in this run: call `rec.watch_ddp(model)` "
                 "or wrap collectives in `with rec.comm():`.")
@@ -256,7 +266,9 @@ def render():
                      "last heartbeat (UTC)", format="YYYY-MM-DD HH:mm:ss")})
     stragglers = sorted({f["rank"] for f in a["findings"] if f["kind"] == "straggler"
                          and f["rank"] is not None})
-    tabs = st.tabs(TABS)
+    # A hung run opens on its Hangs tab.
+    hung = any(f["kind"] == "hang" for f in a["findings"])
+    tabs = st.tabs(TABS, default="Hangs" if hung else None)
     with tabs[0]:
         _step_time_tab(a, stragglers)
     with tabs[1]:

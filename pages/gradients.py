@@ -66,9 +66,29 @@ def _initial_step(failures):
     return step
 
 
-def _set_step(step: int):
+def _set_step(step: int, scroll: bool = False):
     st.session_state[STEP_KEY] = int(step)
     st.query_params["step"] = str(int(step))
+    if scroll:  # "Show step N" in the findings: bring its panel into view
+        st.session_state[SCROLL_KEY] = True
+
+
+SCROLL_KEY = "grad_scroll_to_step"
+STEP_ANCHOR = "step-details"
+# The step panel sits below the charts, often below the fold: after a click on "Show step",
+# scroll it into view (once; the panel is drawn after this script runs,
+# so wait for it).
+_SCROLL_JS = """<script>
+(() => {{
+  let tries = 0;
+  const go = () => {{
+    const el = document.getElementById("{anchor}");
+    if (el) {{ el.scrollIntoView({{behavior: "smooth", block: "start"}}); return; }}
+    if (++tries < 50) setTimeout(go, 100);
+  }};
+  go();
+}})();
+</script>"""
 
 
 def _on_chart_select():
@@ -104,13 +124,16 @@ def _findings_panel(findings, rank):
                 st.caption(_ui.md(f.message))
                 if f.step is not None:
                     st.button(f"Show step {f.step}", key=f"finding_{i}", on_click=_set_step,
-                              args=(f.step,), icon=":material/zoom_in:",
+                              args=(f.step, True), icon=":material/zoom_in:",
                               type="tertiary")
 
 
-def _step_details(m, step, scalars, failures, rid):
-    shown, table = compute_step_details(m, step)
-    st.subheader(f"Step {shown}" + (f" · rank {m.rank}" if len(_matrices(path, _sig())) > 1 else ""))
+def _step_details(m, step, scalars, failures, rid, findings=()):
+    shown, table = compute_step_details(m, step, findings=findings)
+    st.subheader(f"Step {shown}" + (f" · rank {m.rank}" if len(_matrices(path, _sig())) > 1 else ""),
+                 anchor=STEP_ANCHOR)
+    if st.session_state.pop(SCROLL_KEY, False):
+        st.html(_SCROLL_JS.format(anchor=STEP_ANCHOR), unsafe_allow_javascript=True, width="content")
     if shown != step:
         st.caption(f"Step {step} has no gradient norms logged; showing the nearest logged step, {shown}.")
     vals = scalars_at_step(scalars, shown, m.rank)
@@ -275,7 +298,7 @@ def render():
 
     if step is not None:
         st.divider()
-        _step_details(m, step, scalars, failures, rid)
+        _step_details(m, step, scalars, failures, rid, rank_findings)
     for w in info.get("warnings") or []:
         st.caption(f":material/info: {_ui.md(w)}")
 

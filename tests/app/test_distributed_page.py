@@ -54,3 +54,45 @@ def test_single_rank_run_says_what_to_do():
 def test_bad_run_param_shows_an_error_not_a_crash(run_id):
     at = open_page("distributed", run=run_id)
     assert any("run" in e.value for e in at.error) or any("Pick a run" in i.value for i in at.info)
+
+
+def test_a_straggler_run_opens_on_own_work_where_the_straggler_is_slowest():
+    """Step time would make the straggler look fastest (the others wait for it)."""
+    import json
+
+    import numpy as np
+
+    at = _open("ddp-straggler")
+    assert at.segmented_control(key="dist_metric").value == "own work (data wait + compute)"
+    import base64
+
+    heat = json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]
+    z = heat["z"]
+    z = (np.frombuffer(base64.b64decode(z["bdata"]), dtype=np.dtype(z["dtype"])).reshape(len(heat["y"]), -1)
+         if isinstance(z, dict) else np.asarray(z, dtype=float))
+    per_rank = np.nanmean(z, axis=1)
+    assert heat["y"][int(np.argmax(per_rank))].startswith("rank 2")  # the slowest on this view
+    # the choice travels in the URL, and a link with it opens that view
+    at.segmented_control(key="dist_metric").set_value("step time").run()
+    assert at.query_params["dist_metric"] == "step time"
+    again = open_page("distributed", run="ddp-straggler", dist_metric="step time")
+    assert again.segmented_control(key="dist_metric").value == "step time"
+    healthy_default = _open("ddp-hang").segmented_control(key="dist_metric").value
+    assert healthy_default == "step time"
+
+
+def _default_tabs(node) -> list[int]:
+    """``default_tab_index`` of every tab container on the page."""
+    out = []
+    proto = getattr(node, "proto", None)
+    if proto is not None and getattr(proto, "DESCRIPTOR", None) is not None \
+            and proto.DESCRIPTOR.name == "Block" and proto.WhichOneof("type") == "tab_container":
+        out.append(proto.tab_container.default_tab_index)
+    for child in getattr(node, "children", {}).values():
+        out += _default_tabs(child)
+    return out
+
+
+def test_a_hung_run_opens_on_the_hangs_tab():
+    assert _default_tabs(_open("ddp-hang")._tree) == [2]  # "Hangs"
+    assert _default_tabs(_open("ddp-straggler")._tree) == [0]

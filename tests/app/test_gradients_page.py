@@ -205,3 +205,23 @@ def test_overview_links_a_nonfinite_capture_here():
             "run=digits-exploding&failure=r0-s0000103-nonfinite&step=103") in links
     at = _page("digits-exploding", failure="r0-s0000103-nonfinite", step="103")
     assert "Step 103" in _subheaders(at)
+
+
+def test_show_step_marks_the_layer_the_finding_calls_exploding_and_scrolls_to_it():
+    at = _page("digits-exploding")
+    next(b for b in at.button if b.label == "Show step 91").click().run()
+    assert not at.exception
+    assert "Step 91" in _subheaders(at)
+    table = at.dataframe[0].value.set_index("layer")
+    assert table.loc["10.bias", "status"] == "exploding"  # the finding's layer, not "ok"
+    # the panel is below the fold: a one-shot script brings it into view
+    scripts = [h.proto.body for h in at.get("html")]
+    assert any("scrollIntoView" in b and 'getElementById("step-details")' in b for b in scripts)
+    at.run()  # a later rerun (a live refresh) does not scroll again
+    assert not any("scrollIntoView" in h.proto.body for h in at.get("html"))
+
+
+def test_step_details_status_of_a_vanishing_layer():
+    at = _page("digits-vanishing", step="0")
+    table = at.dataframe[0].value.set_index("layer")
+    assert table.loc["0.weight", "status"] == "vanishing"

@@ -76,3 +76,17 @@ def test_typed_tensorboard_log_dir_opens_on_the_gradients_page(server, page, tmp
     assert list(logdir.iterdir())[0].name.startswith("events.out.tfevents.")
     assert len(list(logdir.iterdir())) == 1  # the log directory is only read
     page.screenshot(path=str(tmp_path / "tensorboard.png"), timeout=120_000)
+
+
+def test_show_step_scrolls_its_panel_into_view(server, page):
+    """At 1280x800 the step panel is drawn far below the fold: "Show step N" scrolls there."""
+    page.goto(server.url + "/gradients?run=digits-exploding")
+    wait_for_app(page)
+    page.get_by_role("button", name="Show step 91").click()
+    heading = page.get_by_role("heading", name="Step 91")
+    heading.wait_for(timeout=60_000)
+    page.wait_for_function(
+        """() => { const el = document.getElementById('step-details');
+                   if (!el) return false;
+                   const r = el.getBoundingClientRect();
+                   return r.top >= 0 && r.top < window.innerHeight; }""", timeout=30_000)

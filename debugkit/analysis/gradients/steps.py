@@ -8,8 +8,20 @@ from ._window import _quiet
 from .matrix import GradMatrix
 
 
-def compute_step_details(m: GradMatrix, step: int, *, window: int = 20):
+#: The status a finding gives the layers it names at its step (over ``ok`` / ``zero``).
+FINDING_STATUS = {"exploding_grad": "exploding", "vanishing_grad": "vanishing", "dead_layer": "dead"}
+
+
+def compute_step_details(m: GradMatrix, step: int, *, window: int = 20, findings=()):
     """Every layer's norm at the logged step nearest to ``step``.
+
+    Parameters
+    ----------
+    findings : sequence of Finding
+        The run's findings: a layer that a finding of :data:`FINDING_STATUS` names at
+        the step shown (its ``layer``, and for ``exploding_grad`` every layer of its
+        ``evidence["layers"]``) gets that status instead of ``ok``, so the table agrees
+        with the finding it was opened from.
 
     Returns
     -------
@@ -17,7 +29,7 @@ def compute_step_details(m: GradMatrix, step: int, *, window: int = 20):
         The logged step shown, and a frame with columns ``layer`` (model order, total
         last), ``grad_norm``, ``trailing_median`` (of the previous ``window`` logged
         steps), ``ratio`` (norm / trailing median), ``status`` (``ok``, ``nan``, ``inf``,
-        ``zero``, ``missing``).
+        ``zero``, ``missing``, ``exploding``, ``vanishing``, ``dead``).
     """
     import pandas as pd
 
@@ -31,8 +43,22 @@ def compute_step_details(m: GradMatrix, step: int, *, window: int = 20):
     status = np.where(~m.present[:, j], "missing",
                       np.where(np.isnan(v), "nan", np.where(np.isinf(v), "inf",
                                                              np.where(v == 0, "zero", "ok"))))
-    return int(m.steps[j]), pd.DataFrame({"layer": m.names, "grad_norm": v, "trailing_median": med,
-                                          "ratio": ratio, "status": status})
+    shown = int(m.steps[j])
+    status = status.astype(object)
+    row = {name: i for i, name in enumerate(m.names)}
+    for f in findings:
+        label = FINDING_STATUS.get(getattr(f, "kind", None))
+        if label is None or f.step != shown or (f.rank is not None and f.rank != m.rank):
+            continue
+        named = [f.layer] if f.layer else []
+        if f.kind == "exploding_grad":
+            named += list(((f.evidence or {}).get("layers") or {}))
+        for name in named:
+            i = row.get(name)
+            if i is not None and status[i] in ("ok", "zero"):
+                status[i] = label
+    return shown, pd.DataFrame({"layer": m.names, "grad_norm": v, "trailing_median": med,
+                                "ratio": ratio, "status": status.astype(str)})
 
 
 def scalars_at_step(scalars, step: int, rank: int) -> dict[str, float]:
