@@ -168,6 +168,109 @@ def cache_dir() -> Path:
     return d
 
 
+# ---------------------------------------------------------------------------- the cache's bound
+#: The cache folder's bound when ``$DEBUGKIT_CACHE_MAX_MB`` is unset (MiB).
+DEFAULT_CACHE_MAX_MB = 2048
+MSG_BAD_CACHE_SETTING = "DEBUGKIT_CACHE_MAX_MB={value!r}: expected a whole number of MiB > 0"
+#: Folders of the cache that are never evicted (lock files of running work).
+CACHE_KEEP = ("locks",)
+#: A ``.tmp-*`` staging entry younger than this is work in flight: not evicted.
+_STAGING_GRACE_S = 3600
+
+
+def cache_max_bytes() -> int:
+    """The cache folder's bound: ``$DEBUGKIT_CACHE_MAX_MB`` (default 2,048 MiB)."""
+    value = os.environ.get("DEBUGKIT_CACHE_MAX_MB")
+    if value is None or not value.strip():
+        return DEFAULT_CACHE_MAX_MB << 20
+    if not value.strip().isdigit() or int(value) <= 0:
+        raise FileLimitError(MSG_BAD_CACHE_SETTING.format(value=value[:40]))
+    return int(value) << 20
+
+
+def _tree_bytes(path: Path) -> int:
+    """Disk blocks of a file or folder (links not followed)."""
+    total = 0
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return 0
+    total += getattr(st, "st_blocks", 0) * 512 or st.st_size
+    if path.is_dir() and not path.is_symlink():
+        for top, dirs, files in os.walk(path):
+            for name in [*dirs, *files]:
+                try:
+                    st = os.lstat(os.path.join(top, name))
+                except OSError:
+                    continue
+                total += getattr(st, "st_blocks", 0) * 512 or st.st_size
+    return total
+
+
+def cache_entries() -> list[tuple[float, int, Path]]:
+    """``(last use, bytes on disk, path)`` of every cache entry: each item directly inside
+    a kind's folder (``zips/<key>``, ``profiles/<key>`` ...), oldest use first. An entry's
+    last use is its modification time (readers touch an entry when they use it)."""
+    import time
+
+    out = []
+    root = cache_dir()
+    now = time.time()
+    for kind in sorted(root.iterdir()):
+        if kind.name in CACHE_KEEP or not kind.is_dir() or kind.is_symlink():
+            if kind.is_file():
+                out.append((kind.stat().st_mtime, _tree_bytes(kind), kind))
+            continue
+        for entry in kind.iterdir():
+            try:
+                mtime = os.lstat(entry).st_mtime
+            except OSError:
+                continue
+            if entry.name.startswith((".tmp-", ".")) and now - mtime < _STAGING_GRACE_S:
+                continue  # being written now
+            out.append((mtime, _tree_bytes(entry), entry))
+    out.sort(key=lambda e: e[0])
+    return out
+
+
+def touch_cache_entry(path: Path) -> None:
+    """Mark a cache entry as used now (the eviction order is least recently used)."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
+def trim_cache(*, reserve: int = 0, keep: "Path | None" = None) -> int:
+    """Evict the least recently used cache entries until the cache plus ``reserve`` bytes
+    fits :func:`cache_max_bytes`; ``keep`` (the entry just written or used) stays.
+    Returns the bytes freed."""
+    import shutil
+
+    limit = cache_max_bytes()
+    try:
+        entries = cache_entries()
+    except OSError:
+        return 0
+    used = sum(b for _, b, _ in entries)
+    freed = 0
+    for _, size, path in entries:
+        if used + reserve <= limit:
+            break
+        if keep is not None and Path(path) == Path(keep):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                path.unlink()
+            except OSError:
+                continue
+        used -= size
+        freed += size
+    return freed
+
+
 def process_start_ticks(pid: int) -> int | None:
     """Start time of a process in clock ticks since boot (Linux), to tell a reused pid.
 

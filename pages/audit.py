@@ -8,7 +8,7 @@ import streamlit as st
 
 from debugkit.audit import report as rep
 from debugkit.errors import DebugkitError
-from pages import _data, _query, _routing, _runs, _share, _ui
+from pages import _auth, _data, _query, _routing, _runs, _share, _ui
 
 _routing.page_guard()
 
@@ -72,7 +72,14 @@ def _targets(path: str, sig: tuple):
 
 
 def _sig():
-    return _data.signature(path)
+    """The run's files, and the audits the store holds of it (a run outside the store)."""
+    from debugkit.audit.store import audit_dirs
+
+    try:
+        extra = tuple((str(d), tuple(sorted(p.name for p in d.iterdir()))) for d in audit_dirs(path)[1:])
+    except OSError:
+        extra = ()
+    return (*_data.signature(path), extra)
 
 
 # ---------------------------------------------------------------------------- pieces
@@ -271,6 +278,10 @@ def _compute_box(sig):
                            "call; a run file never chooses code).")
         if not allowed:
             return
+        if _auth.auth_providers() is not None and not _auth.logged_in():
+            st.info("Sign in to compute an audit: on a server with sign-in, only signed-in "
+                    "users compute anything.")
+            return
         with st.form("compute_audit"):
             st.selectbox("Model", [t["name"] for t in allowed], key="ac_target",
                          format_func=lambda n: next(t["title"] for t in allowed if t["name"] == n))
@@ -309,14 +320,21 @@ def _compute_box(sig):
 
 
 def _run_audit(tname, settings, bins):
+    from debugkit.audit.store import server_audits_dir
     from debugkit.audit.worker import compute_audit
+    from debugkit.io.upload import check_store_room
 
     # The loader and the audit run in a separate process with a time and memory limit
-    # (DEBUGKIT_AUDIT_TIMEOUT_S, DEBUGKIT_AUDIT_MEMORY_MB), never in the server's.
+    # (DEBUGKIT_AUDIT_TIMEOUT_S, DEBUGKIT_AUDIT_MEMORY_MB), never in the server's. The
+    # audit is written inside the run store only (a run outside it: the store's .audits/),
+    # and not when the store is at its quota.
     bar = st.progress(0.0, text="Loading the model and the data…")
     try:
+        store = _runs.store_dir()
+        check_store_room(store, "audit")
         audit = compute_audit(path, tname, {**settings, "band": list(settings["band"])}, bins,
-                              progress=lambda f, msg: bar.progress(min(max(f, 0.0), 1.0), text=msg))
+                              progress=lambda f, msg: bar.progress(min(max(f, 0.0), 1.0), text=msg),
+                              store_in=server_audits_dir(path, store))
     except DebugkitError as exc:
         bar.empty()
         _ui.show_error(exc)

@@ -144,8 +144,10 @@ class Auditor:
             self._progress(self._last, msg)
 
     def audit_model(self, model, X, y, *, sensitive, run_dir, name, positive_label=1, predict=None,
-                    explainer="auto", background=100, group_bins=None) -> Audit:
-        """See :func:`debugkit.audit.audit_model`."""
+                    explainer="auto", background=100, group_bins=None, store_in=None) -> Audit:
+        """See :func:`debugkit.audit.audit_model`; ``store_in``: the folder to store the
+        audit in instead of the run's ``audits/`` (a server's, for a run outside its store:
+        :func:`debugkit.audit.store.server_audits_dir`)."""
         s = self.settings
         self._tick(0.0, "Checking the model and the data")
         run_dir = Path(run_dir)
@@ -247,7 +249,7 @@ class Auditor:
         doc["provenance"] = prov
         substance = hashlib.sha256(_canon(clean_json(doc))).hexdigest()
         doc["substance_sha256"] = substance
-        same = find_identical(run_dir, substance)
+        same = find_identical(run_dir, substance, base=store_in)
         if same is not None:
             self._tick(1.0, f"Identical to the stored audit {same.id}")
             return same
@@ -255,7 +257,7 @@ class Auditor:
         prov["created_at"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         prov["command"] = [str(a) for a in sys.argv][:50]
         self._tick(0.97, "Storing the audit")
-        audit = write_audit(run_dir, doc, rows)
+        audit = write_audit(run_dir, doc, rows, base=store_in)
         self._tick(1.0, f"Stored audit {audit.id}")
         return audit
 

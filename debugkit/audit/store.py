@@ -6,6 +6,12 @@ first 16 hex digits of the SHA-256 of ``audit.json``'s canonical form (sorted ke
 whitespace, without the ``id`` field), and ``audit.json`` records the SHA-256 of every
 other file, so changing any byte of an audit is detected when it is read. An audit is
 written into ``audits/.tmp-*`` and renamed into place; its files are made read-only.
+
+A server writes only inside its run store: an audit the dashboard computes of a run
+outside the store (a bundled sample, a served folder, a typed path, an ``s3://`` run) is
+stored in the store, under ``<store>/.audits/<key>/<id>/`` (``key``: a digest of the
+run's location, :func:`server_audits_dir`), and read from there with the run's own
+audits (:func:`audit_dirs`).
 """
 
 from __future__ import annotations
@@ -81,14 +87,59 @@ def audits_dir(run_dir) -> Path:
     return base / AUDITS_DIR
 
 
-def write_audit(run_dir, doc: dict, rows) -> "Audit":
+#: The store's folder of audits of runs outside the store.
+OVERLAY_DIR = ".audits"
+
+
+def _is_local(run_dir) -> bool:
+    return type(run_dir).__module__.split(".")[0] != "upath" and "://" not in str(run_dir)
+
+
+def _run_key(run_dir) -> str:
+    where = os.path.realpath(str(run_dir)) if _is_local(run_dir) else str(run_dir)
+    return hashlib.sha256(where.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+
+
+def in_store(run_dir, store) -> bool:
+    """Whether ``run_dir`` lies inside the run store ``store`` (links resolved)."""
+    if not _is_local(run_dir):
+        return False
+    run, root = os.path.realpath(str(run_dir)), os.path.realpath(str(store))
+    return run != root and run.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def server_audits_dir(run_dir, store) -> Path | None:
+    """Where a server stores an audit it computes of ``run_dir``: None (the run's own
+    ``audits/``) for a run inside ``store``, else ``<store>/.audits/<key>``."""
+    if in_store(run_dir, store):
+        return None
+    return Path(store) / OVERLAY_DIR / _run_key(run_dir)
+
+
+def audit_dirs(run_dir, store=None) -> list:
+    """The folders that hold ``run_dir``'s audits: its own ``audits/`` and, for a run
+    outside the run store (``store``, default ``$DEBUGKIT_STORE``), the store's folder
+    of audits computed of it there."""
+    if store is None:
+        from ..io.store import default_store
+
+        store = default_store()
+    out = [audits_dir(run_dir)]
+    overlay = server_audits_dir(run_dir, store)
+    if overlay is not None and overlay.is_dir():
+        out.append(overlay)
+    return out
+
+
+def write_audit(run_dir, doc: dict, rows, *, base=None) -> "Audit":
     """Store an audit; returns it. An identical audit already stored is returned as is.
 
     ``doc`` gets ``format``, ``files`` (name -> sha256) and ``id``; ``rows`` (a DataFrame)
-    is written as ``rows.parquet`` (zstd).
+    is written as ``rows.parquet`` (zstd). ``base``: the folder to store it in (default
+    the run's ``audits/``; a server passes :func:`server_audits_dir`'s).
     """
     run_dir = Path(run_dir)
-    base = audits_dir(run_dir)
+    base = Path(base) if base is not None else audits_dir(run_dir)
     base.mkdir(parents=True, exist_ok=True)
     tmp = base / f".tmp-{uuid.uuid4().hex[:12]}"
     tmp.mkdir()
@@ -118,17 +169,20 @@ def write_audit(run_dir, doc: dict, rows) -> "Audit":
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return load_audit(run_dir, aid)
+    return load_audit(run_dir, aid, base=base)
 
 
-def find_identical(run_dir, substance_sha256: str) -> "Audit | None":
-    """A stored audit whose ``substance_sha256`` (everything but who/when) matches."""
-    for entry in list_audits(run_dir):
+def find_identical(run_dir, substance_sha256: str, *, base=None) -> "Audit | None":
+    """A stored audit whose ``substance_sha256`` (everything but who/when) matches
+    (among the run's audits, and those in ``base`` when given)."""
+    bases = audit_dirs(run_dir) + ([Path(base)] if base is not None else [])
+    for entry in list_audits(run_dir, extra=base):
         if entry.get("substance_sha256") == substance_sha256 and not entry.get("error"):
-            try:
-                return load_audit(run_dir, entry["id"])
-            except AuditError:
-                continue
+            for b in bases:
+                try:
+                    return load_audit(run_dir, entry["id"], base=b)
+                except AuditError:
+                    continue
     return None
 
 
@@ -199,8 +253,9 @@ class Audit:
         return df
 
 
-def load_audit(run_dir, audit_id: str) -> Audit:
-    """Read and verify one stored audit.
+def load_audit(run_dir, audit_id: str, *, base=None) -> Audit:
+    """Read and verify one stored audit (from ``base`` when given, else from the run's
+    :func:`audit_dirs`).
 
     Raises
     ------
@@ -210,7 +265,9 @@ def load_audit(run_dir, audit_id: str) -> Audit:
         No such audit, or its content no longer matches its id or recorded hashes.
     """
     validate_audit_id(audit_id)
-    d = audits_dir(run_dir) / audit_id
+    bases = [Path(base)] if base is not None else audit_dirs(run_dir)
+    d = next((b / audit_id for b in bases if (b / audit_id / AUDIT_JSON).is_file()),
+             bases[0] / audit_id)
     p = d / AUDIT_JSON
     if not p.is_file():
         known = [e["id"] for e in list_audits(run_dir)]
@@ -242,20 +299,23 @@ def load_audit(run_dir, audit_id: str) -> Audit:
     return Audit(d, doc, raw)
 
 
-def list_audits(run_dir) -> list[dict]:
+def list_audits(run_dir, *, extra=None) -> list[dict]:
     """Stored audits of a run, newest first: ``{id, name, created_at, verdict, model,
     substance_sha256, error}`` (``error`` set for an unreadable one; not verified here)."""
-    base = audits_dir(run_dir)
     out = []
-    if not base.is_dir():
-        return out
-    try:
-        entries = list(base.iterdir())
-    except OSError as exc:
-        raise RunDirError(f"{base}: unreadable ({exc})") from exc
-    for d in entries:
-        if not d.is_dir() or not _ID.match(d.name):
+    entries = []
+    for base in audit_dirs(run_dir) + ([Path(extra)] if extra is not None else []):
+        if not base.is_dir():
             continue
+        try:
+            entries += list(base.iterdir())
+        except OSError as exc:
+            raise RunDirError(f"{base}: unreadable ({exc})") from exc
+    seen = set()
+    for d in entries:
+        if not d.is_dir() or not _ID.match(d.name) or d.name in seen:
+            continue
+        seen.add(d.name)
         row = {"id": d.name, "name": d.name, "created_at": None, "verdict": None, "model": None,
                "substance_sha256": None, "error": None}
         try:

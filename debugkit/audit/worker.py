@@ -54,13 +54,24 @@ def _limit(name: str, default: float | None) -> float | None:
     return v
 
 
+#: The operator's settings the worker reads (passed in the request, whatever the
+#: child's environment holds).
+WORKER_SETTINGS = ("DEBUGKIT_AUDIT_LOADERS", "DEBUGKIT_AUDIT_BOUNDS")
+
+
 def compute_audit(run_dir, target: str, settings: dict, bins: dict | None = None, *,
                   timeout_s: float | None = None, memory_mb: float | None = None,
-                  progress: Callable[[float, str], None] | None = None) -> dict:
+                  progress: Callable[[float, str], None] | None = None,
+                  store_in=None) -> dict:
     """Compute and store one audit of the run's ``target`` in a separate process.
 
+    ``store_in``: the folder to store it in instead of the run's ``audits/`` (a server
+    stores the audits of runs outside its store in the store:
+    :func:`debugkit.audit.store.server_audits_dir`).
+
     Returns ``{"id", "verdict"}`` of the stored audit. Raises :class:`AuditError` (or
-    the worker's own :class:`DebugkitError` message) when it could not be computed.
+    the worker's own :class:`DebugkitError` message) when it could not be computed, and
+    :class:`AuditBusyError` at once when :func:`max_workers` audits are running.
     """
     from ..replay.sandbox import run_child
 
@@ -68,7 +79,9 @@ def compute_audit(run_dir, target: str, settings: dict, bins: dict | None = None
     mb = memory_mb or _limit("DEBUGKIT_AUDIT_MEMORY_MB", DEFAULT_MEMORY_MB)
     cap = int(mb * (1 << 20))
     req = {"run_dir": str(run_dir), "target": target, "settings": settings, "bins": bins or {},
-           "sys_path": [p for p in sys.path if p]}
+           "sys_path": [p for p in sys.path if p],
+           "store_in": str(store_in) if store_in is not None else None,
+           "settings_env": {k: os.environ[k] for k in WORKER_SETTINGS if k in os.environ}}
 
     def on_progress(msg: str) -> None:
         if progress is not None:
@@ -156,6 +169,9 @@ def _compute(req: dict, chan) -> dict:
     for p in reversed(req.get("sys_path") or []):
         if p not in sys.path:
             sys.path.append(p)
+    for k, v in (req.get("settings_env") or {}).items():
+        if k in WORKER_SETTINGS:  # the operator's, as the server read them
+            os.environ[k] = str(v)
     run_dir = req["run_dir"]
     chan.send("progress", message="0 Loading the model and the data")
     args = load_target(run_dir, req["target"])
@@ -167,7 +183,7 @@ def _compute(req: dict, chan) -> dict:
     auditor = Auditor(req.get("settings") or {},
                       progress=lambda f, msg: chan.send("progress", message=f"{f:.6f} {msg}"))
     audit = auditor.audit_model(args.pop("model"), args.pop("X"), args.pop("y"), run_dir=run_dir,
-                                group_bins=group_bins, **args)
+                                group_bins=group_bins, store_in=req.get("store_in"), **args)
     return {"id": audit.id, "verdict": audit.verdict}
 
 

@@ -15,7 +15,7 @@ import shutil
 import uuid
 from pathlib import Path
 
-from .._fsutil import cache_dir, read_json
+from .._fsutil import cache_dir, read_json, touch_cache_entry, trim_cache
 
 TABLES = ("segments", "blocks", "events")
 
@@ -49,6 +49,7 @@ def save(entry: Path, tables: dict, meta: dict, version: int) -> None:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    trim_cache(keep=entry)  # the cache folder stays under DEBUGKIT_CACHE_MAX_MB
 
 
 def load(entry: Path, version: int) -> tuple[dict, dict]:
@@ -58,6 +59,7 @@ def load(entry: Path, version: int) -> tuple[dict, dict]:
     meta = read_json(entry / "meta.json")
     if meta.get("version") != version:
         raise ValueError("old cache entry")
+    touch_cache_entry(entry)  # the cache evicts the least recently used entry first
     tables = {name: feather.read_table(str(entry / f"{name}.arrow"), memory_map=True).to_pandas()
               for name in TABLES}
     return tables, meta

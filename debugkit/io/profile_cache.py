@@ -82,7 +82,7 @@ def read_entry_cached(entry: dict):
     """:func:`debugkit.io.profile_store.read_entry`, with sampled profiles kept parsed in
     the cache folder (see the module docstring)."""
     from .profile_store import read_entry
-    from .._fsutil import cache_dir
+    from .._fsutil import cache_dir, touch_cache_entry, trim_cache
 
     key = _key(entry) if entry.get("format") in ("speedscope", "raw") else None
     if key is None:
@@ -90,6 +90,7 @@ def read_entry_cached(entry: dict):
     folder = cache_dir() / "profiles" / key
     if (folder / DONE).is_file():
         try:
+            touch_cache_entry(folder)  # the cache evicts the least recently used entry first
             return _load(folder)
         except (OSError, ValueError, KeyError, TypeError):
             shutil.rmtree(folder, ignore_errors=True)  # a damaged cache entry: parse again
@@ -97,6 +98,7 @@ def read_entry_cached(entry: dict):
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
         _save(obj, folder)
+        trim_cache(keep=folder)  # the cache folder stays under DEBUGKIT_CACHE_MAX_MB
     except (OSError, ValueError, TypeError):
         pass  # not cacheable here (read-only cache, odd column types): still shown
     return obj

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from .. import format as fmt
-from .._fsutil import cache_dir
+from .._fsutil import cache_dir, cache_max_bytes, touch_cache_entry, trim_cache
 from ..errors import MSG_NO_SUCH_PATH, MSG_NOT_A_RUN, RunDirError
 from .access import check_run_tree
 from .fs import as_path, is_local
@@ -58,11 +58,26 @@ def _fetch_remote(p) -> Path:
     st = p.stat()
     key = hashlib.sha256(f"{p}|{st.st_size}".encode()).hexdigest()[:24]
     local = cache_dir() / "remote" / key / p.name
-    if not local.is_file():
-        local.parent.mkdir(parents=True, exist_ok=True)
-        tmp = local.with_name(f".{local.name}.tmp")
-        with p.open("rb") as src, open(tmp, "wb") as dst:
-            for chunk in iter(lambda: src.read(1 << 20), b""):
-                dst.write(chunk)
-        os.replace(tmp, local)
+    if local.is_file():
+        touch_cache_entry(local.parent)
+        return local
+    bound = cache_max_bytes()
+    if (st.st_size or 0) > bound:
+        raise RunDirError(f"{p}: refused: {st.st_size} bytes would not fit the cache, which holds "
+                          f"at most {bound} bytes (DEBUGKIT_CACHE_MAX_MB)")
+    trim_cache(reserve=int(st.st_size or 0))
+    local.parent.mkdir(parents=True, exist_ok=True)
+    tmp = local.with_name(f".{local.name}.tmp")
+    n = 0
+    with p.open("rb") as src, open(tmp, "wb") as dst:
+        for chunk in iter(lambda: src.read(1 << 20), b""):
+            n += len(chunk)
+            if n > bound:  # it grew since it was stat'ed
+                dst.close()
+                os.unlink(tmp)
+                raise RunDirError(f"{p}: refused: more than {bound} bytes would not fit the cache "
+                                  "(DEBUGKIT_CACHE_MAX_MB)")
+            dst.write(chunk)
+    os.replace(tmp, local)
+    trim_cache(keep=local.parent)
     return local

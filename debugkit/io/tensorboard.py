@@ -460,7 +460,7 @@ def open_tensorboard_cached(tb_dir: str | os.PathLike, grad_pattern: str | None 
     RunDirError
         No event files, or several TensorBoard runs (the message names them).
     """
-    from .._fsutil import cache_dir
+    from .._fsutil import cache_dir, touch_cache_entry, trim_cache
 
     tb = Path(tb_dir)
     runs = find_tensorboard_runs(tb)
@@ -489,4 +489,7 @@ def open_tensorboard_cached(tb_dir: str | os.PathLike, grad_pattern: str | None 
         for old in base.glob(f"{path_key}-*"):  # older versions of the same log directory
             if old != version:
                 shutil.rmtree(old, ignore_errors=True)
+        trim_cache(keep=version)  # the cache folder stays under DEBUGKIT_CACHE_MAX_MB
+    else:
+        touch_cache_entry(version)
     return target

@@ -454,8 +454,19 @@ def _quota_budget(store: Path, limits: UploadLimits) -> _Budget:
     return _Budget(limits, store=store, quota=quota, used=used)
 
 
-def _check_quota(store: Path, quota: StoreQuota, used: StoreUsage, over) -> None:
-    if used.runs >= quota.max_runs:
+def check_store_room(store: Path, what: str) -> None:
+    """Refuse (:class:`UploadError`, its message starting with ``what``) when the store
+    is at its byte or file quota: anything a server writes into the store (an audit)
+    counts as an upload does."""
+    try:  # the run count is not checked: this adds no run
+        _check_quota(Path(store), StoreQuota.from_env(), store_counts(Path(store)),
+                     over=lambda used, limit: used >= limit, runs=False)
+    except UploadError as exc:
+        raise UploadError(f"{what}: " + str(exc).removeprefix("upload: ")) from None
+
+
+def _check_quota(store: Path, quota: StoreQuota, used: StoreUsage, over, runs: bool = True) -> None:
+    if runs and used.runs >= quota.max_runs:
         raise UploadError(MSG_STORE_FULL_RUNS.format(store=store, limit=quota.max_runs))
     if over(used.bytes, quota.max_bytes):
         raise UploadError(MSG_STORE_FULL_BYTES.format(store=store, size=used.bytes, limit=quota.max_bytes))
@@ -482,31 +493,68 @@ def unpack_zip(source: str | os.PathLike | BinaryIO, store: str | os.PathLike, *
         shutil.rmtree(staging, ignore_errors=True)
 
 
+MSG_ZIP_OVER_CACHE = ("{path}: refused: {detail}; opening a zip unpacks it into the cache, "
+                      "which holds at most {limit} bytes (DEBUGKIT_CACHE_MAX_MB)")
+
+
 def open_zip_cached(path: Path) -> Path:
     """Unpack a zipped run once into the cache (keyed by the zip's bytes) and return the
-    run folder. The zip itself is only read."""
+    run folder. The zip itself is only read.
+
+    The unpacking has the upload's checks and is bounded by the cache's size
+    (``$DEBUGKIT_CACHE_MAX_MB``): least recently used entries are evicted to make room,
+    and a zip that would not fit, or is refused otherwise, is refused at once on the next
+    open (the refusal is remembered for the file's path, size and modification time)."""
+    from ..errors import RunDirError
+    from .._fsutil import cache_max_bytes, touch_cache_entry, trim_cache
+    from .decompress import check_not_refused, file_key, remember_refusal
+
+    fkey = file_key(path)
+    try:
+        check_not_refused(fkey)
+    except ValueError as exc:
+        raise RunDirError(str(exc)) from None
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     key = h.hexdigest()[:24]
     target = cache_dir() / "zips" / key
-    if not target.is_dir():
+    if target.is_dir():
+        touch_cache_entry(target)
+    else:
+        bound = cache_max_bytes()
+        base = UploadLimits.from_env()
+        limits = UploadLimits(max_files=base.max_files, max_total_bytes=min(base.max_total_bytes, bound),
+                              max_file_bytes=min(base.max_file_bytes, bound))
         staging = cache_dir() / "zips" / f".tmp-{key}-{uuid.uuid4().hex[:8]}"
         staging.mkdir(parents=True)
         try:
-            extract_zip(path, staging / "x", display_name=path.name)
+            try:
+                with zipfile.ZipFile(path) as zf:  # room for what the headers claim (bounded)
+                    claimed = sum(i.file_size for i in zf.infolist())
+            except (zipfile.BadZipFile, OSError, ValueError):
+                claimed = 0
+            trim_cache(reserve=min(claimed, bound), keep=staging)
+            extract_zip(path, staging / "x", limits=limits, display_name=path.name)
             (staging / "x").mkdir(exist_ok=True)
             try:
                 os.rename(staging / "x", target)
             except OSError:
                 if not target.is_dir():
                     raise
+        except UploadError as exc:
+            msg = str(exc).removeprefix("upload: ")
+            if "over the limit" in msg:
+                msg = MSG_ZIP_OVER_CACHE.format(path=path, detail=msg, limit=bound)
+            else:
+                msg = f"{path}: {msg}"
+            remember_refusal(fkey, msg)
+            raise RunDirError(msg) from exc
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+        trim_cache(keep=target)
     try:
         return _find_run_root(target)
     except UploadError as exc:
-        from ..errors import RunDirError
-
         raise RunDirError(f"{path}: the zip holds no run ({exc})") from exc
