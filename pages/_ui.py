@@ -69,6 +69,15 @@ def show_findings(found: list) -> None:
             st.markdown(f"{SEVERITY_ICON.get(f.severity, '')} **{md(f.kind)}**"
                         + (f" · {where}" if where else "") + (f" · {code(f.layer)}" if f.layer else ""))
             st.caption(md(f.message))
+            show_related(f)
+
+
+def show_related(f) -> None:
+    """The findings attached to ``f`` as its evidence (``evidence["related"]``: the same
+    event seen by another detector), one caption line each, under its card."""
+    for r in f.evidence.get("related") or []:
+        st.caption(f"Same event, also seen as **{md(r.get('kind'))}** ({md(r.get('severity'))}): "
+                   f"{md(r.get('message'))}")
 
 
 def about(text: str) -> None:

@@ -38,7 +38,7 @@ def _matrices(path: str, sig: tuple):
 def _findings(path: str, sig: tuple, config: tuple):
     """What `debugkit diagnose` finds about gradients and losses (with ``config``), plus the
     run's step failures, reusing the cached matrices and scalars."""
-    from debugkit.analysis.findings import sort_findings
+    from debugkit.analysis.findings import attach_related, sort_findings
     from debugkit.diagnose import failures as failure_source
     from debugkit.diagnose import gradients as gradient_source
     from debugkit.io.run import open_run
@@ -46,7 +46,7 @@ def _findings(path: str, sig: tuple, config: tuple):
     run = open_run(path)
     out = gradient_source.collect(run, dict(config), matrices=_matrices(path, sig),
                                   scalars=_data.read_scalars(path))
-    return sort_findings(out + failure_source.collect(run, {}))
+    return sort_findings(attach_related(out + failure_source.collect(run, {})))
 
 
 @st.cache_data(**_data.CACHE, show_spinner=False)
@@ -122,6 +122,7 @@ def _findings_panel(findings, rank):
                 st.markdown(f"{_ui.SEVERITY_ICON[f.severity]} **{_ui.md(f.kind)}** · {where}"
                             + (f" · {_ui.code(f.layer)}" if f.layer else ""))
                 st.caption(_ui.md(f.message))
+                _ui.show_related(f)
                 if f.step is not None:
                     st.button(f"Show step {f.step}", key=f"finding_{i}", on_click=_set_step,
                               args=(f.step, True), icon=":material/zoom_in:",

@@ -124,6 +124,56 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
                                            f.kind, f.layer or ""))
 
 
+#: The findings one non-finite step gives, the one that stays first: the gradient finding
+#: names the first layer hit and whether the loss was already non-finite (so, forward or
+#: backward pass); the loss finding gives the last finite value; the Recorder's non-finite
+#: capture (a ``step_failure`` warning) the capture to replay.
+NONFINITE_KINDS = ("nonfinite_grad", "nonfinite_loss", "step_failure")
+
+
+def _nonfinite_event(f: Finding) -> bool:
+    return f.kind in NONFINITE_KINDS[:2] or (
+        f.kind == "step_failure" and f.evidence.get("capture_kind") == "nonfinite")
+
+
+def attach_related(findings: list[Finding]) -> list[Finding]:
+    """One fact, one finding: the findings of one non-finite step (same step and rank:
+    ``nonfinite_grad``, ``nonfinite_loss``, the non-finite capture's ``step_failure``)
+    become one ``error`` finding, the first of :data:`NONFINITE_KINDS` present, with the
+    others in its ``evidence["related"]`` (each ``{"kind", "severity", "layer", "message",
+    "evidence"}``). A capture merged this way is named in the message and as
+    ``evidence["failure"]``, so the step can still be replayed from the finding. Other
+    findings, and their order, are unchanged; the input is not modified."""
+    groups: dict[tuple, list[Finding]] = {}
+    for f in findings:
+        if _nonfinite_event(f) and f.step is not None:
+            groups.setdefault((f.step, f.rank), []).append(f)
+    merged: dict[int, Finding | None] = {}
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        group = sorted(group, key=lambda f: NONFINITE_KINDS.index(f.kind))
+        root, others = group[0], group[1:]
+        evidence = {**root.evidence, "related": [
+            {"kind": o.kind, "severity": o.severity, "layer": o.layer, "message": o.message,
+             "evidence": o.evidence} for o in others]}
+        message = root.message
+        capture = next((o.evidence.get("failure") for o in others if o.kind == "step_failure"), None)
+        if capture and "failure" not in evidence:
+            evidence["failure"] = capture
+            message = (f"{message.rstrip()} The Recorder captured this step "
+                       f"(capture {capture}; replay it with `debugkit replay`).")
+        merged[id(root)] = Finding(root.kind, root.step, root.rank, root.layer, "error", message, evidence)
+        for o in others:
+            merged[id(o)] = None
+    out = []
+    for f in findings:
+        g = merged.get(id(f), f)
+        if g is not None:
+            out.append(g)
+    return out
+
+
 @dataclass
 class Check:
     """One test a replay ran on the captured step.

@@ -26,9 +26,10 @@ def register(sub) -> None:
                    help="run the capture's model code even if its file changed since the run "
                         "or has no recorded hash (it must still lie in an allowed folder)")
     p.add_argument("--code-root", action="append", default=[], metavar="DIR",
-                   help="also allow the capture's code from DIR (default: only $DEBUGKIT_CODE_ROOTS, "
-                        "else the working directory; never debugkit, the standard library or "
-                        "site-packages); repeatable")
+                   help="the project folder holding the capture's code: searched first for its "
+                        "modules (no PYTHONPATH needed) and allowed to run (default: only "
+                        "$DEBUGKIT_CODE_ROOTS, else the working directory; never debugkit, the "
+                        "standard library or site-packages); repeatable")
     p.add_argument("--timeout", type=float, default=120.0, metavar="S",
                    help="wall-clock limit of the replay process in seconds (default 120)")
     p.add_argument("--memory-mb", type=float, default=None, metavar="MB",
@@ -54,7 +55,7 @@ def run(args) -> int:
     progress = (lambda msg: print(f"  {msg}", file=sys.stderr)) if sys.stderr.isatty() else None
     report = replay(r, args.failure, device=args.device, allow_code=args.allow_code,
                     timeout_s=args.timeout, memory_mb=args.memory_mb, progress=progress,
-                    checkpoint=args.checkpoint, code_roots=roots)
+                    checkpoint=args.checkpoint, code_roots=roots, import_roots=args.code_root)
     if args.repro:
         from pathlib import Path
 
@@ -62,7 +63,8 @@ def run(args) -> int:
         from ..replay.repro import build_repro
 
         record = select_failure(r, report["failure"])
-        data = build_repro(r, record, plan_identities(r, record, code_roots=roots), report)
+        data = build_repro(r, record, plan_identities(r, record, code_roots=roots,
+                                                     import_roots=args.code_root), report)
         Path(args.repro).parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(args.repro, data)
     if args.json:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ..analysis.findings import Finding, sort_findings
+from ..analysis.findings import Finding, attach_related, sort_findings
 
 SOURCES = [
     "failures",
@@ -24,7 +24,9 @@ SOURCES = [
 
 
 def diagnose(run, config: dict[str, Any] | None = None) -> list[Finding]:
-    """All findings for ``run`` (a :class:`debugkit.Run`), ordered by step.
+    """All findings for ``run`` (a :class:`debugkit.Run`), ordered by step; the findings of
+    one non-finite step are one finding with the others as its ``evidence["related"]``
+    (:func:`~debugkit.analysis.findings.attach_related`).
 
     Parameters
     ----------
@@ -37,7 +39,7 @@ def diagnose(run, config: dict[str, Any] | None = None) -> list[Finding]:
     for name in SOURCES:
         mod = importlib.import_module(f"{__name__}.{name}")
         out.extend(mod.collect(run, config.get(name, {})))
-    return causes_first(sort_findings(out))
+    return causes_first(sort_findings(attach_related(out)))
 
 
 #: Findings that name the cause of other findings (listed in their ``evidence["symptoms"]``).

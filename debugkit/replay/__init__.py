@@ -35,13 +35,16 @@ MSG_SETUP_FAILED = "{fid}: the replay could not start the step: {type}: {message
 
 
 def plan_identities(run, record: dict, search_path: list[str] | None = None,
-                    code_roots: list | None = None, hint: str | None = None) -> list[CodeIdentity]:
+                    code_roots: list | None = None, hint: str | None = None,
+                    import_roots=()) -> list[CodeIdentity]:
     """The code a replay of ``record`` would run, resolved on this machine.
 
     ``code_roots``: the folders the viewer allows code from (default: the command
-    line's, :func:`debugkit.replay.policy.cli_code_roots`).
+    line's, :func:`debugkit.replay.policy.cli_code_roots`); ``import_roots``: folders
+    searched for the capture's modules first (``--code-root``).
     """
-    return identify_capture(record, run.manifest, search_path, code_roots, hint)
+    return identify_capture(record, run.manifest, search_path, code_roots, hint,
+                            [os.path.abspath(p) for p in import_roots])
 
 
 def plan_cross_check(original_device: str | None, replay_device: str | None) -> str | None:
@@ -131,7 +134,7 @@ def replay(run, failure_id: str | None = None, *, device: str = "auto", allow_co
            progress: Callable[[str], None] | None = None,
            search_path: list[str] | None = None, cross_check: bool = True,
            checkpoint: int | None = None, code_roots: list | None = None,
-           code_hint: str | None = None) -> dict:
+           code_hint: str | None = None, import_roots=()) -> dict:
     """Replay one captured failure and return the report.
 
     Parameters
@@ -165,6 +168,9 @@ def replay(run, failure_id: str | None = None, *, device: str = "auto", allow_co
         else the working directory).
     code_hint : str, optional
         How the viewer allows more folders (ends a refusal's message).
+    import_roots : list of path, optional
+        Folders searched first for the capture's modules, here and on the replay
+        process's ``sys.path`` (the command line's ``--code-root``, which allows them too).
 
     Raises
     ------
@@ -180,7 +186,7 @@ def replay(run, failure_id: str | None = None, *, device: str = "auto", allow_co
     record = select_failure(run, failure_id)
     parts = verify_files(record)
     roots = cli_code_roots() if code_roots is None else list(code_roots)
-    idents = plan_identities(run, record, search_path, roots, code_hint)
+    idents = plan_identities(run, record, search_path, roots, code_hint, import_roots)
     require_runnable(idents, allow_code)
     check_plain_kwargs(factory_kwargs(record, run.manifest), record["path"])
     cap = int(memory_mb * (1 << 20)) if memory_mb is not None else default_memory_cap()

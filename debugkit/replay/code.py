@@ -55,8 +55,10 @@ NEVER = (MISSING, NOT_DEFINED, STDLIB, NOT_SOURCE, BAD_SPEC, INSTALLED, NOT_ALLO
 MSG_BAD_SPEC = ("{role} {spec!r}: expected 'module:qualname' with Python identifiers "
                 "(e.g. 'examples.digits:build_model')")
 MSG_MISSING = ("{role} {spec}: module {module!r} is not found on this machine (it was {recorded} "
-               "when recorded); looked in {looked}; run from the project's root or add it "
-               "to PYTHONPATH")
+               "when recorded); looked in {looked}; {fix}")
+#: How the command line finds a module: one flag both searches and allows the folder.
+FIX_MISSING_CLI = ("pass --code-root DIR, DIR being the project folder that holds {top!r} (the "
+                   "replay then both imports from it and allows its code), or run from that folder")
 MSG_NOT_SOURCE = "{role} {spec}: {local} is not a Python source file; refusing to run it"
 MSG_STDLIB = ("{role} {spec}: {local} is part of Python's standard library, which holds no "
               "model code; refusing to run it")
@@ -184,10 +186,11 @@ def recorded_root(module: str, recorded_file) -> str | None:
     return str(root)
 
 
-def default_search_path(code: dict | None = None) -> list[str]:
+def default_search_path(code: dict | None = None, first=()) -> list[str]:
     """Where a replay looks for a capture's modules: what ``python -m`` would search.
 
-    The working directory first (``python -m`` puts it on ``sys.path``; a console script
+    ``first``: folders searched before all others (the command line's ``--code-root``).
+    Then the working directory (``python -m`` puts it on ``sys.path``; a console script
     does not), then the folders the capture's modules were imported from when recorded
     (where they still exist), then this interpreter's ``sys.path``. Every entry is an
     absolute path, so the list means the same in a child process with another working
@@ -202,6 +205,8 @@ def default_search_path(code: dict | None = None) -> list[str]:
         if p not in out:
             out.append(p)
 
+    for p in first:
+        add(p)
     add(os.getcwd())
     for entry in (code or {}).values():
         parts = split_spec((entry or {}).get("spec")) if isinstance(entry, dict) else None
@@ -309,7 +314,8 @@ def identify(role: str, entry: dict | None, spec: str | None = None,
         search_path = default_search_path({role: entry})
     local, root = locate_module(module, search_path)
     fields = dict(role=role, spec=spec, module=module, qualname=qualname, local=local,
-                  recorded=rec_file or "not located", looked=_looked(search_path))
+                  recorded=rec_file or "not located", looked=_looked(search_path),
+                  fix=hint or FIX_MISSING_CLI.format(top=module.split(".")[0]))
     if local is None or not os.path.isfile(local):
         return CodeIdentity(local_file=None, local_sha256=None, status=MISSING,
                             message=MSG_MISSING.format(**fields), **base)
@@ -355,8 +361,11 @@ def _looked(search_path: list[str]) -> str:
 
 def identify_capture(record: dict, manifest: dict | None = None,
                      search_path: list[str] | None = None, code_roots: list | None = None,
-                     hint: str | None = None) -> list[CodeIdentity]:
+                     hint: str | None = None, import_roots=()) -> list[CodeIdentity]:
     """Identities of the capture's ``model_factory`` and (if any) ``step_fn``.
+
+    ``import_roots`` are searched first when ``search_path`` is not given (the command
+    line's ``--code-root`` folders: allowing a folder also imports from it).
 
     A capture without a model factory raises :class:`CodeRefusedError`: there is nothing
     to rebuild the model from.
@@ -364,7 +373,7 @@ def identify_capture(record: dict, manifest: dict | None = None,
     code = record.get("code") or {}
     manifest = manifest or {}
     if search_path is None:
-        search_path = default_search_path({**(manifest.get("code") or {}), **code})
+        search_path = default_search_path({**(manifest.get("code") or {}), **code}, import_roots)
     out = []
     for role in ("model_factory", "step_fn"):
         entry = code.get(role)

@@ -61,7 +61,8 @@ EXAMPLES_DIR = PKG_DIR.parent / "examples"
 
 MSG_NOT_ALLOWED = ("{role} {spec}: {local} is outside the folders whose code this replay may run "
                    "({roots}); {hint}")
-HINT_CLI = ("run from the project's folder, pass --code-root DIR, or set "
+HINT_CLI = ("pass --code-root DIR, DIR being the project folder that holds the code (the "
+            "replay then both imports from it and allows it), run from that folder, or set "
             "DEBUGKIT_CODE_ROOTS")
 HINT_SERVER = "the server's operator allows folders with DEBUGKIT_CODE_ROOTS"
 MSG_FORBIDDEN = ("{role} {spec}: {local} is inside {what} ({where}), whose functions are not "

@@ -114,3 +114,17 @@ def test_a_run_deleted_while_shown(app, tmp_path, monkeypatch):
     at.run()
     assert not at.exception
     assert "is gone (deleted or moved)" in _texts(at)
+
+
+def test_one_nan_step_is_one_finding_card_with_its_evidence(app):
+    """accelerate-nan's NaN step 5: one error card (nonfinite_grad), with the loss finding and
+    the Recorder's capture shown under it as the same event (issue 31: one fact, one finding)."""
+    at = app(run="accelerate-nan")
+    at.switch_page("pages/overview.py").run()
+    assert not at.exception
+    cards = [m.value for m in at.markdown if "**nonfinite_" in m.value or "**step_failure**" in m.value]
+    assert len(cards) == 1 and "**nonfinite_grad**" in cards[0] and "step 5" in cards[0]
+    text = _texts(at)
+    assert "Same event, also seen as **nonfinite_loss** (error)" in text
+    assert "Same event, also seen as **step_failure** (warning)" in text
+    assert "capture r0-s0000005-nonfinite" in text

@@ -40,8 +40,12 @@ def test_exploding_run():
     assert [(f.step, f.layer, f.severity) for f in ng] == [(103, "0.weight", "error")]
     assert len(ng[0].evidence["layers"]) == 14
     assert ng[0].evidence["loss_finite"] is False
-    assert [(f.step, f.evidence["value"]) for f in k["nonfinite_loss"]] == [(103, "nan")]
-    assert [f.evidence["failure"] for f in k["step_failure"]] == ["r0-s0000103-nonfinite"]
+    # one fact, one finding: the loss and the Recorder's capture of step 103 are its evidence
+    assert "nonfinite_loss" not in k and "step_failure" not in k
+    rel = {r["kind"]: r for r in ng[0].evidence["related"]}
+    assert list(rel) == ["nonfinite_loss", "step_failure"]
+    assert rel["nonfinite_loss"]["evidence"]["value"] == "nan"
+    assert rel["step_failure"]["evidence"]["failure"] == ng[0].evidence["failure"] == "r0-s0000103-nonfinite"
     assert [f.step for f in k["loss_spike"]] == [94, 98]
     assert [f.step for f in found] == sorted(f.step for f in found)
 

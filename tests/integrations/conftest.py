@@ -53,5 +53,11 @@ def kinds(report: dict) -> list[tuple[str, int]]:
     return [(f["kind"], f["step"]) for f in report["findings"]]
 
 
+def related(report: dict, kind: str) -> list[str]:
+    """The kinds attached to the ``kind`` findings as the same event (``evidence.related``)."""
+    return [r["kind"] for f in report["findings"] if f["kind"] == kind
+            for r in f["evidence"].get("related", [])]
+
+
 def checks(report: dict) -> dict:
     return {c["name"]: c["ok"] for c in report["checks"]}

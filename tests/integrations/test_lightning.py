@@ -10,7 +10,7 @@ import pytest
 
 from debugkit.io.run import open_run
 
-from .conftest import checks, debugkit, diagnose, kinds, replay, train
+from .conftest import checks, debugkit, diagnose, kinds, related, replay, train
 
 pytestmark = pytest.mark.slow
 
@@ -96,7 +96,9 @@ def test_nan_gradients_are_captured_before_the_optimizer_step(work, nan):
     rep = diagnose(work, nan)
     assert rep["status"] == "failed"
     ks = [k for k, _ in kinds(rep)]
-    assert "nonfinite_grad" in ks and "step_failure" in ks
+    # one fact, one finding: the capture is the NaN gradients' evidence, not a second finding
+    assert "nonfinite_grad" in ks and "step_failure" not in ks
+    assert "step_failure" in related(rep, "nonfinite_grad")
     run = open_run(work / nan)
     (rec,) = [json.loads(p.read_text()) for p in (work / nan / "failures").glob("*/failure.json")]
     assert rec["kind"] == "nonfinite"

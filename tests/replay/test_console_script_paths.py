@@ -82,7 +82,38 @@ def test_missing_module_message_says_where_it_looked(project, tmp_path):
     assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
     assert "module 'tproj.model' is not found on this machine" in p.stderr
     assert f"looked in the working directory {elsewhere}" in p.stderr
-    assert "run from the project's root or add it to PYTHONPATH" in p.stderr
+    # the whole fix, in one flag (issue 31): no PYTHONPATH needed with it
+    assert "pass --code-root DIR, DIR being the project folder that holds 'tproj'" in p.stderr
+    assert "PYTHONPATH" not in p.stderr
+
+
+def test_one_code_root_flag_is_enough_from_another_folder(project, tmp_path):
+    """The project moved and the replay runs from an unrelated folder: `--code-root DIR`
+    alone (no PYTHONPATH, no DEBUGKIT_CODE_ROOTS) both finds the module and allows it.
+    Before, it allowed the folder but the module was "not found ... add it to PYTHONPATH";
+    PYTHONPATH alone gave "outside the folders ... pass --code-root"."""
+    record_failure(tmp_path / "runs" / "r")
+    moved = tmp_path / "clone"
+    shutil.copytree(project, moved)
+    shutil.rmtree(project)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    p = console("replay", "../runs/r", "--json", "--code-root", "../clone", cwd=elsewhere,
+                drop=("DEBUGKIT_CODE_ROOTS",))
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stdout)
+    (factory,) = [c for c in rep["code"] if c["role"] == "model_factory"]
+    assert factory["status"] == C.VERIFIED and factory["search_root"] == str(moved.resolve())
+    assert factory["local_file"] == str((moved / "tproj" / "model.py").resolve())
+    assert rep["original"]["type"] == "RuntimeError"
+    assert _check(rep, "captured_state")["ok"] is True, _check(rep, "captured_state")
+    # PYTHONPATH alone still does not allow the code, and the refusal names the one flag
+    env_p = subprocess.run([str(CONSOLE), "replay", "../runs/r"], cwd=elsewhere, capture_output=True,
+                           text=True, timeout=300,
+                           env={**{k: v for k, v in os.environ.items() if k != "DEBUGKIT_CODE_ROOTS"},
+                                "PYTHONPATH": str(moved)})
+    assert env_p.returncode == 2
+    assert "outside the folders" in env_p.stderr and "pass --code-root DIR" in env_p.stderr
 
 
 def test_recorded_root_of_modules_and_packages(tmp_path):
