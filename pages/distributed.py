@@ -281,4 +281,5 @@ def render():
         _trace_tab(sig)
 
 
-render()
+# While the run is written, the page follows it (a fragment that reruns every 5 s).
+_data.render_live(path, render, every_s=5)

@@ -64,6 +64,8 @@ def render():
         _ui.show_error(exc)
         return
     st.title(f"Scalars · {_ui.md(info['name'])}")
+    if info["status"] == "running":
+        st.caption("running · live: refreshes every few seconds")
     _ui.about("Every scalar the run logged: what you passed to `rec.log(...)` (loss, accuracy, "
                   "validation metrics ...) and the learning rate of each optimizer parameter group "
                   "(`lr`, or `lr/0`, `lr/1` ...), which the Recorder logs itself. Pick several to "
@@ -125,4 +127,5 @@ def render():
         st.caption(f":material/info: {_ui.md(w)}")
 
 
-render()
+# While the run is written, the page follows it (a fragment that reruns every 3 s).
+_data.render_live(path, render, every_s=3)
