@@ -232,33 +232,81 @@ def detect_vanishing_grad(m: GradMatrix, config: dict | None = None) -> list[Fin
 
 def detect_dead_layers(m: GradMatrix, config: dict | None = None) -> list[Finding]:
     """``dead_layer``: parameters whose gradient norm is exactly 0.0 for ``dead_window``
-    consecutive logged steps (unused in the forward pass, detached, or frozen by mistake).
-    One finding per rank names them all (``layer``: the first in model order)."""
+    consecutive logged steps (unused in the forward pass, detached, or frozen by mistake),
+    or whose gradient went to exactly 0.0 after being non-zero and stayed there to the
+    last logged step for at least ``dead_min_steps`` steps (saturated sigmoid/tanh units
+    or dead ReLUs: a run that ends soon after its units saturate is named too).
+    One finding per rank names them all (``layer``: the first in model order);
+    ``evidence["went_to_zero"]`` maps each layer that was non-zero before to the step
+    its gradient became exactly zero, and ``evidence["last_nonzero_step"]`` to its last
+    non-zero step."""
     cfg = resolve_config(config)
     w = _effective_window(m.n_steps, cfg["dead_window"], cfg["dead_min_steps"])
     if w is None or not m.layers:
         return []
     v = m.values[:-1]
-    zero = m.present[:-1] & (v == 0)
+    present = m.present[:-1]
+    zero = present & (v == 0)
+    nonzero = present & np.isfinite(v) & (v != 0)
     sustained = _sustained(zero, w)
-    rows = [i for i in range(len(m.layers)) if sustained[i].any()]
+    starts: dict[int, int] = {}
+    for i in range(len(m.layers)):
+        if sustained[i].any():
+            starts[i] = int(np.argmax(sustained[i])) - w + 1
+            continue
+        # A zero run that lasts to the layer's last logged step, after non-zero values.
+        cols = np.flatnonzero(present[i])
+        if not len(cols) or not zero[i, cols[-1]]:
+            continue
+        nz = np.flatnonzero(nonzero[i])
+        if not len(nz):
+            continue
+        tail = cols[cols > nz[-1]]
+        if len(tail) >= cfg["dead_min_steps"] and zero[i, tail].all():
+            starts[i] = int(tail[0])
+    rows = sorted(starts)
     if not rows:
         return []
-    starts = {i: int(np.argmax(sustained[i])) - w + 1 for i in rows}
-    always = [i for i in rows if zero[i].sum() == m.present[i].sum()]
+    went = {}  # layer row -> (first zero step, last non-zero step before it), as columns
+    for i in rows:
+        before = np.flatnonzero(nonzero[i, :starts[i]])
+        if len(before):
+            went[i] = (starts[i], int(before[-1]))
+    always = [i for i in rows if zero[i].sum() == present[i].sum()]
     names = [m.names[i] for i in rows]
     step = int(m.steps[min(starts.values())])
-    listing = ", ".join(repr(n) for n in names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-    message = (f"{len(names)} parameter(s) got an exactly-zero gradient for {w}+ consecutive logged steps "
-               f"from step {step} on rank {m.rank} ({listing}): they are unused in the forward pass, cut "
-               "off from the loss (a .detach() or no_grad), or their units are dead; remove them, "
-               "reconnect them, or set requires_grad=False on purpose.")
+
+    def listing(idx):
+        ns = [m.names[i] for i in idx]
+        return ", ".join(repr(n) for n in ns[:4]) + (f" and {len(ns) - 4} more" if len(ns) > 4 else "")
+
+    parts = []
+    never = [i for i in rows if i not in went]
+    if went:
+        s0 = min(went.values())[0]
+        parts.append(
+            f"{len(went)} parameter(s) had non-zero gradients, then exactly-zero gradients from step "
+            f"{int(m.steps[s0])} on rank {m.rank} ({listing(sorted(went))}): their units saturated "
+            "(sigmoid/tanh outputs pinned at 0 or 1 / -1 or 1, whose slope rounds to 0) or died "
+            "(ReLUs that output 0 for every input), so they stopped learning; lower the learning "
+            "rate or clip gradients, normalise the inputs and activations (LayerNorm/BatchNorm), "
+            "or use a non-saturating activation (GELU, LeakyReLU)")
+    if never:
+        s1 = min(starts[i] for i in never)
+        parts.append(
+            f"{len(never)} parameter(s) got an exactly-zero gradient for {w}+ consecutive logged steps "
+            f"from step {int(m.steps[s1])} on rank {m.rank} ({listing(never)}): they are unused in the "
+            "forward pass, cut off from the loss (a .detach() or no_grad), or their units are dead; "
+            "remove them, reconnect them, or set requires_grad=False on purpose")
+    message = ". ".join(parts) + "."
     return [Finding(
         kind="dead_layer", step=step, rank=m.rank, layer=names[0], severity="warning",
         message=message,
         evidence={"layers": names, "window": w,
                   "first_zero_step": {m.names[i]: int(m.steps[starts[i]]) for i in rows},
-                  "zero_in_every_logged_step": [m.names[i] for i in always]},
+                  "zero_in_every_logged_step": [m.names[i] for i in always],
+                  "went_to_zero": {m.names[i]: int(m.steps[went[i][0]]) for i in sorted(went)},
+                  "last_nonzero_step": {m.names[i]: int(m.steps[went[i][1]]) for i in sorted(went)}},
     )]
 
 
