@@ -17,8 +17,14 @@ def collect(path) -> dict:
 
     r = open_run(path)
     manifest = {k: v for k, v in r.manifest.items() if not k.startswith("_")}
-    failures = [{k: f.get(k) for k in ("id", "kind", "step", "rank", "error_type", "message",
-                                       "dataset_indices", "device")} for f in r.failures()]
+    from ..diagnose.failures import MAX_BATCH_CHECKS
+    from ..replay.batchcheck import check_captured_batch
+
+    failures = [{**{k: f.get(k) for k in ("id", "kind", "step", "rank", "error_type", "message",
+                                          "dataset_indices", "device")},
+                 "batch_shows": check_captured_batch(f, r.manifest.get("num_classes"))
+                 if n < MAX_BATCH_CHECKS else None}
+                for n, f in enumerate(r.failures())]
     return {
         "path": str(r.path),
         "name": r.name,
@@ -46,6 +52,9 @@ def run(args) -> int:
     if info["failures"]:
         print(f"failures ({len(info['failures'])}):")
         print_table(info["failures"], ["id", "step", "rank", "error_type", "message"])
+        for f in info["failures"]:
+            if f.get("batch_shows"):
+                print(f"  {f['id']}: the captured batch shows it: {f['batch_shows']['detail']}")
     else:
         print("failures: none")
     for w in info["warnings"]:

@@ -67,10 +67,11 @@ def run(args) -> int:
                                                      import_roots=args.code_root), report)
         Path(args.repro).parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(args.repro, data)
+    report["advice"] = advice_for(report)
     if args.json:
         print_json(report)
         return 0
-    _print_text(report, advice_for(report), args.repro)
+    _print_text(report, report["advice"], args.repro)
     return 0
 
 

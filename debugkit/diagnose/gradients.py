@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from ..analysis.findings import Finding
-from ..analysis.gradients.detectors import detect_gradient_findings
+from ..analysis.gradients.detectors import detect_gradient_findings, link_loss_origins
 
 
 def collect(run, config: dict, *, matrices: dict | None = None, scalars=None) -> list[Finding]:
@@ -21,5 +21,8 @@ def collect(run, config: dict, *, matrices: dict | None = None, scalars=None) ->
         already read them (the dashboard's caches); read from ``run`` otherwise.
     """
     grads = run.grad_norms() if matrices is None else None
-    return detect_gradient_findings(grads, run.scalars() if scalars is None else scalars, config,
-                                    matrices=matrices)
+    found = detect_gradient_findings(grads, run.scalars() if scalars is None else scalars, config,
+                                     matrices=matrices)
+    if any(f.kind in ("nonfinite_loss", "nonfinite_grad") for f in found):
+        found = link_loss_origins(found, run.failures())
+    return found

@@ -107,3 +107,32 @@ class NonFiniteMonitor:
             err = NonFiniteError(msg)
             err._debugkit_captured = True
             raise err
+
+
+def describe_outputs(output) -> dict | None:
+    """``{"finite", "absmax", "tensors"}`` of a model output's floating tensors (a tensor,
+    a tuple/list/dict of them, or a ``ModelOutput``), taken only when a step is found
+    non-finite; None when it holds no floating tensor."""
+    import torch
+
+    found: list = []
+
+    def walk(o, depth=0):
+        if depth > 4 or len(found) > 32:
+            return
+        if isinstance(o, torch.Tensor):
+            if o.is_floating_point() and o.numel():
+                found.append(o.detach())
+        elif isinstance(o, dict):
+            for v in o.values():
+                walk(v, depth + 1)
+        elif isinstance(o, (list, tuple)):
+            for v in o:
+                walk(v, depth + 1)
+
+    walk(output)
+    if not found:
+        return None
+    finite = all(bool(torch.isfinite(t).all()) for t in found)
+    absmax = max(float(t.abs().max()) for t in found) if finite else None
+    return {"finite": finite, "absmax": absmax, "tensors": len(found)}

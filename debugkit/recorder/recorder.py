@@ -24,7 +24,7 @@ from .guard import coerce_spec, format_violations
 from .memhistory import MemoryHistory, memory_capacity
 from .memhistory import parse_option as parse_memory_option
 from .fatal import FatalStackFile
-from .nonfinite import NonFiniteMonitor, is_loss_key
+from .nonfinite import NonFiniteMonitor, describe_outputs, is_loss_key
 from .norms import GradNormComputer
 from .spec_sampler import SpecSampler
 from .tracking import track_loader
@@ -332,6 +332,12 @@ class Recorder:
             if grads_hook:
                 self._hooks.append(hooked.register_step_pre_hook(self._pre_optimizer_step))
             self._hooks.append(hooked.register_step_post_hook(self._post_optimizer_step))
+        # The model's last output, held until the step ends, so that a non-finite loss can
+        # be told apart from a non-finite model output (one attribute store per forward;
+        # not on compiled models, whose graphs a Python hook would break).
+        self._last_output = None
+        if (not self._cuda or self.halt_on_nonfinite) and getattr(model, "_orig_mod", None) is None:
+            self._hooks.append(self._module.register_forward_hook(self._keep_output))
         ref = weakref.ref(self)
         self._atexit = lambda: (r := ref()) is not None and r._close_at_exit()
         atexit.register(self._atexit)
@@ -640,7 +646,12 @@ class Recorder:
         loss = [(k, v) for k, v in self._step_scalars if is_loss_key(k)]
         self._nonfinite.check(st, values, loss, where, after_optimizer_step=self._opt_stepped)
 
+    def _keep_output(self, module, args, output):
+        self._last_output = output
+
     def _nonfinite_found(self, st: _Step, msg: str, info: dict) -> None:
+        if self._cur is st and self._last_output is not None:
+            info = {**info, "model_outputs": describe_outputs(self._last_output)}
         fid = self._capture(st, "nonfinite", None, message=msg, extra={"nonfinite": info})
         self._writer.event("nonfinite", step=st.step, failure=fid, message=msg)
 
@@ -722,4 +733,5 @@ class Recorder:
         self._last_step = st.step
         self._step_no = st.step + 1
         self._cur = None
+        self._last_output = None
         self._last_exit = time.perf_counter()

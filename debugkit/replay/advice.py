@@ -5,6 +5,9 @@ Pure functions over the report (:mod:`debugkit.replay.report`).
 
 from __future__ import annotations
 
+#: The culprit ``module`` of a failure made by the loss computation, outside the model.
+LOSS_COMPUTATION = "(loss computation)"
+
 # The backward of these ops is infinite or undefined at particular inputs.
 OP_ADVICE = {
     "SqrtBackward0": ("the gradient of sqrt at 0 is infinite: add an epsilon inside "
@@ -29,6 +32,45 @@ OP_ADVICE = {
 }
 
 
+#: The stable forms of the usual hand-written loss formulas.
+STABLE_LOSS = ("compute log-probabilities with F.log_softmax (or give the logits to "
+               "F.cross_entropy, which fuses both), log(sigmoid(x)) with F.logsigmoid and binary "
+               "cross-entropy with F.binary_cross_entropy_with_logits, and log(sum(exp(x))) with "
+               "torch.logsumexp")
+
+# What went wrong at a loss op that turned finite values into NaN/Inf (op name suffix).
+LOSS_OP_ADVICE = {
+    "log": "a probability that underflowed to exactly 0 (or 1 - p that rounded to 0) reached log",
+    "log2": "a value that underflowed to exactly 0 reached log2",
+    "log10": "a value that underflowed to exactly 0 reached log10",
+    "exp": "exp overflowed on a large logit",
+    "pow": "a power overflowed, or a fractional power met a negative base",
+    "div": "a normaliser or count became 0 and was divided by",
+    "__truediv__": "a normaliser or count became 0 and was divided by",
+    "__rtruediv__": "a value became 0 and was divided by",
+    "sqrt": "sqrt met a negative value",
+    "reciprocal": "1/x met a 0",
+}
+
+
+def _name(value, fallback: str) -> str:
+    """``value`` as text for a sentence, or ``fallback`` when it is missing or empty."""
+    text = "" if value is None else str(value).strip()
+    return text if text and text != "None" else fallback
+
+
+def _loss_advice(cul: dict, where: str) -> str:
+    op = cul.get("op")
+    short = str(op or "").rsplit(".", 1)[-1]
+    what = LOSS_OP_ADVICE.get(short)
+    head = (f"The loss computation made the loss non-finite at {op}" if op
+            else "The loss computation made the loss non-finite")
+    head += f" ({where})" if where != "the batch" else ""
+    why = f": {what}" if what else ""
+    return (f"{head} while every output of the model was finite{why}; {STABLE_LOSS}, instead of "
+            "composing log, softmax, sigmoid and exp by hand.")
+
+
 def advice_for(report: dict) -> list[str]:
     """Sentences for the user, the culprit's first."""
     out: list[str] = []
@@ -40,12 +82,16 @@ def advice_for(report: dict) -> list[str]:
         c = checks.get(name)
         return c is not None and c["ok"] is False
 
+    module = _name(cul.get("module"), "")
+    at_module = f"`{module}`" if module else "an embedding"
+    detail = _name(cul.get("detail"), "")
     if failed("labels"):
-        what = (cul.get("detail") or "").split(";")[0] if cul.get("input") else checks["labels"]["detail"]
+        what = detail.split(";")[0] if cul.get("input") and detail else _name(
+            checks["labels"].get("detail"), "some labels are outside [0, num_classes)")
         out.append(f"Validate labels in the dataset: {what}. Fix the annotation, or reject "
                    "labels outside [0, num_classes) when the dataset is built.")
     if failed("embedding_indices"):
-        out.append(f"An index reaching `{cul.get('module')}` is outside its vocabulary ({where}): "
+        out.append(f"An index reaching {at_module} is outside its vocabulary ({where}): "
                    "size the embedding for every id the data can produce (an unknown/OOV id needs "
                    "a row too: num_embeddings = len(vocab) + 1), or map unseen values to a "
                    "reserved id.")
@@ -54,11 +100,13 @@ def advice_for(report: dict) -> list[str]:
                    "zero, a missing value read as NaN), or impute/drop them; "
                    "assert torch.isfinite(x).all() when the dataset is built.")
     if failed("shapes"):
-        out.append(f"A batch reached the model with the wrong shape ({cul.get('detail')}): check "
+        out.append("A batch reached the model with the wrong shape"
+                   + (f" ({detail})" if detail else "") + ": check "
                    "the data pipeline for dropped or added columns (a per-batch dropna, a ragged "
                    "last batch) or the model's configured sizes.")
     if failed("dtype_device"):
-        out.append(f"Match dtypes and devices at `{cul.get('module')}` ({cul.get('detail')}): cast "
+        out.append("Match dtypes and devices" + (f" at `{module}`" if module else "")
+                   + (f" ({detail})" if detail else "") + ": cast "
                    "inputs with .to(dtype) / move them with .to(device) before the model, and create "
                    "tensors inside forward with device=x.device, dtype=x.dtype.")
     if failed("captured_state") and "non-finite" in checks["captured_state"]["detail"]:
@@ -66,13 +114,17 @@ def advice_for(report: dict) -> list[str]:
                    "earlier; look at the gradient norms before this step, lower the learning rate "
                    "or clip gradients.")
     if failed("finite_forward") and not failed("finite_inputs"):
-        out.append(f"`{cul.get('module')}` turns finite inputs into NaN/Inf: look for log, sqrt, "
-                   "division or exp inside it, or exploding weights.")
+        if cul.get("module") is None or module == LOSS_COMPUTATION:
+            out.append(_loss_advice(cul, where))
+        else:
+            out.append(f"{f'`{module}`' if module else 'The model'} turns finite inputs into NaN/Inf: look for log, sqrt, "
+                       "division or exp inside it, or exploding weights.")
     if failed("finite_backward"):
         op = cul.get("op")
+        op = _name(op, "") or None
         tip = OP_ADVICE.get(op or "", f"guard the input of {op} so its backward stays finite"
                             if op else "find the op whose backward is non-finite")
-        out.append(f"{op or 'A backward op'}" + (f" in `{cul['module']}`" if cul.get("module") else "")
+        out.append(f"{op or 'A backward op'}" + (f" in `{module}`" if module else "")
                    + f" produces non-finite gradients from finite ones ({where}): {tip}.")
     rep = report.get("replay") or {}
     if rep.get("type") in ("SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGFPE"):

@@ -198,7 +198,10 @@ def run_pass(model, batch, mode, step_fn, probe, device, *, anomaly: bool) -> di
             warnings.simplefilter("always")
             with torch.autograd.set_detect_anomaly(anomaly, check_nan=True):
                 if mode == "step_fn":
-                    loss = pick_loss(step_fn(model, batch))
+                    from .probes import loss_op_watch
+
+                    with loss_op_watch(probe):  # the ops of the loss, after the model's forward
+                        loss = pick_loss(step_fn(model, batch))
                     if loss is None:
                         raise TypeError("step_fn returned no loss tensor (return the loss, "
                                         "a dict with 'loss', or a tuple starting with it)")
@@ -369,7 +372,8 @@ def _probe_findings(probe) -> dict:
     return {"embeddings": probe.embeddings, "mismatches": probe.mismatches,
             "shape_findings": probe.shape_findings, "forward_born": probe.forward_born,
             "forward_entry": probe.forward_entry, "backward": probe.backward,
-            "output_width": probe.output_width}
+            "output_width": probe.output_width, "output_absmax": probe.output_absmax,
+            "loss_op": probe.loss_op}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -149,6 +149,8 @@ class Probe:
         self.forward_entry: dict | None = None
         self.backward: dict | None = None
         self.output_width: int | None = None
+        self.output_absmax: float | None = None
+        self.loss_op: dict | None = None
         self._node_handles: list = []
 
     # ------------------------------------------------------------------ install
@@ -242,6 +244,10 @@ class Probe:
                 self._tag(name, outs, frame["seq"])
             if name == "" and outs and outs[0].dim() >= 2:
                 self.output_width = int(outs[0].shape[-1])
+            if name == "":
+                fl = [t.detach() for t in outs if t.is_floating_point() and t.numel()]
+                if fl and all(_finite(t) for t in fl):
+                    self.output_absmax = max(float(t.abs().max()) for t in fl)
         return hook
 
     def _born(self, name, module, bad) -> dict:
@@ -362,3 +368,69 @@ def user_frame(trace) -> dict | None:
         return {"file": f["file"], "line": int(f["line"]), "function": f["func"],
                 "code": f["code"].strip()}
     return None
+
+
+def _op_name(func) -> str:
+    name = getattr(func, "__name__", None) or repr(func)
+    qual = getattr(func, "__qualname__", "") or ""
+    if qual.startswith("TensorBase.") or qual.startswith("Tensor."):
+        return f"Tensor.{name}"
+    mod = getattr(func, "__module__", "") or ""
+    if mod.startswith("torch.nn.functional"):
+        return f"F.{name}"
+    if mod.startswith("torch") or not mod:
+        return f"torch.{name}"
+    return f"{mod}.{name}"
+
+
+def _caller() -> dict | None:
+    """The innermost frame outside torch and debugkit's replay (the user's loss code)."""
+    import sys
+
+    f = sys._getframe(2)
+    while f is not None:
+        path = f.f_code.co_filename.replace("\\", "/")
+        if "/torch/" not in path and "/debugkit/replay/" not in path and not path.startswith("<"):
+            import linecache
+
+            return {"file": f.f_code.co_filename, "line": f.f_lineno, "function": f.f_code.co_name,
+                    "code": linecache.getline(f.f_code.co_filename, f.f_lineno).strip()}
+        f = f.f_back
+    return None
+
+
+def loss_op_watch(probe: "Probe"):
+    """A ``TorchFunctionMode`` that records, in ``probe.loss_op``, the first torch op run
+    outside the model's modules (the loss computation of a step function) whose output
+    is NaN/Inf although every tensor it was given is finite (``torch.log`` of a softmax
+    that underflowed to 0, ``exp`` of a large logit ...): ``{"op", "kind", "at",
+    "samples", "n_samples", "input_min", "input_max"}``."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    class _Watch(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if probe.loss_op is not None or probe.frames:
+                return out
+            try:
+                outs = [t for t in _tensors(out) if t.is_floating_point()]
+                bad = next((t for t in outs if not _finite(t.detach())), None)
+                if bad is None:
+                    return out
+                ins = [t for t in _tensors(list(args)) + _tensors(kwargs or {}) if isinstance(t, torch.Tensor)]
+                if not all(_finite(t.detach()) for t in ins):
+                    return out
+                b = bad.detach()
+                samples, n = group_by_sample(~torch.isfinite(b), b, probe.n_batch, limit=5, per_sample=5)
+                fl = [t.detach() for t in ins if t.is_floating_point() and t.numel()]
+                probe.loss_op = {
+                    "op": _op_name(func), "kind": _kind(b), "at": _caller(),
+                    "samples": samples, "n_samples": n,
+                    "input_min": min((float(t.min()) for t in fl), default=None),
+                    "input_max": max((float(t.max()) for t in fl), default=None)}
+            except Exception:  # observing must never change the replayed step
+                pass
+            return out
+
+    return _Watch()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 from typing import Any
 
 from ..analysis.findings import Check
@@ -414,12 +415,37 @@ def check_forward(raw, record) -> Check:
                                               f"{_module(entry['module'])} first)")
     outcome = raw.get("outcome") or {}
     if outcome.get("loss_finite") is False:
-        return _check("finite_forward", False, f"every module's output was finite but the loss is "
-                                               f"{_num(outcome.get('loss'))}: it was made non-finite "
-                                               "outside the model's modules",
-                      _culprit(detail=f"the loss is {_num(outcome.get('loss'))} although every module's "
-                                      "output was finite"))
+        return _loss_computation(diag, outcome, record, raw.get("n_batch"))
     return _check("finite_forward", True, "every module's forward output is finite")
+
+
+def _loss_computation(diag: dict, outcome: dict, record: dict, n_batch) -> Check:
+    """Every module's output was finite but the loss is not: the loss computation (the
+    step function's code after the model's forward) made it, at the op the replay saw."""
+    loss = _num(outcome.get("loss"))
+    amax = diag.get("output_absmax")
+    outs = (f"every output of the model was finite (max |output| {amax:.3g})" if amax is not None
+            else "every module's output was finite")
+    op = diag.get("loss_op")
+    if not op:
+        return _check("finite_forward", False,
+                      f"{outs} but the loss is {loss}: the loss computation made it non-finite, "
+                      "outside the model's modules",
+                      _culprit(module="(loss computation)",
+                               detail=f"the loss computation made the loss {loss} although {outs}"))
+    at = op.get("at") or {}
+    where = f" at {Path(at['file']).name}:{at['line']} (`{at['code']}`)" if at.get("file") else ""
+    s = op["samples"][0] if op.get("samples") else {"sample": None}
+    sample = s.get("sample")
+    first = f", first in {sample_phrase(record, sample, n_batch)}" if sample is not None else ""
+    rng = ""
+    if op.get("input_min") is not None and op.get("input_max") is not None:
+        rng = f" (its input ranged over [{op['input_min']:.3g}, {op['input_max']:.3g}])"
+    detail = (f"the loss computation: {op['op']}{where} turned finite values into {op['kind']}"
+              f"{rng}{first}, although {outs}; the loss is {loss}")
+    return _check("finite_forward", False, detail, _culprit(
+        module="(loss computation)", op=op["op"], sample_index=sample,
+        dataset_index=dataset_index(record, sample, n_batch), detail=detail))
 
 
 def check_backward(raw, record) -> Check:

@@ -29,3 +29,55 @@ def test_saturated_sigmoid_layer_is_named_with_its_step(sigmoid_run):
     assert "saturated" in dead[0]["message"] and "from step 30" in dead[0]["message"]
     text = debugkit(sigmoid_run, "diagnose", "run").stdout
     assert "dead_layer" in text and "'0.weight', '0.bias'" in text
+
+
+# ---------------------------------------------------------- the batch alone shows it
+@pytest.fixture(scope="module")
+def label_run(tmp_path_factory):
+    return _job(tmp_path_factory, "missing_label", 1)
+
+
+@pytest.mark.slow
+def test_diagnose_and_info_name_the_sample_from_the_captured_batch(label_run):
+    fs = findings(label_run)
+    assert [(f["kind"], f["step"], f["rank"]) for f in fs] == [("step_failure", 9, 0)]
+    shown = fs[0]["evidence"]["batch_shows"]
+    assert (shown["check"], shown["input"], shown["sample_index"], shown["dataset_index"], shown["value"]) \
+        == ("labels", "batch[1]", 6, 150, -1)
+    assert "sample 6 (dataset index 150) has label -1, outside [0, 5)" in fs[0]["message"]
+    info = json.loads(debugkit(label_run, "info", "run", "--json").stdout)
+    assert [(f["step"], f["batch_shows"]["dataset_index"]) for f in info["failures"]] == [(9, 150)]
+    text = debugkit(label_run, "info", "run").stdout
+    assert "sample 6 (dataset index 150) has label -1, outside [0, 5)" in text
+
+
+# ------------------------------------------------------------- the loss made the NaN
+@pytest.fixture(scope="module")
+def bce_run(tmp_path_factory):
+    return _job(tmp_path_factory, "fraud_bce", 1)
+
+
+@pytest.mark.slow
+def test_nonfinite_loss_from_finite_outputs_is_the_loss_computation(bce_run):
+    fs = findings(bce_run)
+    assert [(f["kind"], f["step"], f["severity"]) for f in fs][:2] == \
+        [("nonfinite_loss", 6, "error"), ("nonfinite_grad", 6, "warning")]
+    loss, grad = fs[0], fs[1]
+    assert loss["evidence"]["origin"] == "loss_computation"
+    assert loss["evidence"]["related"] == [{"kind": "nonfinite_grad", "step": 6, "rank": 0,
+                                           "relation": "consequence"}]
+    assert grad["evidence"]["related"] == [{"kind": "nonfinite_loss", "step": 6, "rank": 0,
+                                           "relation": "cause"}]
+    assert "the loss computation made it" in loss["message"]
+    assert "binary_cross_entropy_with_logits" in loss["message"] and "log_softmax" in loss["message"]
+    assert "A consequence of the non-finite loss at step 6" in grad["message"]
+    assert "forward pass overflowed" not in grad["message"]
+    rep = replay(bce_run)
+    assert rep["reproduced"] is True
+    c = rep["culprit"]
+    assert (c["module"], c["op"], c["sample_index"], c["dataset_index"]) == \
+        ("(loss computation)", "torch.log", 11, 203)
+    assert "fraud_bce.py:37" in c["detail"]
+    advice = " ".join(rep["advice"])
+    assert "binary_cross_entropy_with_logits" in advice and "logsumexp" in advice
+    assert "None" not in advice and "``" not in advice

@@ -310,6 +310,85 @@ def detect_dead_layers(m: GradMatrix, config: dict | None = None) -> list[Findin
     )]
 
 
+#: What to use instead of a hand-written loss formula that under/overflows.
+MSG_STABLE_LOSS = ("compute it with F.log_softmax / F.cross_entropy (not log(softmax(x))), "
+                   "F.binary_cross_entropy_with_logits or F.logsigmoid (not log(sigmoid(x))) and "
+                   "torch.logsumexp (not log(sum(exp(x))))")
+
+
+def loss_origins(captures: list[dict]) -> dict[tuple[int, int], dict]:
+    """``{(step, rank): {"outputs_absmax", "loss_keys", "failure"}}`` of the non-finite
+    captures whose loss was non-finite while every output of the model was finite: the
+    loss computation made it (``captures``: ``run.failures()``)."""
+    out = {}
+    for c in captures:
+        nf = c.get("nonfinite") or {}
+        outs = nf.get("model_outputs") or {}
+        if c.get("kind") != "nonfinite" or nf.get("loss_finite") is not False or outs.get("finite") is not True:
+            continue
+        key = (c.get("step"), c.get("rank"))
+        out.setdefault(key, {"outputs_absmax": outs.get("absmax"), "loss_keys": nf.get("loss_keys") or [],
+                             "failure": c.get("id")})
+    return out
+
+
+def link_loss_origins(findings: list[Finding], captures: list[dict]) -> list[Finding]:
+    """Attribute a non-finite loss whose model outputs were finite to the loss computation:
+    the ``nonfinite_loss`` finding says so (and what to use instead), and the
+    ``nonfinite_grad`` of that step becomes its consequence (a warning whose
+    ``evidence["related"]`` names the loss finding), not a separate first error. A loss
+    finding is added when the loss was not logged as a scalar."""
+    origins = loss_origins(captures)
+    if not origins:
+        return findings
+    out = []
+    done = set()
+    for f in findings:
+        key = (f.step, f.rank)
+        o = origins.get(key)
+        if o is None or f.kind not in ("nonfinite_loss", "nonfinite_grad"):
+            out.append(f)
+            continue
+        amax = o["outputs_absmax"]
+        outs = (f"every output of the model was finite (max |output| {_fmt(amax)})" if amax is not None
+                else "every output of the model was finite")
+        if f.kind == "nonfinite_loss":
+            done.add(key)
+            out.append(dataclasses.replace(
+                f, message=f"{f.message.split('; look at')[0].rstrip('.')}: the loss computation made it, "
+                           f"not a layer ({outs}); {MSG_STABLE_LOSS}, and replay the captured step "
+                           "to see the op.",
+                evidence={**f.evidence, "origin": "loss_computation", "outputs_absmax": amax,
+                          "failure": o["failure"],
+                          "related": [{"kind": "nonfinite_grad", "step": f.step, "rank": f.rank,
+                                       "relation": "consequence"}]}))
+        else:
+            out.append(dataclasses.replace(
+                f, severity="warning",
+                message=(f"A consequence of the non-finite loss at step {f.step} on rank {f.rank} (made by "
+                         f"the loss computation, not by a layer: {outs}): gradient norms became "
+                         f"non-finite in {len(f.evidence.get('layers') or [])} layer(s) from "
+                         f"{f.layer!r} on."),
+                evidence={**f.evidence, "origin": "loss_computation",
+                          "related": [{"kind": "nonfinite_loss", "step": f.step, "rank": f.rank,
+                                       "relation": "cause"}]}))
+    for (step, rank), o in origins.items():
+        if (step, rank) in done or not any(f.kind == "nonfinite_grad" and (f.step, f.rank) == (step, rank)
+                                           for f in out):
+            continue
+        amax = o["outputs_absmax"]
+        keys = ", ".join(repr(k) for k in o["loss_keys"]) or "the loss"
+        out.append(Finding(
+            kind="nonfinite_loss", step=step, rank=rank, layer=None, severity="error",
+            message=(f"Loss {keys} became non-finite at step {step} on rank {rank}. The loss computation "
+                     f"made it: every output of the model was finite (max |output| {_fmt(amax)}); "
+                     f"{MSG_STABLE_LOSS}."),
+            evidence={"origin": "loss_computation", "outputs_absmax": amax, "failure": o["failure"],
+                      "related": [{"kind": "nonfinite_grad", "step": step, "rank": rank,
+                                   "relation": "consequence"}]}))
+    return sort_findings(out)
+
+
 def detect_gradient_findings(grads, scalars, config: dict | None = None, *,
                              matrices: dict[int, GradMatrix] | None = None) -> list[Finding]:
     """Every gradient and loss finding of a run, ordered by step.
