@@ -23,7 +23,7 @@ def collect(run, config: dict) -> list[Finding]:
         if coll is not None:
             first += f" [{describe_collective_error(coll)}]"
         shown = (check_captured_batch(f, run.manifest.get("num_classes"))
-                 if n < MAX_BATCH_CHECKS else None)
+                 if n < MAX_BATCH_CHECKS and kind != "data_loading" else None)
         seen = f" The captured batch shows it: {shown['detail']}." if shown else ""
         nf = f.get("nonfinite") or {}
         outs = nf.get("model_outputs") or {}
@@ -33,6 +33,14 @@ def collect(run, config: dict) -> list[Finding]:
             seen += (" Every output of the model was finite"
                      + (f" (max |output| {outs['absmax']:.3g})" if outs.get("absmax") is not None else "")
                      + ": the loss computation made the loss non-finite.")
+        dl = f.get("data_loading") if kind == "data_loading" else None
+        if dl is not None:
+            from ..recorder.dataload import odd_phrase
+
+            odd = odd_phrase(dl)
+            seen = (f" It was raised while the DataLoader {'read a sample' if dl.get('phase') == 'fetch' else 'collated the batch'}"
+                    + (f" ({dl.get('num_workers')} worker processes)" if dl.get("num_workers") else "")
+                    + (f": {odd}" if odd else "") + (f"; {dl['advice']}" if dl.get("advice") else "") + ".")
         out.append(Finding(
             kind="step_failure", step=f.get("step"), rank=f.get("rank"), layer=None,
             severity="error" if kind != "nonfinite" else "warning",
@@ -40,6 +48,12 @@ def collect(run, config: dict) -> list[Finding]:
                     f"(capture {f['id']}; replay it with `debugkit replay`).{seen}",
             evidence={"failure": f["id"], "capture_kind": kind, "error_type": f.get("error_type"),
                       "dataset_indices": f.get("dataset_indices"), "collective": coll,
-                      "batch_shows": shown, "origin": origin},
+                      "batch_shows": shown, "origin": origin,
+                      "data_loading": None if dl is None else {
+                          "phase": dl.get("phase"), "odd_positions": dl.get("odd") or [],
+                          "odd_dataset_indices": [(dl.get("samples") or [])[p].get("dataset_index")
+                                                  for p in dl.get("odd") or []
+                                                  if p < len(dl.get("samples") or [])],
+                          "advice": dl.get("advice")}},
         ))
     return out

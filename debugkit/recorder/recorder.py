@@ -437,7 +437,7 @@ class Recorder:
         of a few sampled items into ``data.json`` (see :mod:`debugkit.recorder.datafp`).
         """
         self._record_dataset(getattr(loader, "dataset", None))
-        return track_loader(loader, self._set_next_indices)
+        return track_loader(loader, self._set_next_indices, self._data_failure)
 
     def checkpoint(self, step=None, extra=None, *, keep_last=None) -> dict | None:
         """Write the model's (and optimizer's) state into ``checkpoints/`` atomically.
@@ -526,6 +526,41 @@ class Recorder:
     # ------------------------------------------------------------------ internals
     def _set_next_indices(self, idx):
         self._next_indices = idx
+
+    def _data_failure(self, exc, indices, loader) -> str | None:
+        """Capture a failure raised while ``loader`` fetched or collated the batch of the
+        next step (``indices``: its dataset indices): the samples re-read one by one."""
+        if getattr(exc, "_debugkit_captured", False) or self._closed:
+            return None
+        step = self._step_no
+        try:
+            from .dataload import describe_failed_batch
+
+            info = describe_failed_batch(getattr(loader, "dataset", None), indices, exc) \
+                if getattr(loader, "dataset", None) is not None else {"phase": "unknown", "samples": []}
+            items = info.pop("items", None)
+            fn = getattr(loader, "collate_fn", None)
+            info["collate_fn"] = (f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', '?')}"
+                                  if fn is not None else None)
+            info["num_workers"] = int(getattr(loader, "num_workers", 0) or 0)
+            st = _Step(self, items, indices, step)
+            text = str(exc)
+            if text.startswith("Caught ") and "Original Traceback" in text:  # a worker's error
+                last = [ln for ln in text.strip().splitlines() if ln.strip()][-1]
+                info["worker_error"] = text.splitlines()[0]
+                text = last.split(": ", 1)[1] if last.startswith(type(exc).__name__ + ":") else last
+            fid = write_capture(
+                self.run_dir, kind="data_loading", step=step, rank=self.rank,
+                world_size=self.world_size, device=str(self.device), exc=exc, batch=items,
+                code=self._code, dataset_indices=indices, message=text,
+                extra={"num_classes": self.num_classes, "data_loading": info})
+            self._writer.event("failure", step=st.step, failure=fid, error_type=type(exc).__name__,
+                               message=str(exc)[:2000], phase=info.get("phase"))
+            exc._debugkit_captured = True
+            return fid
+        except Exception as cap_err:  # never mask the user's exception
+            self._writer.event("capture_error", step=step, message=str(cap_err))
+            return None
 
     def _start_pip_check(self):
         """``pip check`` in a detached process (see :mod:`._pipcheck_child`): it does not

@@ -33,14 +33,26 @@ class TrackedLoader:
     so the n-th batch yielded belongs to the n-th index list drawn.
     """
 
-    def __init__(self, loader, sink: collections.deque, on_batch):
+    def __init__(self, loader, sink: collections.deque, on_batch, on_error=None):
         self.loader = loader
         self._sink = sink
         self._on_batch = on_batch
+        self._on_error = on_error
 
     def __iter__(self):
         self._sink.clear()
-        for batch in self.loader:
+        it = iter(self.loader)
+        while True:
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            except Exception as exc:
+                # Fetching or collating the next batch raised (in this process or in a
+                # worker, re-raised here in order): its index list is the next one drawn.
+                if self._on_error is not None:
+                    self._on_error(exc, self._sink.popleft() if self._sink else None, self.loader)
+                raise
             self._on_batch(self._sink.popleft() if self._sink else None)
             yield batch
 
@@ -51,7 +63,7 @@ class TrackedLoader:
         return getattr(self.loader, name)
 
 
-def track_loader(loader, on_batch):
+def track_loader(loader, on_batch, on_error=None):
     """Return a loader that reports each batch's dataset indices to ``on_batch``.
 
     Loaders without a batch sampler (iterable datasets, ``batch_size=None``) or with
@@ -82,7 +94,7 @@ def track_loader(loader, on_batch):
         kwargs["prefetch_factor"] = loader.prefetch_factor
     if hasattr(loader, "in_order"):
         kwargs["in_order"] = loader.in_order
-    return TrackedLoader(DataLoader(loader.dataset, **kwargs), sink, on_batch)
+    return TrackedLoader(DataLoader(loader.dataset, **kwargs), sink, on_batch, on_error)
 
 
 def _tracking_iter(self):

@@ -184,6 +184,12 @@ def replay(run, failure_id: str | None = None, *, device: str = "auto", allow_co
     if not isinstance(run, Run):
         run = open_run(run)
     record = select_failure(run, failure_id)
+    if record.get("kind") == "data_loading":  # no model step: collate the samples again
+        from .dataload import replay_data_loading
+
+        verify_files(record)
+        cap = int(memory_mb * (1 << 20)) if memory_mb is not None else default_memory_cap()
+        return replay_data_loading(record, timeout_s=t, cap=cap, progress=progress)
     parts = verify_files(record)
     roots = cli_code_roots() if code_roots is None else list(code_roots)
     idents = plan_identities(run, record, search_path, roots, code_hint, import_roots)

@@ -85,6 +85,10 @@ def advice_for(report: dict) -> list[str]:
     module = _name(cul.get("module"), "")
     at_module = f"`{module}`" if module else "an embedding"
     detail = _name(cul.get("detail"), "")
+    if failed("collate") or failed("fetch"):
+        dl = report.get("data_loading") or {}
+        tip = _name(dl.get("advice"), "make every sample of a batch the same structure, shape and dtype")
+        out.append(f"The DataLoader could not build the batch ({where}): {tip}.")
     if failed("labels"):
         what = detail.split(";")[0] if cul.get("input") and detail else _name(
             checks["labels"].get("detail"), "some labels are outside [0, num_classes)")

@@ -13,10 +13,10 @@ EMPTY_CULPRITS = [{}, {k: None for k in ("module", "op", "input", "sample_index"
 
 
 @pytest.mark.parametrize("culprit", EMPTY_CULPRITS, ids=["missing", "none", "empty"])
-@pytest.mark.parametrize("failing", CHECKS)
+@pytest.mark.parametrize("failing", CHECKS + ("collate", "fetch"))
 def test_advice_never_renders_none_or_an_empty_name(failing, culprit):
     checks = [{"name": n, "ok": n != failing, "detail": "non-finite weights" if n == failing else ""}
-              for n in CHECKS]
+              for n in CHECKS + ("collate", "fetch")]
     for crash in (None, "SIGSEGV", "Timeout"):
         report = {"checks": checks, "culprit": dict(culprit), "reproduced": True,
                   "replay": {"type": crash} if crash else None}

@@ -81,3 +81,33 @@ def test_nonfinite_loss_from_finite_outputs_is_the_loss_computation(bce_run):
     advice = " ".join(rep["advice"])
     assert "binary_cross_entropy_with_logits" in advice and "logsumexp" in advice
     assert "None" not in advice and "``" not in advice
+
+
+# ------------------------------------------------------- the DataLoader's own failure
+@pytest.fixture(scope="module")
+def audio_run(tmp_path_factory):
+    return _job(tmp_path_factory, "audio_unlabelled", 1)
+
+
+@pytest.mark.slow
+def test_collate_failure_in_a_worker_is_a_capture_naming_the_odd_sample(audio_run):
+    info = json.loads(debugkit(audio_run, "info", "run", "--json").stdout)
+    assert info["status"] == "failed"
+    assert [(f["kind"], f["step"], f["rank"], f["dataset_indices"]) for f in info["failures"]] == \
+        [("data_loading", 9, 0, [72, 73, 74, 75, 76, 77, 78, 79])]
+    fs = findings(audio_run)
+    assert [(f["kind"], f["step"], f["rank"], f["severity"]) for f in fs] == [("step_failure", 9, 0, "error")]
+    dl = fs[0]["evidence"]["data_loading"]
+    assert (dl["phase"], dl["odd_positions"], dl["odd_dataset_indices"]) == ("collate", [5], [77])
+    assert "dataset index 77 (sample 5): ['audio']: Tensor [400] float32, ['label']: NoneType" \
+        in fs[0]["message"]
+    assert "2 worker processes" in fs[0]["message"]
+    rep = replay(audio_run)
+    assert rep["reproduced"] is True and rep["same_error"] is True
+    c = rep["culprit"]
+    assert (c["op"], c["sample_index"], c["dataset_index"]) == ("collate", 5, 77)
+    assert rep["culprit_positions"] == [5]
+    assert [(ch["name"], ch["ok"]) for ch in rep["checks"]] == [("collate", False)]
+    assert "__getitem__" in " ".join(rep["advice"])
+    text = debugkit(audio_run, "replay", "run", "--code-root", ".").stdout
+    assert "sample 5 (dataset index 77)" in text and "to do:" in text
