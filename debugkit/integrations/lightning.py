@@ -47,7 +47,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without lightnin
         raise MissingDependencyError("lightning", "debugkit.integrations.lightning",
                                      "debugkit[lightning]") from exc
 
-from ._spec import class_spec, json_kwargs
+from ._spec import MSG_NO_HPARAMS, class_spec, json_kwargs, missing_init_args
 
 MSG_FIRST_EPOCH = ("debugkit: the train loader's dataset indices are tracked from the second "
                    "epoch on; wrap it before fit (trainer.fit(model, callback.track(loader))) "
@@ -122,6 +122,17 @@ class DebugkitCallback(pl.Callback):
         factory = self.model_factory or class_spec(type(pl_module))
         kwargs = self.factory_kwargs if self.factory_kwargs is not None else \
             json_kwargs(hparams, f"{type(pl_module).__name__}.hparams")
+        if not self.model_factory and kwargs is not None:
+            missing = missing_init_args(type(pl_module), kwargs)
+            if missing:
+                import warnings
+
+                from ..errors import DebugkitWarning
+
+                warnings.warn(MSG_NO_HPARAMS.format(cls=type(pl_module).__name__,
+                                                    params=", ".join(missing)),
+                              DebugkitWarning, stacklevel=2)
+                factory = None
         num_classes = self.num_classes if self.num_classes is not None else hparams.get("num_classes")
         optimizers = list(trainer.optimizers)
         config = {"hparams": json_kwargs(hparams, "hparams") or {},

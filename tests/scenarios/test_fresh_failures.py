@@ -111,3 +111,22 @@ def test_collate_failure_in_a_worker_is_a_capture_naming_the_odd_sample(audio_ru
     assert "__getitem__" in " ".join(rep["advice"])
     text = debugkit(audio_run, "replay", "run", "--code-root", ".").stdout
     assert "sample 5 (dataset index 77)" in text and "to do:" in text
+
+
+# ------------------------------------------------ Lightning as the docs write it
+@pytest.fixture(scope="module")
+def lit_run(tmp_path_factory):
+    return _job(tmp_path_factory, "lit_wine", 1)
+
+
+@pytest.mark.slow
+def test_lightning_script_with_saved_hparams_replays_without_a_factory(lit_run):
+    info = json.loads(debugkit(lit_run, "info", "run", "--json").stdout)
+    assert info["manifest"]["model_factory"] == "lit_wine:LitWine"
+    assert info["manifest"]["factory_kwargs"] == {"features": 11, "hidden": 16, "num_classes": 4, "lr": 0.05}
+    assert [(f["step"], f["error_type"]) for f in info["failures"]] == [(4, "IndexError")]
+    rep = replay(lit_run)
+    assert rep["reproduced"] is True and rep["same_error"] is True
+    c = rep["culprit"]
+    assert (c["input"], c["sample_index"]) == ("batch[1]", 5)
+    assert "has label 7, outside [0, 4)" in c["detail"]
