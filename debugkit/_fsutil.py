@@ -211,11 +211,8 @@ def cache_entries() -> list[tuple[float, int, Path]]:
     """``(last use, bytes on disk, path)`` of every cache entry: each item directly inside
     a kind's folder (``zips/<key>``, ``profiles/<key>`` ...), oldest use first. An entry's
     last use is its modification time (readers touch an entry when they use it)."""
-    import time
-
     out = []
     root = cache_dir()
-    now = time.time()
     for kind in sorted(root.iterdir()):
         if kind.name in CACHE_KEEP or not kind.is_dir() or kind.is_symlink():
             if kind.is_file():
@@ -226,8 +223,6 @@ def cache_entries() -> list[tuple[float, int, Path]]:
                 mtime = os.lstat(entry).st_mtime
             except OSError:
                 continue
-            if entry.name.startswith((".tmp-", ".")) and now - mtime < _STAGING_GRACE_S:
-                continue  # being written now
             out.append((mtime, _tree_bytes(entry), entry))
     out.sort(key=lambda e: e[0])
     return out
@@ -246,19 +241,23 @@ def trim_cache(*, reserve: int = 0, keep: "Path | None" = None) -> int:
     fits :func:`cache_max_bytes`; ``keep`` (the entry just written or used) stays.
     Returns the bytes freed."""
     import shutil
+    import time
 
     limit = cache_max_bytes()
+    now = time.time()
     try:
         entries = cache_entries()
     except OSError:
         return 0
     used = sum(b for _, b, _ in entries)
     freed = 0
-    for _, size, path in entries:
+    for mtime, size, path in entries:
         if used + reserve <= limit:
             break
         if keep is not None and Path(path) == Path(keep):
             continue
+        if path.name.startswith(".") and now - mtime < _STAGING_GRACE_S:
+            continue  # being written now (counted, not evicted)
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
         else:

@@ -66,6 +66,23 @@ def test_compute_audit_on_a_bundled_sample_writes_into_the_store(sample_left_as_
     assert at.selectbox[0].label == "Audit" and at.selectbox[0].value == stored
 
 
+def test_compute_audit_is_refused_when_the_store_is_at_its_quota(sample_left_as_it_was, monkeypatch):
+    """What a visitor writes counts against the store's quota, as an upload does."""
+    monkeypatch.delenv("DEBUGKIT_AUDIT_LOADERS", raising=False)
+    shutil.copytree(SAMPLE_RUNS / "digits-mlp", default_store() / "some-run")
+    monkeypatch.setenv("DEBUGKIT_STORE_MAX_FILES", "5")
+    at = new_app(timeout=240, run=SAMPLE)
+    at.switch_page("pages/audit.py")
+    at.run()
+    next(b for b in at.button if b.label == "Compute audit").click()
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any(e.value.startswith("audit: the run store ") and "over its limit of 5 (DEBUGKIT_STORE_MAX_FILES)"
+               in e.value for e in at.error), [e.value for e in at.error]
+    assert tree(SAMPLE_RUNS / SAMPLE) == sample_left_as_it_was
+    assert not (default_store() / OVERLAY_DIR).exists()
+
+
 def test_with_auth_only_a_signed_in_user_can_compute():
     auth = {"redirect_uri": "http://localhost:8501/oauth2callback", "cookie_secret": "x" * 32,
             "client_id": "id", "client_secret": "secret",
