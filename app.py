@@ -5,7 +5,7 @@ Start it with ``streamlit run app.py`` (or ``debugkit ui``).
 
 import streamlit as st
 
-from pages import _auth, _routing, _share, _sidebar
+from pages import _auth, _routing, _share, _sidebar, _ui
 
 _routing.mark_routed()
 st.set_page_config(page_title="debugkit", page_icon=":material/bug_report:", layout="wide")
@@ -41,7 +41,10 @@ if share is not None:
         pages = [st.Page(_share.share_refused, title="Link not valid", url_path="refused", default=True),
                  st.Page(_share.share_refused_here, title="Link not valid", url_path="audit")]
         _routing.register_pages([])
-    st.navigation(pages, position="hidden").run()
+    try:
+        st.navigation(pages, position="hidden").run()
+    except Exception as exc:  # noqa: BLE001 - as below: a box, never a traceback
+        _ui.show_error(exc, where="the shared audit")
 elif _auth.auth_providers() is not None and not _auth.logged_in():
     # `[auth]` is configured in .streamlit/secrets.toml: everything but a valid share
     # link (above) needs a signed-in user. Every URL path lands on the sign-in page.
@@ -60,4 +63,8 @@ else:
     nav = st.navigation(pages, position="hidden")
     _sidebar.menu(pages)
     _sidebar.sidebar()
-    nav.run()
+    try:
+        nav.run()
+    except Exception as exc:  # noqa: BLE001 - a page that broke on a run: a box, not a traceback
+        # (st.stop / st.rerun / st.switch_page raise BaseExceptions, which pass.)
+        _ui.show_error(exc, where=nav.title)

@@ -10,12 +10,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .errors import MSG_FILE_TOO_BIG, MSG_NOT_REGULAR, FileLimitError
+from .errors import MSG_FILE_TOO_BIG, MSG_JSON_TOO_DEEP, MSG_NOT_REGULAR, FileLimitError
 
 #: The largest JSON file debugkit reads whole (bytes). A run's JSON files (manifest,
 #: heartbeats, failure records, audits) are kilobytes; an audit with SHAP summaries a few
 #: MiB. Larger is refused before it is read, not parsed into memory.
 MAX_JSON_BYTES = 64 << 20
+#: The deepest nesting of objects and arrays debugkit reads. A run's files are a few
+#: levels deep (a batch structure of nested tuples, ~2 per level, the deepest); Python's
+#: json parser would recurse into 100,000 brackets until RecursionError, and every
+#: reader that walks a document recursively (st.json, tensortree) would too.
+MAX_JSON_DEPTH = 64
 
 
 def find_executable(name: str) -> str | None:
@@ -157,7 +162,32 @@ def read_json(path, *, max_bytes: int = MAX_JSON_BYTES) -> Any:
     cannot be read: the same exceptions callers of ``json.loads(path.read_text())``
     already handle.
     """
-    return json.loads(read_bytes_capped(path, max_bytes, "a JSON file"))
+    return loads_capped(read_bytes_capped(path, max_bytes, "a JSON file"), path)
+
+
+def loads_capped(data: bytes | str, where, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """``json.loads(data)``, refusing a document nested deeper than ``max_depth`` with
+    :class:`FileLimitError` (a ``ValueError``) instead of a ``RecursionError``."""
+    try:
+        doc = json.loads(data)
+    except RecursionError:
+        raise FileLimitError(MSG_JSON_TOO_DEEP.format(path=where, limit=max_depth)) from None
+    if isinstance(doc, (dict, list)) and _depth_over(doc, max_depth):
+        raise FileLimitError(MSG_JSON_TOO_DEEP.format(path=where, limit=max_depth))
+    return doc
+
+
+def _depth_over(doc, limit: int) -> bool:
+    """Whether ``doc`` nests containers deeper than ``limit`` (iterative: it visits
+    containers only, never recurses)."""
+    stack = [(doc, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return False
 
 
 def cache_dir() -> Path:

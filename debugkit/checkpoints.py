@@ -27,10 +27,11 @@ import time
 import warnings
 from pathlib import Path
 
-from ._fsutil import atomic_write_json, read_json
+from ._fsutil import atomic_write_json
 from ._fsutil import fsync_dir as _fsync_dir
 from .errors import DebugkitError, DebugkitWarning, InvalidInputError, RunDirError
 from .format import CHECKPOINTS_DIR
+from .runschema import read_run_json
 
 # The folder's name is the format's; ``DIR`` stays as the public name users and
 # examples/ read checkpoints by (``run_dir / DIR / entry["dir"]``).
@@ -70,7 +71,7 @@ def read_index(run_dir) -> list[dict]:
     if not p.exists():
         return []
     try:
-        doc = read_json(p)
+        doc = read_run_json(p, "checkpoints/index.json")  # every field typed (runschema)
         entries = doc["checkpoints"]
         if not isinstance(entries, list):
             raise TypeError("'checkpoints' is not a list")

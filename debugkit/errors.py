@@ -41,6 +41,13 @@ MSG_FILE_TOO_BIG = ("{path}: {size} bytes is over the limit of {limit} bytes for
 MSG_NOT_REGULAR = "{path}: not a regular file ({kind}); refusing to open it"
 MSG_BAD_TYPED_PATH = "path {value!r}: {why}"
 MSG_TABLE_UNREADABLE = "{path}: {table} data is unreadable ({detail})"
+#: Something other than a DebugkitError broke reading one run (a bug, or a file shape no
+#: check foresaw): the run list shows it as that run's error, never a traceback.
+MSG_RUN_UNEXPECTED = "run {run}: could not be read ({type}: {detail})"
+#: A JSON file of a run whose field does not have its documented type (debugkit.runschema).
+MSG_RUN_FILE_FIELD = "{path}: {what} field {field!r} {detail}"
+#: A JSON document nested deeper than debugkit reads (debugkit._fsutil.MAX_JSON_DEPTH).
+MSG_JSON_TOO_DEEP = "{path}: JSON nested deeper than {limit} levels; refusing to read it"
 #: An Arrow stream whose record batch parses but lies about its buffers (offsets past
 #: the data, null counts, dictionary indices), or whose columns do not fit the table.
 MSG_TABLE_INVALID = "{path}: record batch {batch} is invalid Arrow data, refused ({detail})"
@@ -52,6 +59,12 @@ class DebugkitError(Exception):
 
 class RunDirError(DebugkitError):
     """A run directory (or zip of one) is missing, unreadable or malformed."""
+
+
+class RunFileError(RunDirError, ValueError):
+    """A file of a run whose content does not have the documented type (a manifest whose
+    ``env`` is a string, a checkpoint entry that is a number). A ``ValueError`` too, so
+    readers that skip an unreadable file skip this one the same way."""
 
 
 class SchemaVersionError(RunDirError):

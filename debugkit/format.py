@@ -23,7 +23,6 @@ from ._fsutil import atomic_write_json, read_json
 from .errors import (
     MSG_BAD_MANIFEST,
     MSG_BAD_VERSION,
-    MSG_MANIFEST_FIELD,
     MSG_NEWER_MAJOR,
     MSG_NO_SUCH_PATH,
     MSG_NOT_A_RUN,
@@ -31,6 +30,7 @@ from .errors import (
     RunDirError,
     SchemaVersionError,
 )
+from .runschema import check
 
 SCHEMA_MAJOR = 1
 SCHEMA_MINOR = 0
@@ -237,14 +237,11 @@ def read_manifest(run_dir) -> dict:
     except (OSError, ValueError) as exc:
         raise RunDirError(MSG_BAD_MANIFEST.format(path=mpath, detail=exc)) from exc
     if not isinstance(manifest, dict):
-        raise RunDirError(MSG_MANIFEST_FIELD.format(path=mpath, field="(root)",
-                                                    detail="must be a JSON object"))
+        check(manifest, MANIFEST, mpath)  # refuses it: "field '(root)' must be a JSON object"
+    # A newer major version may change any field: refuse it for that before the types.
     manifest = upgrade_manifest(manifest, str(mpath))
-    for field, kind in (("name", str), ("config", dict)):
-        if field in manifest and manifest[field] is not None and not isinstance(manifest[field], kind):
-            raise RunDirError(MSG_MANIFEST_FIELD.format(
-                path=mpath, field=field, detail=f"must be a {kind.__name__}"))
-    return manifest
+    # Every documented field has its type (debugkit.runschema), before anything reads one.
+    return check(manifest, MANIFEST, mpath)
 
 
 def minimal_manifest(run_dir: Path) -> dict:

@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ._fsutil import read_json
+from .runschema import read_run_json
 from .errors import InvalidInputError
 
 STRUCTURE_VERSION = 1
@@ -145,7 +145,7 @@ def load_tree(tensor_path: Path, structure_path: Path) -> Any:
     from safetensors.torch import load_file
 
     try:
-        structure = read_json(Path(structure_path))
+        structure = read_run_json(Path(structure_path), "batch.json")
     except (OSError, ValueError) as exc:
         raise InvalidInputError(f"{structure_path}: unreadable batch structure ({exc})") from exc
     try:

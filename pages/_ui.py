@@ -5,12 +5,16 @@ Every user or code string that goes into Markdown goes through :func:`md` or :fu
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 import traceback
 
 import streamlit as st
 
 from debugkit.errors import DebugkitError
+
+log = logging.getLogger("debugkit.pages")
 
 # What Markdown (CommonMark + GFM, as Streamlit renders it) would read as formatting:
 # emphasis and code marks, backslashes, ``~`` and ``$`` (strikethrough, maths) anywhere;
@@ -48,14 +52,29 @@ def code(value) -> str:
 
 
 def show_error(exc: BaseException, where: str = "") -> None:
-    """A DebugkitError as its message; anything else as a short note plus traceback."""
+    """A DebugkitError as its message; anything else as a short note that names the run
+    (its traceback goes to the server's log, never to the visitor: it would show server
+    paths, and a bad run must not make the page look broken for everyone)."""
     if isinstance(exc, DebugkitError):
         st.error(md(exc), icon=":material/error:")
-    else:
-        st.error(f"Something went wrong{' in ' + md(where) if where else ''}: "
-                 f"{type(exc).__name__}: {md(exc)}", icon=":material/bug_report:")
-        with st.expander("Traceback", expanded=False):
-            st.code("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        return
+    run = st.session_state.get("debugkit_run_path")
+    rid = st.query_params.get("run") or (os.path.basename(str(run).rstrip("/")) if run else "")
+    log.error("unexpected error%s on run %s:\n%s", f" in {where}" if where else "", rid or "-",
+              "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+    detail = str(exc)
+    if run:
+        detail = detail.replace(str(run), rid or "the run")
+    st.error(MSG_UNEXPECTED.format(where=f" in {md(where)}" if where else "",
+                                   run=f" on run {code(rid)}" if rid else "",
+                                   type=type(exc).__name__, detail=md(detail[:300])),
+             icon=":material/bug_report:")
+
+
+#: What a visitor sees for an exception that is not a DebugkitError (a bug, or a file
+#: shape no check foresaw); the traceback is in the server's log.
+MSG_UNEXPECTED = ("Something went wrong{where}{run}: {type}: {detail}. The rest of the app "
+                  "and other runs are not affected; the details are in the server's log.")
 
 SEVERITY_ICON = {"error": ":material/error:", "warning": ":material/warning:", "info": ":material/info:"}
 

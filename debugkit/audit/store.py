@@ -27,7 +27,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .._fsutil import MAX_JSON_BYTES, read_bytes_capped, read_json, sha256_file
+from .._fsutil import MAX_JSON_BYTES, loads_capped, read_bytes_capped, sha256_file
+from ..runschema import check as check_schema, read_run_json
 from ..errors import AuditError, InvalidInputError, RunDirError
 
 from ..format import AUDITS_DIR
@@ -274,7 +275,7 @@ def load_audit(run_dir, audit_id: str, *, base=None) -> Audit:
         raise AuditError(MSG_NO_AUDIT.format(run=run_dir, id=audit_id, known=", ".join(known) or "none"))
     try:
         raw = read_bytes_capped(p, MAX_JSON_BYTES, "a JSON file")
-        doc = json.loads(raw)
+        doc = check_schema(loads_capped(raw, p), AUDIT_JSON, p)  # depth capped, every field typed
     except (OSError, ValueError) as exc:
         raise AuditError(MSG_UNREADABLE.format(id=audit_id, file=AUDIT_JSON, detail=exc)) from exc
     if not isinstance(doc, dict) or doc.get("id") != audit_id:
@@ -319,7 +320,7 @@ def list_audits(run_dir, *, extra=None) -> list[dict]:
         row = {"id": d.name, "name": d.name, "created_at": None, "verdict": None, "model": None,
                "substance_sha256": None, "error": None}
         try:
-            doc = read_json(d / AUDIT_JSON)
+            doc = read_run_json(d / AUDIT_JSON, AUDIT_JSON)
             prov = doc.get("provenance") or {}
             row.update(name=doc.get("name") or d.name, created_at=prov.get("created_at"),
                        verdict=doc.get("verdict"), model=(doc.get("model") or {}).get("estimator"),

@@ -31,8 +31,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .._fsutil import atomic_write_json, read_json
+from .._fsutil import atomic_write_json
 from ..errors import AuditError, DebugkitError, InvalidInputError
+from ..runschema import read_run_json
 
 TARGETS_FILE = "audit_targets.json"
 _SPEC = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
@@ -128,7 +129,7 @@ def read_targets(run_dir) -> list[dict]:
     if not path.is_file():
         return []
     try:
-        doc = read_json(path, max_bytes=1 << 20)
+        doc = read_run_json(path, TARGETS_FILE, max_bytes=1 << 20)
     except (OSError, ValueError) as exc:
         raise AuditError(MSG_BAD_FILE.format(path=path, detail=f"unreadable ({exc})")) from exc
     targets = _validate(doc, path)

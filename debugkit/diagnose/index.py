@@ -22,14 +22,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from pathlib import Path
 
 from .._version import __version__
 from .. import format as fmt
 from .._fsutil import atomic_write_json
-from ..errors import DebugkitError
+from ..errors import MSG_RUN_UNEXPECTED, DebugkitError
 from ..io.fs import as_path, is_local
+
+log = logging.getLogger(__name__)
 
 INDEX_VERSION = 1
 INDEX_DIR = "index"
@@ -130,6 +133,10 @@ def _analyse(entry) -> dict:
         row.update(findings_counts(diagnose(open_run(entry.path))))
     except DebugkitError as exc:
         row["top"] = f"cannot analyse: {exc}"
+    except Exception as exc:  # noqa: BLE001 - one bad run is one row, never the whole list
+        log.exception("analysing run %s for the run list", entry.id)
+        row["top"] = "cannot analyse: " + MSG_RUN_UNEXPECTED.format(
+            run=entry.id, type=type(exc).__name__, detail=exc)
     return row
 
 
@@ -198,5 +205,12 @@ def summarize_runs(entries, *, folder: Path | None = None) -> list[dict]:
             if key not in by_root:
                 by_root[key] = store_signatures(root)
             sig = by_root[key].get(Path(str(e.path)).name)
-        rows.append(summarize_run(e, sig, folder=folder))
+        try:
+            rows.append(summarize_run(e, sig, folder=folder))
+        except Exception as exc:  # noqa: BLE001 - one bad run is one error row
+            log.exception("listing run %s", e.id)
+            msg = MSG_RUN_UNEXPECTED.format(run=e.id, type=type(exc).__name__, detail=exc)
+            rows.append({"id": e.id, "name": e.id, "status": "unreadable", "steps": None,
+                         "failures": None, "path": str(e.path), "error": msg, "errors": None,
+                         "warnings": None, "top": f"cannot analyse: {msg}", "cached": False})
     return rows

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 
-from .._fsutil import read_json
+from ..runschema import read_run_json
 from .. import format as fmt
 from ..errors import RunDirError
 
@@ -89,7 +89,7 @@ def read_hangs(run) -> list[dict]:
             if not fmt.HANG_DUMP_FILE.match(name):
                 continue
             try:
-                rec = read_json(d / name)
+                rec = read_run_json(d / name, "hang dump")
             except (OSError, ValueError) as exc:
                 run.warnings.append(f"{d / name}: unreadable hang dump skipped ({exc})")
                 continue

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import format as fmt
-from .._fsutil import atomic_write_json, fsync_dir, read_json, sha256_file
+from .._fsutil import atomic_write_json, fsync_dir, sha256_file
+from ..runschema import read_run_json
 from ..errors import InvalidInputError, RunDirError
 from .memsnap import read_snapshot, summarize
 
@@ -42,9 +43,7 @@ def list_snapshots(run_path: str | os.PathLike) -> list[dict]:
         meta = d / f"{sid}{fmt.SNAPSHOT_META_SUFFIX}"
         if meta.is_file():
             try:
-                rec = read_json(meta)
-                if not isinstance(rec, dict):
-                    rec = {}
+                rec = read_run_json(meta, "snapshot sidecar")
             except (OSError, ValueError):
                 rec = {}
         m = re.match(r"^r(\d+)-s(\d{7}|-{7})-([a-z]+)", sid)

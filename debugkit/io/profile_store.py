@@ -21,6 +21,7 @@ from typing import Any
 from .. import format as fmt
 from .._fsutil import check_regular_file, sha256_file
 from ..errors import InvalidInputError, ProfileFileError, RunDirError
+from ..runschema import is_valid
 
 FORMATS = ("speedscope", "raw", "chrome-trace", "pyspy-dump")
 KIND = {"speedscope": "sampled", "raw": "sampled", "chrome-trace": "trace", "pyspy-dump": "stacks"}
@@ -229,7 +230,7 @@ def list_profiles(run) -> list[dict]:
     except OSError:
         root = pdir
     for i, e in enumerate(listed or []):
-        if not isinstance(e, dict) or not isinstance(e.get("id"), str) or not _ID.match(e["id"]) \
+        if not is_valid(e, "profile entry") or not isinstance(e.get("id"), str) or not _ID.match(e["id"]) \
                 or e.get("format") not in FORMATS or not isinstance(e.get("file"), str):
             run.warnings.append(f"{run.path / fmt.MANIFEST}: profiles[{i}] is malformed; skipped")
             continue

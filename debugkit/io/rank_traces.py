@@ -12,12 +12,12 @@ Files: ``<run>/traces/*.json`` or ``*.json.gz`` (``export_chrome_trace`` output,
 
 from __future__ import annotations
 
-import json
 import re
 import zlib
 from dataclasses import dataclass
 
 from .. import format as fmt
+from .._fsutil import loads_capped
 from ..errors import InvalidInputError
 
 _STEP = re.compile(r"^ProfilerStep\s*#\s*(\d+)$")
@@ -77,7 +77,7 @@ def _load_json(path) -> dict:
     except (OSError, EOFError, zlib.error) as exc:
         raise InvalidInputError(MSG_NOT_TRACE.format(path=path, detail=f"bad gzip data: {exc}")) from exc
     try:
-        doc = json.loads(raw)
+        doc = loads_capped(raw, path)  # a trace nested 100,000 deep: refused, no RecursionError
     except ValueError as exc:
         raise InvalidInputError(MSG_NOT_TRACE.format(path=path, detail=f"invalid JSON: {exc}")) from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):

@@ -6,16 +6,17 @@ the files on each call, so a live run shows new rows.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
 import warnings
 from pathlib import Path
 
-from .._fsutil import process_start_ticks, read_json
 from .. import format as fmt
+from .._fsutil import MAX_JSON_BYTES, loads_capped, process_start_ticks, read_bytes_capped
 from ..errors import MSG_TABLE_UNREADABLE, RunDirError, TruncatedRecordWarning
+from ..runschema import check as check_schema
+from ..runschema import read_run_json
 from .arrowio import read_stream
 from .fs import files_signature, is_local
 from .resolve import resolve_run_path
@@ -118,7 +119,7 @@ class Run:
         if seg not in metas:
             return {}
         try:
-            return read_json(metas[seg])
+            return read_run_json(metas[seg], "meta.json")
         except (OSError, ValueError) as exc:
             raise RunDirError(f"{metas[seg]}: unreadable rank metadata ({exc})") from exc
 
@@ -138,7 +139,7 @@ class Run:
         for r in self.ranks:
             p = self._rank_dir(r) / fmt.HEARTBEAT
             try:
-                out[r] = read_json(p)
+                out[r] = read_run_json(p, fmt.HEARTBEAT)
             except (OSError, ValueError):
                 out[r] = {}
         return out
@@ -417,12 +418,9 @@ class Run:
                 continue
             f = p / fmt.FAILURE_JSON
             try:
-                rec = read_json(f)
-            except (OSError, ValueError) as exc:
+                rec = read_run_json(f, fmt.FAILURE_JSON)
+            except (OSError, ValueError) as exc:  # a RunFileError (wrong field type) too
                 self.warnings.append(f"{f}: unreadable failure record skipped ({exc})")
-                continue
-            if not isinstance(rec, dict):
-                self.warnings.append(f"{f}: failure record is not an object; skipped")
                 continue
             rec.setdefault("id", p.name)
             for k in ("kind", "step", "rank", "error_type", "message", "traceback"):
@@ -452,8 +450,11 @@ class Run:
         for r in self.ranks if rank is None else [rank]:
             d = self._rank_dir(r)
             for p in sorted(d.glob(f"{fmt.EVENTS_PREFIX}-*{fmt.EVENTS_SUFFIX}")):
-                try:
-                    text = p.read_text(encoding="utf-8", errors="replace")
+                try:  # the 64 MiB cap of every JSON file: an event log is kilobytes
+                    text = read_bytes_capped(p, MAX_JSON_BYTES, "an event log").decode("utf-8", "replace")
+                except ValueError as exc:  # FileLimitError: too big, or not a regular file
+                    self.warnings.append(f"{exc}; its events are left out")
+                    continue
                 except OSError:
                     continue
                 for line in text.splitlines(keepends=True):
@@ -461,13 +462,12 @@ class Run:
                         self.warnings.append(f"{p}: skipped a half-written last event")
                         break
                     try:
-                        ev = json.loads(line)
-                    except ValueError:
-                        self.warnings.append(f"{p}: skipped an unreadable event line")
+                        ev = check_schema(loads_capped(line, p), "event", p)
+                    except ValueError as exc:  # bad JSON, too deep, or a field of the wrong type
+                        self.warnings.append(f"{p}: skipped an unreadable event line ({str(exc)[:200]})")
                         continue
-                    if isinstance(ev, dict):
-                        ev["rank"] = r
-                        out.append(ev)
+                    ev["rank"] = r
+                    out.append(ev)
         out.sort(key=lambda e: e.get("time") or 0)
         return out
 
@@ -486,7 +486,7 @@ class Run:
         """The recorded environment: the manifest's ``env`` plus ``pip_check`` when done."""
         env = dict(self.manifest.get("env") or {})
         try:
-            env.update(read_json(self.path / fmt.ENV_FILE))
+            env.update(read_run_json(self.path / fmt.ENV_FILE, fmt.ENV_FILE))
         except (OSError, ValueError):
             pass
         return env
@@ -500,14 +500,14 @@ class Run:
         unknown, not empty.
         """
         try:
-            rec = json.loads((self.path / fmt.DATA_FILE).read_text())
+            rec = read_run_json(self.path / fmt.DATA_FILE, fmt.DATA_FILE)
         except FileNotFoundError:
             return None
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError) as exc:  # too big, bad JSON, a field of the wrong type
             self.warnings.append(f"{self.path / fmt.DATA_FILE}: unreadable ({exc}); data unknown")
             return None
-        ds = rec.get("datasets") if isinstance(rec, dict) else None
-        return [d for d in ds if isinstance(d, dict)] if isinstance(ds, list) else None
+        ds = rec.get("datasets")
+        return list(ds) if isinstance(ds, list) else None
 
     def batch_spec(self) -> dict | None:
         """The batch spec learned from the run's healthy batches, as a dict
@@ -527,13 +527,13 @@ class Run:
                        for f in self.failures()]
         for path, source in candidates:
             try:
-                spec = json.loads(path.read_text())
+                spec = read_run_json(path, fmt.BATCH_SPEC_FILE)
             except FileNotFoundError:
                 continue
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError) as exc:  # too big, bad JSON, a field of the wrong type
                 self.warnings.append(f"{path}: unreadable batch spec skipped ({exc})")
                 continue
-            if isinstance(spec, dict) and isinstance(spec.get("tensors"), dict):
+            if isinstance(spec.get("tensors"), dict):
                 spec["source"] = source
                 return spec
         return None

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import format as fmt
-from ..errors import DebugkitError, InvalidInputError
+from ..errors import MSG_RUN_UNEXPECTED, DebugkitError, InvalidInputError
 from .access import is_allowed
 from .fs import as_path, is_local, split_roots
 
@@ -17,6 +18,7 @@ OPENED_FILE = ".debugkit-opened.json"
 MAX_OPENED = 200
 MSG_BAD_RUN_ID = "run id {value!r}: expected letters, digits, '.', '_' or '-' (at most 200)"
 MSG_UNKNOWN_RUN = "run {value!r}: no such run in {roots}"
+log = logging.getLogger(__name__)
 
 
 def default_store() -> Path:
@@ -210,5 +212,9 @@ def summarize(entry: RunEntry) -> dict:
         row["failures"] = len(run.failures())
     except DebugkitError as exc:
         row["error"] = str(exc)
+        row["status"] = "unreadable"
+    except Exception as exc:  # noqa: BLE001 - one bad run is one error row, never the whole list
+        log.exception("reading run %s for the run list", entry.id)
+        row["error"] = MSG_RUN_UNEXPECTED.format(run=entry.id, type=type(exc).__name__, detail=exc)
         row["status"] = "unreadable"
     return row

@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .._fsutil import read_json
+from ..runschema import read_run_json
 from .loading import iter_leaves, load_batch
 from .sandbox import Channel, serve
 
@@ -81,7 +81,7 @@ def restore_rng(failure_dir: Path, device) -> list[str]:
     if not tens_path.is_file():
         return restored
     tensors = load_file(str(tens_path))
-    meta = read_json(meta_path) if meta_path.is_file() else {}
+    meta = read_run_json(meta_path, "rng.json") if meta_path.is_file() else {}
     if "torch_cpu" in tensors:
         torch.set_rng_state(tensors["torch_cpu"])
         restored.append("torch_cpu")

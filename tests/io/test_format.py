@@ -34,7 +34,7 @@ def test_read_manifest_says_what_is_wrong(tmp_path):
     with pytest.raises(SchemaVersionError, match="newer"):
         fmt.read_manifest(tmp_path)
     (tmp_path / fmt.MANIFEST).write_text('{"schema_version": "1.0", "name": 3}')
-    with pytest.raises(RunDirError, match="field 'name' must be a str"):
+    with pytest.raises(RunDirError, match="field 'name' must be str"):
         fmt.read_manifest(tmp_path)
     (tmp_path / fmt.MANIFEST).write_text('{"schema_version": "1.0", "name": "r"}')
     assert fmt.read_manifest(tmp_path)["_read_as_version"] == "1.0"

@@ -125,7 +125,7 @@ def _bad_manifest(tmp_path, text):
      r"manifest.json is not valid JSON"),
     (lambda t: _bad_manifest(t, "[1, 2]"), RunDirError, r"manifest.json field '\(root\)' must be a JSON object"),
     (lambda t: _bad_manifest(t, '{"schema_version": "1.0", "config": 3}'), RunDirError,
-     r"field 'config' must be a dict"),
+     r"field 'config' must be a JSON object"),
     (lambda t: _bad_manifest(t, os.urandom(64).decode("latin-1")), RunDirError, r"not valid JSON"),
     (lambda t: (t / "f.txt").write_text("x") and t / "f.txt", RunDirError,
      r"f.txt: expected a run directory or a .zip of one"),
