@@ -170,8 +170,8 @@ def main(argv=None) -> None:
               f"(debugkit {sum(dk_full):.2f} s)")
 
         if a.mlp:
-            from examples.credit import audit_target
             from debugkit.audit import Auditor
+            from examples.credit import audit_target
 
             sample = ROOT / "sample_runs" / "credit-audit"
             args = audit_target(sample, "mlp")

@@ -102,7 +102,8 @@ def arrow_fuzz(n: int, seed0: int) -> int:
 
 
 def whole_run_fuzz(n: int, seed0: int) -> int:
-    from tests.fuzz.wholerun import BAD, PAGES, RUNS, run_isolated as run_whole
+    from tests.fuzz.wholerun import BAD, PAGES, RUNS
+    from tests.fuzz.wholerun import run_isolated as run_whole
 
     counts = {p: {"drew": 0, "refused": 0, "broke": 0} for p in PAGES}
     broke_runs = 0

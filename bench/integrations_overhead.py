@@ -149,7 +149,6 @@ def accelerate(variant: str, tmp: str, steps: int) -> list[float]:
 
 def lightning(variant: str, tmp: str, steps: int) -> list[float]:
     import lightning.pytorch as pl
-    import torch
     from torch.utils.data import DataLoader, TensorDataset
 
     from debugkit.integrations.lightning import DebugkitCallback

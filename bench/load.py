@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
-import statistics
 import sys
 import tempfile
 import threading
@@ -195,7 +194,7 @@ def main(argv=None) -> int:
         print(f"  {name:<9} time to a rendered chart: p50 {_pct(v, 50):.2f} s, p95 {_pct(v, 95):.2f} s "
               f"({len(v)} of {r['sessions']} rendered)")
     up = r["upload"]
-    print(f"  upload: {'%.2f s' % up[0] if up else 'did not finish'}; store now holds {r['store_after']}")
+    print(f"  upload: {f'{up[0]:.2f} s' if up else 'did not finish'}; store now holds {r['store_after']}")
     print(f"  server peak RSS {r['server_peak_rss_bytes'] / 2**20:.0f} MiB")
     print(f"  errors: {len(r['errors'])}")
     for e in r["errors"][:20]:

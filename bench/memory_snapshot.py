@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import io
 import os
 import pickle
 import statistics
@@ -38,8 +37,12 @@ sys.path.insert(0, str(ROOT))
 
 def debugkit_way(path: Path, cache: bool = False) -> tuple[int, dict]:
     from debugkit.analysis import memsnap as ms
-    from debugkit.charts.memory import (build_largest_allocations_figure, build_leaked_sites_figure,
-                                        build_segments_figure, build_snapshot_timeline_figure)
+    from debugkit.charts.memory import (
+        build_largest_allocations_figure,
+        build_leaked_sites_figure,
+        build_segments_figure,
+        build_snapshot_timeline_figure,
+    )
     from debugkit.io.memsnap import read_snapshot
 
     t = {}

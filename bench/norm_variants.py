@@ -29,7 +29,6 @@ import time
 import numpy as np
 import torch
 import torch.nn.functional as F
-
 from recorder_overhead import build  # the same small model (this folder is on sys.path)
 
 

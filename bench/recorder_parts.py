@@ -31,10 +31,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch.nn.functional as F
+
 torch.set_num_threads(1)
-from debugkit import Recorder
 from recorder_overhead import build  # the same small model (this folder is on sys.path)
+
 import debugkit.recorder.recorder as R
+from debugkit import Recorder
+
 x = torch.randn(32, 128); y = torch.randint(0, 10, (32,))
 names = ["bare", "norms", "dk", "dk_barenorm", "dk_norng", "dk_nolog", "dk_nonorm"]
 models = {k: build() for k in names}; opts = {k: torch.optim.SGD(models[k].parameters(), lr=1e-3) for k in names}
@@ -42,7 +45,8 @@ params = {k: list(models[k].parameters()) for k in names}
 tmp = tempfile.mkdtemp()
 recs = {k: Recorder(f"{tmp}/{k}", models[k], optimizer=opts[k]) for k in names if k.startswith("dk")}
 recs["dk_barenorm"]._norms.compute = lambda p=params["dk_barenorm"]: torch.stack(torch._foreach_norm([q.grad for q in p])).tolist() + [0.0]
-recs["dk_nonorm"]._norms.compute = lambda n=len(params["dk_nonorm"]) + 1: [0.0] * n
+_n_nonorm = len(params["dk_nonorm"]) + 1
+recs["dk_nonorm"]._norms.compute = lambda: [0.0] * _n_nonorm
 orig_rng = R.take_rng_state
 def step(k):
     m, o = models[k], opts[k]

@@ -6,6 +6,7 @@ they are used.
 
 from __future__ import annotations
 
+from ._version import __version__
 from .errors import (
     DebugkitError,
     InvalidInputError,
@@ -22,8 +23,6 @@ from .errors import (
 # imported ``debugkit.retry`` (the module) first. It needs only the standard library
 # (torch is imported when retry() is called with the default ``on``).
 from .retry import retry
-
-from ._version import __version__
 
 __all__ = [
     "Recorder", "BatchSpec", "resume_latest", "watch", "retry", "open_run", "Run", "DebugkitError", "RunDirError", "SchemaVersionError",

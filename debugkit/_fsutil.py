@@ -266,7 +266,7 @@ def touch_cache_entry(path: Path) -> None:
         pass
 
 
-def trim_cache(*, reserve: int = 0, keep: "Path | None" = None) -> int:
+def trim_cache(*, reserve: int = 0, keep: Path | None = None) -> int:
     """Evict the least recently used cache entries until the cache plus ``reserve`` bytes
     fits :func:`cache_max_bytes`; ``keep`` (the entry just written or used) stays.
     Returns the bytes freed."""

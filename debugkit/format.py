@@ -16,8 +16,9 @@ import re
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ._fsutil import atomic_write_json, read_json
 from .errors import (

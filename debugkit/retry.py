@@ -23,8 +23,9 @@ import math
 import os
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from . import format as fmt
 from .errors import InvalidInputError

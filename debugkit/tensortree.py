@@ -12,8 +12,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .runschema import read_run_json
 from .errors import InvalidInputError
+from .runschema import read_run_json
 
 STRUCTURE_VERSION = 1
 _MAX_DEPTH = 64

@@ -6,6 +6,7 @@ import streamlit as st
 
 from pages._ui import md
 
+
 def auth_providers() -> list[str] | None:
     """The OIDC providers configured in ``.streamlit/secrets.toml``'s ``[auth]``
     section, or None when there is none (local use: no login).

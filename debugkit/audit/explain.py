@@ -22,8 +22,9 @@ output|`` over the rows, with the model output computed separately from the expl
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

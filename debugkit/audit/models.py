@@ -28,8 +28,9 @@ from __future__ import annotations
 import hashlib
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

@@ -106,7 +106,7 @@ class AuditSettings:
         _check(self.additivity_tolerance, "additivity_tolerance", 0.0, 1e6)
 
     @classmethod
-    def from_any(cls, value: "AuditSettings | dict | None") -> "AuditSettings":
+    def from_any(cls, value: AuditSettings | dict | None) -> AuditSettings:
         """Settings from an instance, a dict of fields, or None (the defaults)."""
         if value is None:
             return cls()

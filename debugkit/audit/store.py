@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from .._fsutil import MAX_JSON_BYTES, loads_capped, read_bytes_capped, sha256_file
-from ..runschema import check as check_schema, read_run_json
 from ..errors import AuditError, InvalidInputError, RunDirError
-
 from ..format import AUDITS_DIR
+from ..runschema import check as check_schema
+from ..runschema import read_run_json
+
 AUDIT_JSON = "audit.json"
 ROWS_FILE = "rows.parquet"
 AUDIT_FORMAT = "1.0"
@@ -132,7 +133,7 @@ def audit_dirs(run_dir, store=None) -> list:
     return out
 
 
-def write_audit(run_dir, doc: dict, rows, *, base=None) -> "Audit":
+def write_audit(run_dir, doc: dict, rows, *, base=None) -> Audit:
     """Store an audit; returns it. An identical audit already stored is returned as is.
 
     ``doc`` gets ``format``, ``files`` (name -> sha256) and ``id``; ``rows`` (a DataFrame)
@@ -173,7 +174,7 @@ def write_audit(run_dir, doc: dict, rows, *, base=None) -> "Audit":
     return load_audit(run_dir, aid, base=base)
 
 
-def find_identical(run_dir, substance_sha256: str, *, base=None) -> "Audit | None":
+def find_identical(run_dir, substance_sha256: str, *, base=None) -> Audit | None:
     """A stored audit whose ``substance_sha256`` (everything but who/when) matches
     (among the run's audits, and those in ``base`` when given)."""
     bases = audit_dirs(run_dir) + ([Path(base)] if base is not None else [])

@@ -25,7 +25,6 @@ link, and the page computes audits in a separate process under a time and memory
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import re
 from pathlib import Path

@@ -23,7 +23,7 @@ import contextlib
 import os
 import sys
 import threading
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from ..errors import AuditError, DebugkitError
 

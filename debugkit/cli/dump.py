@@ -33,8 +33,8 @@ def run(args) -> int:
     from ..io.profile_store import add_profile
     from ..io.stackdump import read_stack_dump, stack_dump_text
     from ..io.store import default_roots
-    from ._pyspy import dump_process, find_run_of_pid
     from ._output import print_json
+    from ._pyspy import dump_process, find_run_of_pid
 
     doc = dump_process(args.pid, subprocesses=args.subprocesses, native=args.native, locals_=args.locals_)
     run_dir = Path(args.run) if args.run else find_run_of_pid(args.pid, default_roots())

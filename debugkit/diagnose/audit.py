@@ -6,9 +6,8 @@ Reads ``audit.json`` files only (no shap or fairlearn import).
 
 from __future__ import annotations
 
-from ..analysis.findings import Finding
-
 from ..analysis.findings import AUDIT_SEVERITY as SEVERITY  # the one map of audit levels
+from ..analysis.findings import Finding
 
 
 def collect(run, config: dict) -> list[Finding]:

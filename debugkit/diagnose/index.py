@@ -26,9 +26,9 @@ import logging
 import os
 from pathlib import Path
 
-from .._version import __version__
 from .. import format as fmt
 from .._fsutil import atomic_write_json
+from .._version import __version__
 from ..errors import MSG_RUN_UNEXPECTED, DebugkitError
 from ..io.fs import as_path, is_local
 

@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 
 from ..errors import ProfileFileError
-from .profiles import MSG_EMPTY_FILE, read_bytes
 from .profile_model import SampledProfile, _Builder, _parse_frame_text, _split_pseudo
+from .profiles import MSG_EMPTY_FILE, read_bytes
 
 MSG_RAW_LINE = "{path}: line {line}: expected 'frame;frame;... COUNT', got {text!r}"
 

@@ -51,7 +51,7 @@ class DecompressLimits:
     max_ratio: int = 200
 
     @classmethod
-    def from_env(cls) -> "DecompressLimits":
+    def from_env(cls) -> DecompressLimits:
         value = os.environ.get("DEBUGKIT_MAX_UNPACKED_MB")
         if value is None or not value.strip():
             return cls()
@@ -61,7 +61,7 @@ class DecompressLimits:
 
 
 # ---------------------------------------------------------------------------- refusals
-_REFUSED: "OrderedDict[tuple, str]" = OrderedDict()
+_REFUSED: OrderedDict[tuple, str] = OrderedDict()
 _REFUSED_MAX = 1024
 _LOCK = threading.Lock()
 

@@ -5,12 +5,11 @@ Works on local runs and on fsspec URLs alike (it only uses the run's path object
 
 from __future__ import annotations
 
-import json
 import re
 
-from ..runschema import read_run_json
 from .. import format as fmt
 from ..errors import RunDirError
+from ..runschema import read_run_json
 
 _SAFE_NAME = re.compile(r"^[0-9]+-s[0-9]+-[0-9]+(\.pyspy)?\.(txt|json)$")
 

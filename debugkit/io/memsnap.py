@@ -30,8 +30,8 @@ import gc
 import os
 import shutil
 from dataclasses import dataclass, field
-from pathlib import Path
 from operator import itemgetter, methodcaller
+from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidInputError

@@ -14,8 +14,8 @@ from typing import Any
 
 from .. import format as fmt
 from .._fsutil import atomic_write_json, fsync_dir, sha256_file
-from ..runschema import read_run_json
 from ..errors import InvalidInputError, RunDirError
+from ..runschema import read_run_json
 from .memsnap import read_snapshot, summarize
 
 MSG_EXISTS = "{path}: a memory snapshot named {name!r} is already in this run"

@@ -81,8 +81,8 @@ def _load(folder: Path):
 def read_entry_cached(entry: dict):
     """:func:`debugkit.io.profile_store.read_entry`, with sampled profiles kept parsed in
     the cache folder (see the module docstring)."""
-    from .profile_store import read_entry
     from .._fsutil import cache_dir, touch_cache_entry, trim_cache
+    from .profile_store import read_entry
 
     key = _key(entry) if entry.get("format") in ("speedscope", "raw") else None
     if key is None:

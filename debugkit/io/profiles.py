@@ -19,7 +19,7 @@ from typing import Any
 
 from .._fsutil import check_regular_file
 from ..errors import ProfileFileError
-from .decompress import GZIP_MAGIC, check_not_refused, file_key, wrap_maybe_gzip
+from .decompress import GZIP_MAGIC, check_not_refused, file_key, wrap_maybe_gzip  # noqa: F401  (GZIP_MAGIC: profile_store reads it here)
 
 # Message templates (tests match on these).
 MSG_EMPTY_FILE = "{path}: the file is empty"

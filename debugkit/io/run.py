@@ -296,7 +296,6 @@ class Run:
         return out
 
     def _frame(self, table: str, rank: int | None, columns: list[str]):
-        import pandas as pd
         import pyarrow as pa
 
         parts = []

@@ -15,8 +15,8 @@ import numpy as np
 
 from ..errors import ProfileFileError
 from . import jsonscan
-from .profiles import MSG_BAD_JSON, MSG_EMPTY_FILE, MSG_SCHEMA, MSG_TRUNCATED, read_bytes
 from .profile_model import _PROCESS_FRAME, MSG_NO_SAMPLES, SampledProfile, _Builder, _parse_tid
+from .profiles import MSG_BAD_JSON, MSG_EMPTY_FILE, MSG_SCHEMA, MSG_TRUNCATED, read_bytes
 
 MSG_EVENTED = ("{path}: profiles[{i}] is an 'evented' speedscope profile; debugkit reads "
                "'sampled' profiles (what py-spy writes)")
@@ -377,9 +377,9 @@ def _read_numbers(data: bytes, o: int, c: int, path, where: str) -> np.ndarray:
 def _parse_stacks(raw_stacks: list[bytes], ss_map, pseudo, n_frames, path, where):
     """Parse distinct sample byte strings into tuples of our frame ids (pseudo-frames
     removed), and the process chain the first stack carries."""
-    import orjson
-
     import itertools
+
+    import orjson
 
     try:  # one parse for all distinct stacks
         lists = orjson.loads(b"[[" + b"],[".join(raw_stacks) + b"]]") if raw_stacks else []

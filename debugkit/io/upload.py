@@ -19,9 +19,10 @@ import stat
 import uuid
 import zipfile
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO, Iterable
+from typing import BinaryIO
 
 from .. import format as fmt
 from .._fsutil import cache_dir
@@ -62,7 +63,7 @@ class UploadLimits:
     max_depth: int = 12
 
     @classmethod
-    def from_env(cls) -> "UploadLimits":
+    def from_env(cls) -> UploadLimits:
         """``$DEBUGKIT_MAX_UPLOAD_MB`` (the total; a file at most that too) and
         ``$DEBUGKIT_MAX_UPLOAD_FILES`` (files in one run, default 20,000)."""
         out: dict = {}
@@ -124,7 +125,7 @@ class StoreQuota:
     max_files: int = 200_000
 
     @classmethod
-    def from_env(cls) -> "StoreQuota":
+    def from_env(cls) -> StoreQuota:
         out = {}
         for name, field, scale in (("DEBUGKIT_STORE_MAX_MB", "max_bytes", 1 << 20),
                                    ("DEBUGKIT_STORE_MAX_RUNS", "max_runs", 1),
@@ -288,7 +289,7 @@ def _size_of(source) -> int | None:
 
 def extract_zip(source: str | os.PathLike | BinaryIO, dest: Path, *,
                 limits: UploadLimits = UploadLimits(), display_name: str = "archive.zip",
-                budget: "_Budget | None" = None) -> None:
+                budget: _Budget | None = None) -> None:
     """Extract a zip into the empty folder ``dest`` with every check of this module.
 
     The compression ratio is bounded for every member, whatever its size, and over the
@@ -505,8 +506,8 @@ def open_zip_cached(path: Path) -> Path:
     (``$DEBUGKIT_CACHE_MAX_MB``): least recently used entries are evicted to make room,
     and a zip that would not fit, or is refused otherwise, is refused at once on the next
     open (the refusal is remembered for the file's path, size and modification time)."""
-    from ..errors import RunDirError
     from .._fsutil import cache_max_bytes, touch_cache_entry, trim_cache
+    from ..errors import RunDirError
     from .decompress import check_not_refused, file_key, remember_refusal
 
     fkey = file_key(path)

@@ -47,7 +47,7 @@ def union_length(intervals: list[tuple[float, float]], lo: float, hi: float) -> 
 class _CommBlock:
     __slots__ = ("timer", "t0")
 
-    def __init__(self, timer: "CommTimer"):
+    def __init__(self, timer: CommTimer):
         self.timer = timer
         self.t0 = 0.0
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from ..errors import MSG_BATCH_VIOLATION, InvalidInputError
 
@@ -169,7 +169,7 @@ class BatchSpec:
         return json.dumps(self.to_dict(), indent=1)
 
     @classmethod
-    def from_json(cls, text, where: str = "batch spec") -> "BatchSpec":
+    def from_json(cls, text, where: str = "batch spec") -> BatchSpec:
         try:
             d = json.loads(text) if isinstance(text, (str, bytes)) else text
         except ValueError as e:
@@ -192,7 +192,7 @@ class BatchSpec:
         Path(path).write_text(self.to_json(), encoding="utf-8")
 
     @classmethod
-    def load(cls, path) -> "BatchSpec":
+    def load(cls, path) -> BatchSpec:
         p = Path(path)
         try:
             text = p.read_text(encoding="utf-8")
@@ -202,7 +202,7 @@ class BatchSpec:
 
     # ------------------------------------------------------------------ infer
     @classmethod
-    def infer(cls, batches: Iterable, num_classes: int | None = None) -> "BatchSpec":
+    def infer(cls, batches: Iterable, num_classes: int | None = None) -> BatchSpec:
         """Derive a spec from healthy batches.
 
         Floating tensors must be finite; integer tensors get ``[min, max + 1)`` of what

@@ -10,7 +10,7 @@ then stops training.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from .. import format as fmt
 from ..errors import NonFiniteError

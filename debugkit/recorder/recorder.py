@@ -20,10 +20,10 @@ from .capture import describe_callable, take_rng_state, write_capture
 from .comm import CommTimer
 from .dist import process_group_info
 from .env import collect_env
+from .fatal import FatalStackFile
 from .guard import coerce_spec, format_violations
 from .memhistory import MemoryHistory, memory_capacity
 from .memhistory import parse_option as parse_memory_option
-from .fatal import FatalStackFile
 from .nonfinite import NonFiniteMonitor, describe_outputs, is_loss_key
 from .norms import GradNormComputer
 from .spec_sampler import SpecSampler
@@ -110,7 +110,7 @@ class _Step:
 
     __slots__ = ("rec", "batch", "indices", "step", "skipped", "violations")
 
-    def __init__(self, rec: "Recorder", batch, indices, step):
+    def __init__(self, rec: Recorder, batch, indices, step):
         self.rec = rec
         self.batch = batch
         self.indices = indices

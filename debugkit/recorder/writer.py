@@ -19,6 +19,7 @@ from typing import Any
 from .. import format as fmt
 from .._fsutil import atomic_write_json, process_start_ticks
 
+
 class PendingTensor:
     """A device->host copy in flight: a pinned CPU tensor and the CUDA event after it."""
 

@@ -13,8 +13,7 @@ This package imports neither torch nor streamlit; the child does the torch work.
 from __future__ import annotations
 
 import os
-
-from typing import Callable
+from collections.abc import Callable
 
 from ..errors import CodeRefusedError, InvalidInputError, ReplayError
 from .code import CodeIdentity, identify_capture, require_runnable

@@ -377,8 +377,7 @@ def _probe_findings(probe) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..errors import DebugkitError
-    from ..errors import CodeRefusedError
+    from ..errors import CodeRefusedError, DebugkitError
 
     return serve(replay_here, argv, refuse=(CodeRefusedError, DebugkitError))
 

@@ -75,7 +75,6 @@ def suggest_guard(record: dict, num_classes: int | None = None) -> GuardSuggesti
     if p.is_file():
         try:
             spec = BatchSpec.load(p)
-            import json
 
             n = int((read_json(p).get("inferred_from") or {}).get("healthy_batches") or 0)
             source = "healthy_batches"

@@ -7,8 +7,9 @@ batch structure is JSON (:mod:`debugkit.tensortree`).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from .._fsutil import sha256_file
 from ..errors import InvalidInputError, ReplayError, RunDirError

@@ -154,7 +154,7 @@ class Probe:
         self._node_handles: list = []
 
     # ------------------------------------------------------------------ install
-    def install(self) -> "Probe":
+    def install(self) -> Probe:
         for name, module in self.model.named_modules():
             self.handles.append(module.register_forward_pre_hook(
                 self._pre(name), with_kwargs=True))
@@ -399,7 +399,7 @@ def _caller() -> dict | None:
     return None
 
 
-def loss_op_watch(probe: "Probe"):
+def loss_op_watch(probe: Probe):
     """A ``TorchFunctionMode`` that records, in ``probe.loss_op``, the first torch op run
     outside the model's modules (the loss computation of a step function) whose output
     is NaN/Inf although every tensor it was given is finite (``torch.log`` of a softmax

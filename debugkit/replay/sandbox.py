@@ -30,9 +30,9 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 #: Default wall-clock limit of one replay (seconds).
 DEFAULT_TIMEOUT_S = 120.0

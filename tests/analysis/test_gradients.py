@@ -14,9 +14,13 @@ from hypothesis.extra import numpy as hnp
 from debugkit.analysis.gradients._window import _trailing_jumps
 from debugkit.analysis.gradients.clipping import compute_clip_whatif
 from debugkit.analysis.gradients.config import resolve_config
-from debugkit.analysis.gradients.detectors import (detect_dead_layers, detect_exploding_grad,
-                                                   detect_gradient_findings, detect_nonfinite_grad,
-                                                   detect_vanishing_grad)
+from debugkit.analysis.gradients.detectors import (
+    detect_dead_layers,
+    detect_exploding_grad,
+    detect_gradient_findings,
+    detect_nonfinite_grad,
+    detect_vanishing_grad,
+)
 from debugkit.analysis.gradients.heatmap import compute_heatmap_bins
 from debugkit.analysis.gradients.layers import group_rows, module_prefixes, select_layers
 from debugkit.analysis.gradients.losses import detect_loss_spikes, detect_nonfinite_loss, loss_keys

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from debugkit.analysis.findings import Finding, sort_findings
 from debugkit.analysis.lost_ranks import detect_lost_ranks
 from debugkit.diagnose import causes_first
-from debugkit.analysis.findings import Finding, sort_findings
 
 
 def _info(rows):

@@ -11,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 from tests.checkpoint_factory import train_with_checkpoints
 from tests.conftest import ROOT
 from tests.replay.conftest import project  # noqa: F401  (fixture)
+
 from ._apptest import open_page
 
 

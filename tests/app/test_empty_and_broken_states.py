@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ast
 import math
-import os
 import shutil
 import stat
 
@@ -14,6 +13,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.conftest import ROOT
+
 from ._apptest import open_page
 
 RUN_PAGES = {

@@ -17,6 +17,7 @@ from debugkit.io.memsnap_store import import_snapshot
 from debugkit.recorder.memhistory import write_snapshot
 from tests.conftest import SAMPLE_RUNS
 from tests.memsnap_factory import USER, MiB, leaky_training
+
 from ._apptest import open_page
 
 

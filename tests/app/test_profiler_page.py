@@ -9,8 +9,6 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
-
 from debugkit.analysis.profile import MSG_COUNT_LAUNCHER
 from debugkit.charts.profile import HIGHLIGHT
 from pages._profile_sampled import VIEWS
@@ -138,8 +136,8 @@ def test_empty_state_without_profiles():
 
 
 def test_stack_dump_view(tmp_path, monkeypatch):
-    from debugkit.io.profile_store import add_profile
     from debugkit.cli._pyspy import dump_process
+    from debugkit.io.profile_store import add_profile
 
     run = tmp_path / "roots" / "hung"
     shutil.copytree(SAMPLE_RUNS / "digits-mlp", run)

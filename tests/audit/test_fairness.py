@@ -4,12 +4,19 @@ replicate; judgements of ratios and differences."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
-from fairlearn.metrics import (MetricFrame, count, demographic_parity_difference,
-                               demographic_parity_ratio, equal_opportunity_difference,
-                               equalized_odds_difference, false_negative_rate, false_positive_rate,
-                               selection_rate, true_positive_rate)
+from fairlearn.metrics import (
+    MetricFrame,
+    count,
+    demographic_parity_difference,
+    demographic_parity_ratio,
+    equal_opportunity_difference,
+    equalized_odds_difference,
+    false_negative_rate,
+    false_positive_rate,
+    selection_rate,
+    true_positive_rate,
+)
 from sklearn.metrics import accuracy_score, precision_score
 
 from debugkit.audit import fairness as fx

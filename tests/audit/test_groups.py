@@ -6,8 +6,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from debugkit.audit.groups import (AGE_BINS, MISSING, Attribute, bin_labels, bin_values, derive_sex,
-                                   is_age_name, quantile_edges, resolve_sensitive)
+from debugkit.audit.groups import (
+    AGE_BINS,
+    MISSING,
+    Attribute,
+    bin_labels,
+    bin_values,
+    derive_sex,
+    is_age_name,
+    quantile_edges,
+    resolve_sensitive,
+)
 from debugkit.errors import InvalidInputError
 
 

@@ -8,8 +8,18 @@ import urllib.parse
 
 import pytest
 
-from debugkit.audit.share import (MSG_EXPIRED, MSG_MALFORMED, MSG_SIGNATURE, SECRET_FILE, check_base_url,
-                                  make_token, parse_duration, server_secret, share_link, verify_token)
+from debugkit.audit.share import (
+    MSG_EXPIRED,
+    MSG_MALFORMED,
+    MSG_SIGNATURE,
+    SECRET_FILE,
+    check_base_url,
+    make_token,
+    parse_duration,
+    server_secret,
+    share_link,
+    verify_token,
+)
 from debugkit.errors import InvalidInputError, ShareTokenError
 
 SECRET = b"s" * 32

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from debugkit.audit.targets import MSG_NOT_ALLOWED, load_target, read_targets, write_targets
+from debugkit.audit.targets import load_target, read_targets, write_targets
 from debugkit.audit.worker import compute_audit
 from debugkit.errors import AuditError, InvalidInputError
 

@@ -6,8 +6,13 @@ import numpy as np
 import pytest
 
 from debugkit.audit import list_audits, load_audit
-from debugkit.charts.audit import (beeswarm_offsets, build_disparity_figure, build_group_metrics_figure,
-                                   build_mean_abs_figure, short)
+from debugkit.charts.audit import (
+    beeswarm_offsets,
+    build_disparity_figure,
+    build_group_metrics_figure,
+    build_mean_abs_figure,
+    short,
+)
 
 from ..conftest import SAMPLE_RUNS
 

@@ -11,7 +11,7 @@ from debugkit.charts.checkpoints import (
     build_weight_norm_figure,
 )
 from debugkit.charts.gradients import NONFINITE_COLOR, ZERO_COLOR
-from debugkit.checkpoints import list_checkpoints, read_checkpoint_diff, read_weight_stats
+from debugkit.checkpoints import read_checkpoint_diff, read_weight_stats
 from tests.analysis.test_checkpoints import ORDER, _run
 
 

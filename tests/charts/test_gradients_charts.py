@@ -9,8 +9,12 @@ from debugkit.analysis.gradients.clipping import compute_clip_whatif
 from debugkit.analysis.gradients.heatmap import compute_heatmap_bins
 from debugkit.analysis.gradients.layers import group_rows
 from debugkit.analysis.gradients.matrix import TOTAL, pivot_grad_norms
-from debugkit.charts.gradients import (NONFINITE_COLOR, build_grad_heatmap_figure,
-                                       build_grad_lines_figure, figure_payload_points)
+from debugkit.charts.gradients import (
+    NONFINITE_COLOR,
+    build_grad_heatmap_figure,
+    build_grad_lines_figure,
+    figure_payload_points,
+)
 
 
 def _matrix(n=1_000_000, spike=123_457, nan_at=(500_000,)):

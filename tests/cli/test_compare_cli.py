@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from debugkit.errors import MSG_NO_SUCH_PATH, MSG_NOT_A_RUN
+
 from ..conftest import console_script
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,8 +14,8 @@ import pytest
 
 from debugkit.analysis.profile import MSG_COUNT_LAUNCHER, MSG_COUNT_UNEXPLAINED, MSG_COUNT_UNEXPLAINED_EXTRA
 from debugkit.cli import main
-from debugkit.io.run import open_run
 from debugkit.cli._pyspy import MSG_NO_PROCESS
+from debugkit.io.run import open_run
 
 from .._polling import announce_blocked, wait_for
 from ..conftest import ROOT, SAMPLE_RUNS, console_script

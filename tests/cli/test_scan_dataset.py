@@ -13,8 +13,14 @@ import pytest
 from torch.utils.data import DataLoader
 
 from debugkit.cli import main
-from debugkit.cli.scan_dataset import (MSG_BUILD_FAILED, MSG_IMPORT, MSG_NO_FUNCTION, MSG_KWARGS,
-                                         MSG_NOT_CALLABLE, MSG_TARGET)
+from debugkit.cli.scan_dataset import (
+    MSG_BUILD_FAILED,
+    MSG_IMPORT,
+    MSG_KWARGS,
+    MSG_NO_FUNCTION,
+    MSG_NOT_CALLABLE,
+    MSG_TARGET,
+)
 from debugkit.recorder.guard import BatchSpec
 from examples.digits import CORRUPT_ROW, DigitsDataset, load_splits
 

@@ -4,7 +4,6 @@ the audit; the downloaded HTML report opens offline with its charts."""
 
 from __future__ import annotations
 
-import subprocess
 import time
 
 import pytest

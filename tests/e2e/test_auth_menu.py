@@ -42,7 +42,7 @@ WATCH = """
   };
   new MutationObserver(look).observe(document, {childList: true, subtree: true, characterData: true});
 })();
-""" % NAMES
+""" % NAMES  # noqa: UP031  (a JavaScript template: its braces would need doubling for format())
 
 
 SESSIONS = 8

@@ -21,7 +21,7 @@ import tempfile
 import warnings
 import zipfile
 from contextlib import contextmanager
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +53,7 @@ def _gunzip(path: Path) -> bytes:
     return gzip.decompress(path.read_bytes())
 
 
-@lru_cache(maxsize=None)
+@cache
 def _tensorboard_seed() -> bytes:
     from torch.utils.tensorboard import SummaryWriter
 
@@ -68,7 +68,7 @@ def _tensorboard_seed() -> bytes:
     return data
 
 
-@lru_cache(maxsize=None)
+@cache
 def _snapshot_seed() -> bytes:
     import pickle
     import sys
@@ -88,7 +88,7 @@ def _zip_of(run: Path) -> bytes:
     return buf.getvalue()
 
 
-@lru_cache(maxsize=None)
+@cache
 def _stack_dump_seed() -> bytes:
     """``py-spy dump --json`` of a real sleeping process (py-spy is a dependency)."""
     import subprocess

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
+
 from ..conftest import console_script
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -59,7 +59,7 @@ def test_update_manifest_serialises_concurrent_writers(tmp_path):
 
     def add(i):
         for j in range(20):
-            fmt.update_manifest(tmp_path, lambda old: {**old, "items": old.get("items", []) + [(i, j)]})
+            fmt.update_manifest(tmp_path, lambda old, j=j: {**old, "items": old.get("items", []) + [(i, j)]})
 
     threads = [threading.Thread(target=add, args=(i,)) for i in range(4)]
     for t in threads:

@@ -10,7 +10,7 @@ import pytest
 
 from debugkit._fsutil import MSG_BAD_CACHE_SETTING, cache_dir, cache_max_bytes, trim_cache
 from debugkit.audit.targets import MSG_BAD_BOUNDS, check_bounds, operator_bounds
-from debugkit.audit.worker import AuditBusyError, MSG_BUSY, audit_slot, max_workers
+from debugkit.audit.worker import MSG_BUSY, AuditBusyError, audit_slot, max_workers
 from debugkit.errors import AuditError, FileLimitError, InvalidInputError
 from debugkit.io.decompress import MSG_BAD_SETTING, DecompressLimits
 

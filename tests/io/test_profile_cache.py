@@ -8,11 +8,11 @@ import shutil
 import numpy as np
 import pandas as pd
 
+from debugkit._fsutil import cache_dir
 from debugkit.io.chrome_trace import ChromeTrace
 from debugkit.io.profile_cache import read_entry_cached
 from debugkit.io.profile_store import get_profile, read_entry
 from debugkit.io.run import open_run
-from debugkit._fsutil import cache_dir
 
 
 def _same(a, b):

@@ -184,7 +184,7 @@ def test_a_claim_the_bytes_cannot_back_is_refused_before_anything_is_allocated(n
         with pytest.raises(InvalidInputError, match=r"refused to load: .* at byte \d+ \(a file of "
                                                     rf"{len(raw)} bytes\).*nothing was allocated"):
             load_plain(source)
-        assert _peak_mib(lambda: load_plain(source)) < 8
+        assert _peak_mib(lambda source=source: load_plain(source)) < 8
     assert path.read_bytes() == raw
 
 

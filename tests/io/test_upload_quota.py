@@ -14,8 +14,15 @@ from pathlib import Path
 import pytest
 
 from debugkit.errors import UploadError
-from debugkit.io.upload import (MSG_ARCHIVE_BOMB, MSG_STORE_FULL_BYTES, MSG_STORE_FULL_RUNS,
-                                StoreQuota, UploadLimits, unpack_files, unpack_zip)
+from debugkit.io.upload import (
+    MSG_ARCHIVE_BOMB,
+    MSG_STORE_FULL_BYTES,
+    MSG_STORE_FULL_RUNS,
+    StoreQuota,
+    UploadLimits,
+    unpack_files,
+    unpack_zip,
+)
 
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_runs" / "digits-mlp"
 

@@ -17,7 +17,7 @@ model = DDP(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3)))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 with Recorder(sys.argv[1], model, optimizer=opt, name="ddp-test", flush_every_s=0.1) as rec:
     g = torch.Generator().manual_seed(100 + rank)
-    for step in range(6):
+    for _step in range(6):
         x, y = torch.randn(4, 8, generator=g), torch.randint(0, 3, (4,), generator=g)
         with rec.step((x, y)):
             loss = F.cross_entropy(model(x), y)

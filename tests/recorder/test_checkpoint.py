@@ -8,7 +8,6 @@ import pickle
 import signal
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest

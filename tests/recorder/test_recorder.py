@@ -153,7 +153,6 @@ def test_log_accepts_numbers_and_0d_tensors_only(tmp_path):
 def test_exception_in_step_is_captured_and_propagates_unchanged(tmp_path):
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    err = None
     rec = Recorder(tmp_path / "r", model, optimizer=opt, num_classes=4,
                    model_factory="tests.recorder.test_recorder:_model")
     batches = _batches(3)

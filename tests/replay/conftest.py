@@ -89,7 +89,7 @@ def _forget(package: str) -> None:
 
 
 def record_failure(run_dir: Path, *, model_factory="tproj.model:build_model", step_fn=None,
-                   factory_kwargs=None, exc=RuntimeError("boom in the training step"),
+                   factory_kwargs=None, exc=RuntimeError("boom in the training step"),  # noqa: B008  (only raised, never changed)
                    num_classes=2) -> Path:
     """Record a real run with one captured failing step (raised inside ``rec.step``)."""
     import torch

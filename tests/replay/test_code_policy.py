@@ -19,12 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from debugkit.replay import replay
-from debugkit.replay import policy
 from debugkit.errors import CodeRefusedError
+from debugkit.replay import policy, replay
 
-from .conftest import ROOT, record_failure
 from ..conftest import console_script
+from .conftest import ROOT, record_failure
 
 FID = "r0-s0000075-exception"
 CLI_TIMEOUT_S = 300

@@ -12,9 +12,8 @@ import shutil
 
 import pytest
 
-from debugkit.errors import ReplayError
+from debugkit.errors import CodeRefusedError, ReplayError
 from debugkit.replay import replay
-from debugkit.errors import CodeRefusedError
 
 from .conftest import ROOT, record_failure, run_cli
 
@@ -76,7 +75,7 @@ def test_changed_factory_file_is_refused_without_allow_code(project, tmp_path):
     assert r["code"][0]["status"] == "changed"
 
 
-def _forge(tmp_path, spec: str, file_path: str, kwargs: dict) -> "os.PathLike":
+def _forge(tmp_path, spec: str, file_path: str, kwargs: dict) -> os.PathLike:
     """A copy of a sample whose capture names ``spec`` with that file's true hash."""
     run = tmp_path / "forged"
     shutil.copytree(ROOT / "sample_runs" / "digits-bad-label", run)

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from debugkit.analysis.lost_ranks import parse_collective_error
+
 from ..conftest import console_script
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,6 @@ import numpy as np
 from ._window import _quiet
 from .matrix import GradMatrix
 
-
 #: The status a finding gives the layers it names at its step (over ``ok`` / ``zero``).
 FINDING_STATUS = {"exploding_grad": "exploding", "vanishing_grad": "vanishing", "dead_layer": "dead"}
 
@@ -52,7 +51,7 @@ def compute_step_details(m: GradMatrix, step: int, *, window: int = 20, findings
             continue
         named = [f.layer] if f.layer else []
         if f.kind == "exploding_grad":
-            named += list(((f.evidence or {}).get("layers") or {}))
+            named += list((f.evidence or {}).get("layers") or {})
         for name in named:
             i = row.get(name)
             if i is not None and status[i] in ("ok", "zero"):

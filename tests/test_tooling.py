@@ -1,0 +1,91 @@
+"""The habits of the field (issue 31): ruff and mypy pass, CI runs them before the tests,
+pre-commit runs the same, and every package a test imports is declared."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from importlib import metadata
+
+import pytest
+
+from .conftest import ROOT
+
+
+def test_ruff_passes():
+    p = subprocess.run([sys.executable, "-m", "ruff", "check", "."], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_mypy_passes():
+    p = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+
+
+def test_ruff_config_selects_the_agreed_rules():
+    import tomllib
+
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert {"F", "I", "UP", "B"} <= set(cfg["tool"]["ruff"]["lint"]["select"])
+    assert cfg["tool"]["mypy"]["files"] == ["debugkit"]
+
+
+def test_ci_lints_and_type_checks_before_the_tests():
+    lines = [x.strip() for x in (ROOT / ".ci" / "run").read_text().splitlines()]
+    at = {cmd: next(i for i, x in enumerate(lines) if x.startswith(cmd))
+          for cmd in ("python -m ruff check .", "python -m mypy", "python -m pytest")}
+    assert at["python -m ruff check ."] < at["python -m pytest"]
+    assert at["python -m mypy"] < at["python -m pytest"]
+    hooks = (ROOT / ".pre-commit-config.yaml").read_text()
+    assert "entry: python -m ruff check" in hooks and "entry: python -m mypy" in hooks
+
+
+def _declared() -> set[str]:
+    """Distribution names in requirements*.txt (following -r) and pyproject's dependencies."""
+    import tomllib
+
+    out: set[str] = set()
+
+    def read(path):
+        for line in path.read_text().splitlines():
+            line = line.split("#")[0].strip()
+            if line.startswith("-r"):
+                read(path.parent / line[2:].strip())
+            elif line and not line.startswith("-"):
+                out.add(re.split(r"[<>=!~\[ ;]", line)[0])
+
+    read(ROOT / "requirements-dev.txt")
+    proj = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for dep in proj["dependencies"] + [d for ds in proj["optional-dependencies"].values() for d in ds]:
+        out.add(re.split(r"[<>=!~\[ ;]", dep)[0])
+    return {re.sub(r"[-_.]+", "-", d).lower() for d in out}
+
+
+def test_every_third_party_import_of_the_tests_is_declared():
+    """markdown-it-py was imported by a test and installed only as a dependency of another
+    package; a module the tests import must come from a declared distribution."""
+    dists = metadata.packages_distributions()
+    local = {p.name for p in ROOT.iterdir()} | {p.stem for p in ROOT.iterdir()}
+    stdlib = set(sys.stdlib_module_names)
+    declared = _declared()
+    missing = {}
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        if "data" in path.relative_to(ROOT / "tests").parts[:1]:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            for name in names:
+                top = name.split(".")[0]
+                if top in stdlib or top in local or top.startswith("_") or top not in dists:
+                    continue
+                if not any(re.sub(r"[-_.]+", "-", d).lower() in declared for d in dists[top]):
+                    missing.setdefault(top, str(path.relative_to(ROOT)))
+    assert not missing, f"imported by tests but not declared in requirements*.txt / pyproject: {missing}"
