@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional, Union
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -51,80 +51,80 @@ def _pydantic_models():
         model_config = ConfigDict(strict=True, extra="allow")
 
     class CodeSpec(M):
-        spec: str | None = None
-        module: str | None = None
-        qualname: str | None = None
-        file: str | None = None
-        sha256: str | None = None
+        spec: Optional[str] = None
+        module: Optional[str] = None
+        qualname: Optional[str] = None
+        file: Optional[str] = None
+        sha256: Optional[str] = None
 
     class Env(M):
-        python: str | None = None
-        platform: str | None = None
-        host: str | None = None
-        torch: str | None = None
-        cuda_available: bool | None = None
-        cuda_version: str | None = None
-        gpus: list[dict[str, Any]] | None = None
-        packages: dict[str, str | None] | None = None
-        argv: list[str] | None = None
-        cwd: str | None = None
-        distributions: dict[str, str | None] | None = None
-        hardware: dict[str, Any] | None = None
-        os: dict[str, Any] | None = None
+        python: Optional[str] = None
+        platform: Optional[str] = None
+        host: Optional[str] = None
+        torch: Optional[str] = None
+        cuda_available: Optional[bool] = None
+        cuda_version: Optional[str] = None
+        gpus: Optional[list[dict[str, Any]]] = None
+        packages: Optional[dict[str, Optional[str]]] = None
+        argv: Optional[list[str]] = None
+        cwd: Optional[str] = None
+        distributions: Optional[dict[str, Optional[str]]] = None
+        hardware: Optional[dict[str, Any]] = None
+        os: Optional[dict[str, Any]] = None
 
     class Distributed(M):
-        backend: str | None = None
-        world_size: int | None = None
-        local_world_size: int | None = None
-        local_rank: int | None = None
-        node_rank: int | None = None
-        host: str | None = None
-        master_addr: str | None = None
-        master_port: int | str | None = None
+        backend: Optional[str] = None
+        world_size: Optional[int] = None
+        local_world_size: Optional[int] = None
+        local_rank: Optional[int] = None
+        node_rank: Optional[int] = None
+        host: Optional[str] = None
+        master_addr: Optional[str] = None
+        master_port: Union[int, str, None] = None
 
     class Manifest(M):
-        schema_version: str | int | float | None = None
-        run_id: str | None = None
-        name: str | None = None
-        created_at: int | float | None = None
-        resumed_at: list[int | float] | None = None
-        config: dict[str, Any] | None = None
-        model_factory: str | None = None
-        step_fn: str | None = None
-        factory_kwargs: dict[str, Any] | None = None
-        num_classes: int | None = None
-        log_every: int | float | None = None
-        flush_every_s: int | float | None = None
-        world_size: int | None = None
-        distributed: Distributed | None = None
-        model_class: str | None = None
-        optimizer_class: str | None = None
-        code: dict[str, CodeSpec] | None = None
-        guard: dict[str, Any] | None = None
-        env: Env | None = None
-        profiles: list[Any] | None = None
+        schema_version: Union[str, int, float, None] = None
+        run_id: Optional[str] = None
+        name: Optional[str] = None
+        created_at: Union[int, float, None] = None
+        resumed_at: Optional[list[Union[int, float]]] = None
+        config: Optional[dict[str, Any]] = None
+        model_factory: Optional[str] = None
+        step_fn: Optional[str] = None
+        factory_kwargs: Optional[dict[str, Any]] = None
+        num_classes: Optional[int] = None
+        log_every: Union[int, float, None] = None
+        flush_every_s: Union[int, float, None] = None
+        world_size: Optional[int] = None
+        distributed: Optional[Distributed] = None
+        model_class: Optional[str] = None
+        optimizer_class: Optional[str] = None
+        code: Optional[dict[str, CodeSpec]] = None
+        guard: Optional[dict[str, Any]] = None
+        env: Optional[Env] = None
+        profiles: Optional[list[Any]] = None
 
     class Failure(M):
-        id: str | None = None
-        kind: str | None = None
-        step: int | None = None
-        rank: int | None = None
-        world_size: int | None = None
-        device: str | None = None
-        time: int | float | None = None
-        error_type: str | None = None
-        error_module: str | None = None
-        message: str | None = None
-        traceback: str | None = None
-        dataset_indices: list[int] | None = None
-        code: dict[str, CodeSpec] | None = None
-        num_classes: int | None = None
-        optimizer_stepped: bool | None = None
-        files: dict[str, list[str]] | None = None
-        sha256: dict[str, str] | None = None
-        capture_errors: dict[str, str | None] | None = None
-        nonfinite: dict[str, Any] | None = None
-        model_training: bool | None = None
+        id: Optional[str] = None
+        kind: Optional[str] = None
+        step: Optional[int] = None
+        rank: Optional[int] = None
+        world_size: Optional[int] = None
+        device: Optional[str] = None
+        time: Union[int, float, None] = None
+        error_type: Optional[str] = None
+        error_module: Optional[str] = None
+        message: Optional[str] = None
+        traceback: Optional[str] = None
+        dataset_indices: Optional[list[int]] = None
+        code: Optional[dict[str, CodeSpec]] = None
+        num_classes: Optional[int] = None
+        optimizer_stepped: Optional[bool] = None
+        files: Optional[dict[str, list[str]]] = None
+        sha256: Optional[dict[str, str]] = None
+        capture_errors: Optional[dict[str, Optional[str]]] = None
+        nonfinite: Optional[dict[str, Any]] = None
+        model_training: Optional[bool] = None
 
     return {"manifest.json": Manifest, "failure.json": Failure}
 

@@ -44,20 +44,20 @@ class CodeSpec(_Doc):
 
 class Distributed(_Doc):
     backend: Str = None
-    world_size: int | None = None
-    local_world_size: int | None = None
-    local_rank: int | None = None
-    node_rank: int | None = None
+    world_size: Union[int, None] = None
+    local_world_size: Union[int, None] = None
+    local_rank: Union[int, None] = None
+    node_rank: Union[int, None] = None
     host: Str = None
     master_addr: Str = None
-    master_port: int | str | None = None
+    master_port: Union[int, str, None] = None
     torchelastic_run_id: Str = None
 
 
 class Gpu(_Doc):
-    index: int | None = None
+    index: Union[int, None] = None
     name: Str = None
-    total_memory_bytes: Num | None = None
+    total_memory_bytes: Union[Num, None] = None
 
 
 class Env(_Doc):
@@ -66,25 +66,25 @@ class Env(_Doc):
     platform: Str = None
     host: Str = None
     torch: Str = None
-    cuda_available: bool | None = None
+    cuda_available: Union[bool, None] = None
     cuda_version: Str = None
-    cudnn_version: int | str | None = None
-    gpus: list[Gpu] | None = None
-    packages: dict[str, str | None] | None = None
-    argv: list[str] | None = None
+    cudnn_version: Union[int, str, None] = None
+    gpus: Union[list[Gpu], None] = None
+    packages: Union[dict[str, Union[str, None]], None] = None
+    argv: Union[list[str], None] = None
     cwd: Str = None
     executable: Str = None
-    pid: int | None = None
-    distributions: dict[str, str | None] | None = None
-    hardware: Obj | None = None
-    os: Obj | None = None
-    nccl_version: str | int | list[int] | None = None
-    pip_check: Obj | None = None
+    pid: Union[int, None] = None
+    distributions: Union[dict[str, Union[str, None]], None] = None
+    hardware: Union[Obj, None] = None
+    os: Union[Obj, None] = None
+    nccl_version: Union[str, int, list[int], None] = None
+    pip_check: Union[Obj, None] = None
 
 
 class Guard(_Doc):
     action: Str = None
-    spec: Obj | None = None
+    spec: Union[Obj, None] = None
 
 
 class ProfileEntry(_Doc):
@@ -92,116 +92,116 @@ class ProfileEntry(_Doc):
     kind: Str = None
     format: Str = None
     file: Str = None
-    bytes: int | None = None
+    bytes: Union[int, None] = None
     sha256: Str = None
-    created_at: Num | None = None
+    created_at: Union[Num, None] = None
     origin: Str = None
     original_name: Str = None
-    summary: dict[str, Num | bool | str | None] | None = None
+    summary: Union[dict[str, Union[Num, bool, str, None]], None] = None
     label: Str = None
-    rank: int | None = None
-    world_size: int | None = None
+    rank: Union[int, None] = None
+    world_size: Union[int, None] = None
     tool: Str = None
-    command: list[str] | str | None = None
-    pid: int | None = None
-    exit_status: int | None = None
-    started_at: Num | None = None
-    ended_at: Num | None = None
+    command: Union[list[str], str, None] = None
+    pid: Union[int, None] = None
+    exit_status: Union[int, None] = None
+    started_at: Union[Num, None] = None
+    ended_at: Union[Num, None] = None
     host: Str = None
-    interrupted: bool | None = None
-    launcher_pid: int | None = None
-    pyspy: Obj | None = None
+    interrupted: Union[bool, None] = None
+    launcher_pid: Union[int, None] = None
+    pyspy: Union[Obj, None] = None
 
 
 class Manifest(_Doc):
-    schema_version: str | int | float | None = None
+    schema_version: Union[str, int, float, None] = None
     run_id: Str = None
     name: Str = None
-    created_at: Num | None = None
-    resumed_at: list[Num] | None = None
-    config: Obj | None = None
+    created_at: Union[Num, None] = None
+    resumed_at: Union[list[Num], None] = None
+    config: Union[Obj, None] = None
     model_factory: Str = None
     step_fn: Str = None
-    factory_kwargs: Obj | None = None
-    num_classes: int | None = None
-    log_every: Num | None = None
-    flush_every_s: Num | None = None
-    world_size: int | None = None
-    distributed: Distributed | None = None
+    factory_kwargs: Union[Obj, None] = None
+    num_classes: Union[int, None] = None
+    log_every: Union[Num, None] = None
+    flush_every_s: Union[Num, None] = None
+    world_size: Union[int, None] = None
+    distributed: Union[Distributed, None] = None
     model_class: Str = None
     optimizer_class: Str = None
-    code: dict[str, CodeSpec] | None = None
-    guard: Guard | None = None
-    env: Env | None = None
-    imported_from: Obj | None = None
+    code: Union[dict[str, CodeSpec], None] = None
+    guard: Union[Guard, None] = None
+    env: Union[Env, None] = None
+    imported_from: Union[Obj, None] = None
     # Each entry is checked on its own (``is_valid(entry, "profile entry")``) by
     # debugkit.io.profile_store, which skips a malformed one with a warning.
-    profiles: list[Any] | None = None
+    profiles: Union[list[Any], None] = None
 
 
 # ------------------------------------------------------------------- other run-level files
 class EnvFile(_Doc):
-    pip_check: Obj | None = None
+    pip_check: Union[Obj, None] = None
 
 
 class Dataset(_Doc, rename={"class_": "class"}):
     class_: Str = None
-    length: int | None = None
-    sampled_indices: list[int] | None = None
-    item_sha256: list[str | None] | None = None
+    length: Union[int, None] = None
+    sampled_indices: Union[list[int], None] = None
+    item_sha256: Union[list[Union[str, None]], None] = None
     fingerprint: Str = None
     error: Str = None
-    first_step: int | None = None
+    first_step: Union[int, None] = None
 
 
 class DataFile(_Doc):
-    datasets: list[Dataset] | None = None
+    datasets: Union[list[Dataset], None] = None
 
 
 class AuditTarget(_Doc):
     name: Str = None
     title: Str = None
     loader: Str = None
-    kwargs: Obj | None = None
+    kwargs: Union[Obj, None] = None
 
 
 class AuditTargets(_Doc):
-    targets: list[AuditTarget] | None = None
+    targets: Union[list[AuditTarget], None] = None
 
 
 # --------------------------------------------------------------------------- ranks/<r>/
 class RankMeta(_Doc):
-    rank: int | None = None
-    world_size: int | None = None
-    local_rank: int | None = None
-    local_world_size: int | None = None
-    node_rank: int | None = None
+    rank: Union[int, None] = None
+    world_size: Union[int, None] = None
+    local_rank: Union[int, None] = None
+    local_world_size: Union[int, None] = None
+    node_rank: Union[int, None] = None
     host: Str = None
-    pid: int | None = None
+    pid: Union[int, None] = None
     device: Str = None
     backend: Str = None
-    layers: list[str] | None = None
-    started_at: Num | None = None
-    segment: int | None = None
-    host_memory_bytes: Num | None = None
-    host_memory_limit_bytes: Num | None = None
-    device_memory_bytes: Num | None = None
+    layers: Union[list[str], None] = None
+    started_at: Union[Num, None] = None
+    segment: Union[int, None] = None
+    host_memory_bytes: Union[Num, None] = None
+    host_memory_limit_bytes: Union[Num, None] = None
+    device_memory_bytes: Union[Num, None] = None
 
 
 class Heartbeat(_Doc):
     state: Str = None
-    pid: int | None = None
+    pid: Union[int, None] = None
     host: Str = None
-    process_start_ticks: int | None = None
-    time: Num | None = None
-    step: int | None = None
-    flush_every_s: Num | None = None
+    process_start_ticks: Union[int, None] = None
+    time: Union[Num, None] = None
+    step: Union[int, None] = None
+    flush_every_s: Union[Num, None] = None
 
 
 class Violation(_Doc):
-    tensor: str | int | None = None
-    sample: int | None = None
-    dataset_index: int | None = None
+    tensor: Union[str, int, None] = None
+    sample: Union[int, None] = None
+    dataset_index: Union[int, None] = None
     rule: Str = None
     message: Str = None
 
@@ -209,182 +209,182 @@ class Violation(_Doc):
 class Event(_Doc):
     """One line of ``events-<seg>.jsonl`` (the fields of every kind)."""
 
-    time: Num | None = None
+    time: Union[Num, None] = None
     kind: Str = None
-    step: int | None = None
-    last_step: int | None = None
-    in_step: bool | None = None
-    elapsed_s: Num | None = None
-    timeout_s: Num | None = None
+    step: Union[int, None] = None
+    last_step: Union[int, None] = None
+    in_step: Union[bool, None] = None
+    elapsed_s: Union[Num, None] = None
+    timeout_s: Union[Num, None] = None
     reason: Str = None
-    trigger_rank: int | None = None
+    trigger_rank: Union[int, None] = None
     dump: Str = None
     stuck_at: Str = None
-    ok: bool | None = None
-    skipped: int | None = None
-    dataset_indices: list[int] | None = None
-    n_violations: int | None = None
-    violations: list[Violation] | None = None
+    ok: Union[bool, None] = None
+    skipped: Union[int, None] = None
+    dataset_indices: Union[list[int], None] = None
+    n_violations: Union[int, None] = None
+    violations: Union[list[Violation], None] = None
     message: Str = None
-    steps: int | None = None
-    skipped_batches: int | None = None
+    steps: Union[int, None] = None
+    skipped_batches: Union[int, None] = None
     name: Str = None
-    attempt: int | None = None
-    attempts: int | None = None
+    attempt: Union[int, None] = None
+    attempts: Union[int, None] = None
     error_type: Str = None
-    delay_s: Num | None = None
+    delay_s: Union[Num, None] = None
     failure: Str = None
-    segment: int | None = None
-    pid: int | None = None
+    segment: Union[int, None] = None
+    pid: Union[int, None] = None
     dir: Str = None
-    bytes: int | None = None
+    bytes: Union[int, None] = None
     state: Str = None
-    enabled: bool | None = None
+    enabled: Union[bool, None] = None
 
 
 class TensorSpec(_Doc):
     dtype: Str = None
-    shape: list[int | list[str | int | None] | None] | None = None
-    range: list[Num | None] | None = None
-    finite: bool | None = None
+    shape: Union[list[Union[int, list[Union[str, int, None]], None]], None] = None
+    range: Union[list[Union[Num, None]], None] = None
+    finite: Union[bool, None] = None
 
 
 class InferredFrom(_Doc):
-    healthy_batches: int | None = None
-    first_step: int | None = None
-    last_step: int | None = None
-    num_classes: int | None = None
+    healthy_batches: Union[int, None] = None
+    first_step: Union[int, None] = None
+    last_step: Union[int, None] = None
+    num_classes: Union[int, None] = None
 
 
 class BatchSpecDoc(_Doc):
-    debugkit_batch_spec: int | None = None
-    structure: str | Obj | None = None
-    tensors: dict[str, TensorSpec] | None = None
-    inferred_from: InferredFrom | None = None
+    debugkit_batch_spec: Union[int, None] = None
+    structure: Union[str, Obj, None] = None
+    tensors: Union[dict[str, TensorSpec], None] = None
+    inferred_from: Union[InferredFrom, None] = None
 
 
 class ThreadFrame(_Doc):
     file: Str = None
-    line: int | None = None
+    line: Union[int, None] = None
     function: Str = None
     code: Str = None
-    library: bool | None = None
+    library: Union[bool, None] = None
 
 
 class Thread(_Doc):
-    ident: int | None = None
+    ident: Union[int, None] = None
     name: Str = None
-    daemon: bool | None = None
-    frames: list[ThreadFrame] | None = None
+    daemon: Union[bool, None] = None
+    frames: Union[list[ThreadFrame], None] = None
 
 
 class HangDump(_Doc):
-    rank: int | None = None
-    segment: int | None = None
-    time: Num | None = None
+    rank: Union[int, None] = None
+    segment: Union[int, None] = None
+    time: Union[Num, None] = None
     reason: Str = None
-    trigger_rank: int | None = None
-    trigger_step: int | None = None
-    in_step: bool | None = None
-    step: int | None = None
-    last_step: int | None = None
-    step_started_at: Num | None = None
-    elapsed_s: Num | None = None
-    timeout_s: Num | None = None
-    pid: int | None = None
-    train_thread: int | None = None
-    threads: list[Thread] | None = None
-    files: dict[str, Str] | None = None
+    trigger_rank: Union[int, None] = None
+    trigger_step: Union[int, None] = None
+    in_step: Union[bool, None] = None
+    step: Union[int, None] = None
+    last_step: Union[int, None] = None
+    step_started_at: Union[Num, None] = None
+    elapsed_s: Union[Num, None] = None
+    timeout_s: Union[Num, None] = None
+    pid: Union[int, None] = None
+    train_thread: Union[int, None] = None
+    threads: Union[list[Thread], None] = None
+    files: Union[dict[str, Str], None] = None
     pyspy_error: Str = None
 
 
 class HangRequest(_Doc):
-    rank: int | None = None
-    step: int | None = None
-    time: Num | None = None
-    timeout_s: Num | None = None
+    rank: Union[int, None] = None
+    step: Union[int, None] = None
+    time: Union[Num, None] = None
+    timeout_s: Union[Num, None] = None
 
 
 # ---------------------------------------------------------------------------- failures/
 class Nonfinite(_Doc):
-    loss_keys: list[str] | None = None
-    layers: list[str] | None = None
-    loss_finite: bool | None = None
+    loss_keys: Union[list[str], None] = None
+    layers: Union[list[str], None] = None
+    loss_finite: Union[bool, None] = None
     detected: Str = None
-    state_after_optimizer_step: bool | None = None
+    state_after_optimizer_step: Union[bool, None] = None
 
 
 class Failure(_Doc):
     id: Str = None
     kind: Str = None
-    step: int | None = None
-    rank: int | None = None
-    world_size: int | None = None
+    step: Union[int, None] = None
+    rank: Union[int, None] = None
+    world_size: Union[int, None] = None
     device: Str = None
-    time: Num | None = None
+    time: Union[Num, None] = None
     error_type: Str = None
     error_module: Str = None
     message: Str = None
     traceback: Str = None
-    dataset_indices: list[int] | None = None
-    code: dict[str, CodeSpec] | None = None
-    num_classes: int | None = None
-    optimizer_stepped: bool | None = None
-    files: dict[str, list[str]] | None = None
-    sha256: dict[str, str] | None = None
-    capture_errors: dict[str, Str] | None = None
-    nonfinite: Nonfinite | None = None
-    model_training: bool | None = None
-    factory_kwargs: Obj | None = None
+    dataset_indices: Union[list[int], None] = None
+    code: Union[dict[str, CodeSpec], None] = None
+    num_classes: Union[int, None] = None
+    optimizer_stepped: Union[bool, None] = None
+    files: Union[dict[str, list[str]], None] = None
+    sha256: Union[dict[str, str], None] = None
+    capture_errors: Union[dict[str, Str], None] = None
+    nonfinite: Union[Nonfinite, None] = None
+    model_training: Union[bool, None] = None
+    factory_kwargs: Union[Obj, None] = None
 
 
 class RngDoc(_Doc):
-    cuda_devices: int | None = None
+    cuda_devices: Union[int, None] = None
     host_taken: Str = None
     torch_taken: Str = None
-    numpy: Obj | None = None
-    python: Obj | None = None
+    numpy: Union[Obj, None] = None
+    python: Union[Obj, None] = None
 
 
 class BatchStructure(_Doc):
-    version: int | None = None
-    root: Obj | None = None
+    version: Union[int, None] = None
+    root: Union[Obj, None] = None
 
 
 # ------------------------------------------------------------------ memory_snapshots/
 class SnapshotMeta(_Doc):
     id: Str = None
-    rank: int | None = None
-    step: int | None = None
+    rank: Union[int, None] = None
+    step: Union[int, None] = None
     reason: Str = None
     failure: Str = None
-    device: str | int | None = None
-    time: Num | None = None
+    device: Union[str, int, None] = None
+    time: Union[Num, None] = None
     source: Str = None
-    size_bytes: int | None = None
+    size_bytes: Union[int, None] = None
     sha256: Str = None
-    oom_device: int | str | None = None
-    oom_requested_bytes: Num | None = None
-    oom_device_allocated_bytes: Num | None = None
-    oom_device_free_bytes: Num | None = None
+    oom_device: Union[int, str, None] = None
+    oom_requested_bytes: Union[Num, None] = None
+    oom_device_allocated_bytes: Union[Num, None] = None
+    oom_device_free_bytes: Union[Num, None] = None
 
 
 # ----------------------------------------------------------------------- checkpoints/
 class CheckpointFile(_Doc):
-    bytes: int | None = None
+    bytes: Union[int, None] = None
     sha256: Str = None
 
 
 class CheckpointEntry(_Doc):
-    step: int | None = None
-    wall_time: Num | None = None
+    step: Union[int, None] = None
+    wall_time: Union[Num, None] = None
     dir: Str = None
-    files: dict[str, CheckpointFile] | None = None
+    files: Union[dict[str, CheckpointFile], None] = None
 
 
 class CheckpointIndex(_Doc):
     format: Str = None
-    checkpoints: list[CheckpointEntry] | None = None
+    checkpoints: Union[list[CheckpointEntry], None] = None
 
 
 # ---------------------------------------------------------------------------- audits/
@@ -393,17 +393,17 @@ class Audit(_Doc):
     name: Str = None
     format: Str = None
     verdict: Str = None
-    reasons: list[str] | None = None
-    model: Obj | None = None
-    dataset: Obj | None = None
-    sensitive: dict[str, Obj] | None = None
-    shap: Obj | None = None
-    associations: list[Obj] | None = None
-    flags: list[Obj] | None = None
-    provenance: Obj | None = None
+    reasons: Union[list[str], None] = None
+    model: Union[Obj, None] = None
+    dataset: Union[Obj, None] = None
+    sensitive: Union[dict[str, Obj], None] = None
+    shap: Union[Obj, None] = None
+    associations: Union[list[Obj], None] = None
+    flags: Union[list[Obj], None] = None
+    provenance: Union[Obj, None] = None
     rows_sha256: Str = None
     substance_sha256: Str = None
-    files: dict[str, str] | None = None
+    files: Union[dict[str, str], None] = None
 
 
 #: The schema of each JSON file of the run format, by the name callers pass.

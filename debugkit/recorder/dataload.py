@@ -63,7 +63,8 @@ def describe_failed_batch(dataset, indices: list | None, exc: BaseException) -> 
     """
     import random
 
-    samples, items = [], []
+    samples: list[dict[str, Any]] = []
+    items: list[Any] = []
     idx = list(indices or [])[:MAX_SAMPLES]
     state = random.getstate()
     try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from .sandbox import Channel, serve
 
@@ -40,11 +41,11 @@ def recollate_here(req: dict, chan: Channel) -> dict:
         return {"ran": False, "n": len(samples),
                 "why": f"the loader's collate_fn {spec or '(unknown)'} is not torch's: it is not run"}
     mod, _, qual = spec.partition(":")
-    fn = importlib.import_module(mod)
+    fn: Any = importlib.import_module(mod)
     for part in qual.split("."):
         fn = getattr(fn, part)
     chan.send("progress", message=f"Collating the {len(samples)} captured samples again")
-    out = {"ran": True, "n": len(samples), "error": None, "odd": [], "usual": None}
+    out: dict[str, Any] = {"ran": True, "n": len(samples), "error": None, "odd": [], "usual": None}
     t0 = time.perf_counter()
     try:
         fn(samples)

@@ -7,6 +7,7 @@ at capture time is named from the capture."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from ..analysis.findings import Check
 from ..recorder.dataload import describe_leaves
@@ -41,8 +42,9 @@ def replay_data_loading(record: dict, *, timeout_s: float, cap: int | None, prog
         return (f"sample {pos}" + (f" (dataset index {s['dataset_index']})"
                                    if s.get("dataset_index") is not None else ""))
 
-    replay, checks, culprit, positions = None, [], {k: None for k in (
-        "module", "op", "input", "sample_index", "dataset_index", "detail")}, []
+    culprit: dict[str, Any] = {k: None for k in (
+        "module", "op", "input", "sample_index", "dataset_index", "detail")}
+    replay, checks, positions = None, [], []
     if info.get("phase") == "fetch":
         bad = by_pos.get((info.get("odd") or [None])[0]) or {}
         detail = (f"reading {name(bad.get('position'))} from the dataset raised {bad.get('error')} "
