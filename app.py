@@ -54,13 +54,19 @@ elif _auth.auth_providers() is not None and not _auth.logged_in():
 else:
     if _auth.auth_providers() is not None:
         _auth.signed_in_badge()
-    pages = [st.Page(f, title=t, icon=i, url_path=u, default=(u == "home")) for f, t, i, u in PAGES]
+    pages = [st.Page(f, title=t, icon=i, url_path=u) if u != "home" else
+             # Home is served at the root; its url_path is reserved by Streamlit but not
+             # served, so /home is a hidden second entry of the same file (a typed or
+             # bookmarked /home opens Home, not a "Page not found" notice).
+             st.Page(f, title=t, icon=i, url_path="index", default=True) for f, t, i, u in PAGES]
+    aliases = [st.Page("pages/home.py", title="Home", icon=":material/home:", url_path="home",
+                       visibility="hidden")]
     _routing.register_pages([f for f, *_ in PAGES])
     # The menu is drawn by the app (page links), not by Streamlit's sidebar navigation,
     # which config.toml turns off (client.showSidebarNavigation = false): Streamlit would
     # otherwise draw a fresh server's first sessions the pages/ folder's file list before
     # this router has run, even to visitors who have not signed in (docs/security.md).
-    nav = st.navigation(pages, position="hidden")
+    nav = st.navigation(pages + aliases, position="hidden")
     _sidebar.menu(pages)
     _sidebar.sidebar()
     try:

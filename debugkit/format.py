@@ -315,3 +315,38 @@ def update_manifest(run_dir: Path, change: Callable[[dict | None], dict], *,
         new = change(old)
         atomic_write_json(mpath, new)
     return new
+
+
+MAX_TAGS = 32
+MAX_TAG_CHARS = 64
+MSG_BAD_TAGS = "tags={value!r}: expected a list of at most {n} strings of 1-{chars} printable characters"
+
+
+def check_tags(tags) -> list[str]:
+    """A run's tags (``Recorder(..., tags=[...])``) as the manifest stores them: unique,
+    in the order given. Raises :class:`~debugkit.errors.InvalidInputError` otherwise."""
+    from .errors import InvalidInputError
+
+    if isinstance(tags, str) or not isinstance(tags, (list, tuple)) or len(tags) > MAX_TAGS:
+        raise InvalidInputError(MSG_BAD_TAGS.format(value=tags, n=MAX_TAGS, chars=MAX_TAG_CHARS))
+    out: list[str] = []
+    for t in tags:
+        if not isinstance(t, str) or not 0 < len(t.strip()) <= MAX_TAG_CHARS or not t.isprintable():
+            raise InvalidInputError(MSG_BAD_TAGS.format(value=tags, n=MAX_TAGS, chars=MAX_TAG_CHARS))
+        if t.strip() not in out:
+            out.append(t.strip())
+    return out
+
+
+def read_tags(manifest: dict) -> list[str]:
+    """The tags of a manifest written by anyone: the valid ones (see :func:`check_tags`),
+    at most :data:`MAX_TAGS`; anything else in the field is ignored, never an error."""
+    raw = manifest.get("tags") if isinstance(manifest, dict) else None
+    if not isinstance(raw, list):
+        return []
+    out: list[str] = []
+    for t in raw[:MAX_TAGS]:
+        if isinstance(t, str) and 0 < len(t.strip()) <= MAX_TAG_CHARS and t.isprintable() \
+                and t.strip() not in out:
+            out.append(t.strip())
+    return out

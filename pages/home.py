@@ -18,53 +18,161 @@ st.markdown(
 entries = _runs.run_entries()
 if not entries:
     st.info("No runs found. Record one with `debugkit.Recorder` (see the README's quick start) "
-            f"into the run store ({_ui.md(_runs.store_dir())}), or upload a run in the sidebar.")
+            "into the run store (`./runs`, or `$DEBUGKIT_STORE`), or upload a run in the sidebar.")
     st.stop()
 
+from debugkit.analysis.kinds import CATALOGUE  # noqa: E402
 from debugkit.diagnose import index as run_index  # noqa: E402
 from debugkit.io import store as run_store  # noqa: E402
 from debugkit.io.fs import as_path  # noqa: E402
 
-# What each run's analyses found comes from the persisted index (debugkit.diagnose.index),
-# which analyses a run again only when its files changed; each served root is listed once.
-served = {str(r) for r in _runs.roots()}
-with st.spinner("Reading the runs…"):
-    rows = run_index.summarize_runs(
+# The page (url path) each catalogue page name lives at.
+PAGE_PATHS = {"Overview": "overview", "Scalars": "scalars", "Gradients": "gradients",
+              "Memory": "memory", "Profiler": "profiler", "Distributed": "distributed",
+              "Checkpoints": "checkpoints", "Replay": "replay", "Compare": "compare",
+              "Bias audit": "audit"}
+
+
+def _read_rows(entries):
+    # What each run's analyses found comes from the persisted index (debugkit.diagnose.index),
+    # which analyses a run again only when its files changed; each served root is listed once.
+    served = {str(r) for r in _runs.roots()}
+    return run_index.summarize_runs(
         [run_store.RunEntry(rid, as_path(path), as_path(path).parent
                             if str(as_path(path).parent) in served else None)
          for rid, path in entries])
 
-st.subheader("Runs")
-st.caption("Each run with its status and what `debugkit diagnose` finds in it.")
-STATIC_ROWS = 60  # up to this many runs: a static table, every finding readable in full
-OPEN_BUTTONS = 48  # a store of thousands of runs lists them all, with buttons for the first
-if len(rows) <= STATIC_ROWS:
-    import pandas as pd  # noqa: E402
 
-    table = pd.DataFrame([{k: r[k] for k in ("id", "status", "steps", "failures", "errors", "warnings", "top")}
-                          for r in rows]).astype({"errors": "Int64", "warnings": "Int64"})
-    table["id"] = table["id"].map(_ui.md)
-    table["top"] = table["top"].map(_ui.md)
-    st.table(table.rename(columns={"top": "most severe finding"}).set_index("id"))
-else:
-    st.dataframe(
-        [{k: r[k] for k in ("id", "status", "steps", "failures", "errors", "warnings", "top")} for r in rows],
-        hide_index=True, width="stretch",
+# A few words per finding kind for the run list; a kind not named here reads as its own
+# name ("rank_divergence" -> "Rank divergence").
+SHORT = {"step_failure": "Step failed", "nonfinite_loss": "NaN/Inf loss",
+         "nonfinite_grad": "NaN/Inf gradient", "exploding_grad": "Exploding gradient",
+         "vanishing_grad": "Vanishing gradient", "rank_divergence": "Ranks diverge",
+         "memory_leak": "Memory leak"}
+
+
+def short_title(row) -> str | None:
+    """``"Exploding gradient at step 91 (10.bias)"``: the run's most severe finding in a
+    few words, or None when nothing was found."""
+    kind = row.get("top_kind")
+    if not kind:
+        return "Cannot be analysed" if str(row.get("top") or "").startswith("cannot analyse") else None
+    text = SHORT.get(kind) or kind.replace("_", " ").capitalize()
+    if isinstance(row.get("top_step"), int):
+        text += f" at step {row['top_step']}"
+    if row.get("top_layer"):
+        text += f" ({row['top_layer']})"
+    return text
+
+
+def finding_cell(row) -> str | None:
+    """The run's most severe finding as a link to the page that explains it: the URL
+    (``<page>?run=<id>``) with :func:`short_title` after ``#``, which the column shows as
+    the link's text."""
+    import urllib.parse
+
+    title = short_title(row)
+    if title is None:
+        return None
+    kind = CATALOGUE.get(row.get("top_kind") or "")
+    page = PAGE_PATHS.get(kind.page, "overview") if kind else "overview"
+    return f"{page}?run={urllib.parse.quote(row['id'])}#{title}"
+
+
+def runs_frame(rows):
+    """The run list as the table shows it (no paths: ids, facts, one finding title)."""
+    import pandas as pd
+
+    df = pd.DataFrame([{
+        "run": r["id"], "status": r.get("status") or "unknown",
+        "started": r.get("started"), "duration_s": r.get("duration_s"),
+        "steps": r.get("steps"), "failures": r.get("failures"),
+        "errors": r.get("errors"), "warnings": r.get("warnings"),
+        "finding": finding_cell(r), "tags": list(r.get("tags") or []),
+    } for r in rows])
+    df["started"] = pd.to_datetime(df["started"], unit="s", utc=True)
+    for c in ("steps", "failures", "errors", "warnings"):
+        df[c] = df[c].astype("Int64")
+    df["duration_s"] = df["duration_s"].astype("Float64")
+    return df
+
+
+def _filtered(df):
+    import pandas as pd
+
+    c1, c2, c3, c4 = st.columns([1.4, 1.4, 1.6, 1.6], vertical_alignment="bottom")
+    statuses = sorted(df["status"].unique())
+    pick_status = c1.multiselect("Status", statuses, key="home_status", placeholder="any status")
+    tags = sorted({t for ts in df["tags"] for t in ts})
+    pick_tags = c2.multiselect("Tags", tags, key="home_tags", placeholder="any tag",
+                               disabled=not tags,
+                               help="Runs carrying every chosen tag (Recorder(..., tags=[...]))")
+    text = c3.text_input("Search", key="home_search", placeholder="run id or finding")
+    started = df["started"].dropna()
+    since = None
+    if len(started):
+        lo, hi = started.min().date(), started.max().date()
+        since = c4.date_input("Started on or after", value=lo, min_value=lo, max_value=hi,
+                              key="home_since")
+    keep = df["status"].isin(pick_status) if pick_status else pd.Series(True, index=df.index)
+    if pick_tags:
+        keep &= df["tags"].map(lambda ts: set(pick_tags) <= set(ts))
+    if text.strip():
+        needle = text.strip().lower()
+        keep &= (df["run"].str.lower().str.contains(needle, regex=False)
+                 | df["finding"].fillna("").str.lower().str.contains(needle, regex=False)
+                 | df["tags"].map(lambda ts: any(needle in t.lower() for t in ts)))
+    if since is not None:
+        keep &= df["started"].isna() | (df["started"].dt.date >= since)
+    return df[keep]
+
+
+def run_list(rows=None):
+    rows = _read_rows(_runs.run_entries()) if rows is None else rows
+    st.subheader("Runs")
+    live = sum(r.get("status") == "running" for r in rows)
+    st.caption("Each run with its status and the most severe thing `debugkit diagnose` finds in "
+               "it (click it for the page that explains it). Sort by any column; click a row to "
+               "open the run." + (f" {live} running: this list refreshes every few seconds."
+                                  if live else ""))
+    df = runs_frame(rows)
+    shown = _filtered(df)
+    if len(shown) < len(df):
+        st.caption(f"{len(shown)} of {len(df)} runs match.")
+    event = st.dataframe(
+        shown, hide_index=True, width="stretch", on_select="rerun", selection_mode="single-row",
+        key="home_runs", height=min(38 * len(shown) + 40, 640),
         column_config={
+            "run": st.column_config.TextColumn("run", pinned=True),
+            "status": st.column_config.TextColumn("status"),
+            "started": st.column_config.DatetimeColumn("started (UTC)", format="YYYY-MM-DD HH:mm"),
+            "duration_s": st.column_config.NumberColumn("duration", format="%.0f s",
+                                                        help="first record to the last step"),
+            "steps": st.column_config.NumberColumn("steps"),
             "failures": st.column_config.NumberColumn("failures", help="failure captures (batch, state, error)"),
             "errors": st.column_config.NumberColumn("errors", help="findings of severity error"),
             "warnings": st.column_config.NumberColumn("warnings", help="findings of severity warning"),
-            "top": st.column_config.TextColumn("most severe finding", width="large"),
-        },
-    )
-if len(rows) > OPEN_BUTTONS:
-    st.caption(f"Buttons for the first {OPEN_BUTTONS} of {len(rows)} runs; pick any run in the sidebar.")
-cols = st.columns(min(4, len(rows)) or 1)
-for i, r in enumerate(rows[:OPEN_BUTTONS]):
-    with cols[i % len(cols)]:
-        if st.button(f"Open {r['id']}", key=f"open_{r['id']}", width="stretch"):
-            _runs.select_run(r["path"], r["id"])
-            st.switch_page("pages/overview.py", query_params={"run": r["id"]})
+            "finding": st.column_config.LinkColumn("most severe finding", display_text=r"#(.*)$",
+                                                   width="large"),
+            "tags": st.column_config.ListColumn("tags"),
+        })
+    picked = (event or {}).get("selection", {}).get("rows", []) if event else []
+    if picked:
+        rid = shown.iloc[picked[0]]["run"]
+        path = dict(_runs.run_entries()).get(rid)
+        if path:
+            _runs.select_run(path, rid)
+            st.switch_page("pages/overview.py", query_params={"run": rid})
+    return rows
+
+
+with st.spinner("Reading the runs…"):
+    first = _read_rows(entries)
+if any(r.get("status") == "running" for r in first):
+    rows = first
+    st.fragment(run_list, run_every=5)()  # a live run: the list follows it
+else:
+    rows = run_list(first)
 
 if len(rows) >= 2 and _routing.has_page("pages/compare.py"):
     st.subheader("Compare two runs")

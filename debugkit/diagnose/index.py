@@ -34,11 +34,11 @@ from ..io.fs import as_path, is_local
 
 log = logging.getLogger(__name__)
 
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: rows carry started, duration_s, tags and top_kind/_step/_layer
 INDEX_DIR = "index"
 # The columns of a run-list row (see :func:`summarize_run`).
 ROW_FIELDS = ("id", "name", "status", "steps", "failures", "path", "error", "errors",
-              "warnings", "top")
+              "warnings", "top", "top_kind", "top_step", "top_layer", "started", "duration_s", "tags")
 
 
 def index_dir() -> Path:
@@ -111,12 +111,16 @@ def _read_entry(file: Path, path: str, digest: str) -> dict | None:
 
 
 def findings_counts(found) -> dict:
-    """``{errors, warnings, top}`` of a list of findings (``top``: the most severe one's
-    ``"kind: message"``, "" when there is none)."""
+    """``{errors, warnings, top, top_kind}`` of a list of findings (``top``: the most
+    severe one's ``"kind: message"``, "" when there is none; ``top_kind``, ``top_step``,
+    ``top_layer``: its kind, step and layer, or None)."""
     worst = next((f for sev in ("error", "warning") for f in found if f.severity == sev), None)
     return {"errors": sum(f.severity == "error" for f in found),
             "warnings": sum(f.severity == "warning" for f in found),
-            "top": f"{worst.kind}: {worst.message}" if worst else ""}
+            "top": f"{worst.kind}: {worst.message}" if worst else "",
+            "top_kind": worst.kind if worst else None,
+            "top_step": worst.step if worst else None,
+            "top_layer": worst.layer if worst else None}
 
 
 def _analyse(entry) -> dict:
@@ -125,7 +129,8 @@ def _analyse(entry) -> dict:
     from . import diagnose
 
     row = store.summarize(entry)
-    row.update({"errors": None, "warnings": None, "top": ""})
+    row.update({"errors": None, "warnings": None, "top": "", "top_kind": None, "top_step": None,
+                "top_layer": None})
     if row["error"] is not None:
         row["top"] = f"cannot analyse: {row['error']}"
         return row

@@ -198,17 +198,32 @@ def resolve_run(run_id: str, roots: list[Path]) -> RunEntry:
 
 
 def summarize(entry: RunEntry) -> dict:
-    """``{id, name, status, steps, failures, path, error}`` for a run list."""
+    """``{id, name, status, steps, failures, path, error, started, duration_s, tags}`` for
+    a run list: ``started`` is the manifest's ``created_at`` (seconds since the epoch),
+    ``duration_s`` from it to the last step's wall time, ``tags`` the manifest's tags
+    (:func:`debugkit.format.read_tags`)."""
+    import math
+
+    from .. import format as fmt_
     from .run import open_run
 
     row = {"id": entry.id, "name": entry.id, "status": None, "steps": None,
-           "failures": None, "path": str(entry.path), "error": None}
+           "failures": None, "path": str(entry.path), "error": None,
+           "started": None, "duration_s": None, "tags": []}
     try:
         run = open_run(entry.path)
         row["name"] = run.name
         row["status"] = run.status
+        row["tags"] = fmt_.read_tags(run.manifest)
+        created = run.manifest.get("created_at")
+        if isinstance(created, (int, float)) and math.isfinite(created):
+            row["started"] = float(created)
         st = run.steps()
         row["steps"] = int(st["step"].nunique()) if len(st) else 0
+        if len(st) and row["started"] is not None and "wall_time" in st:
+            last = float(st["wall_time"].max())
+            if math.isfinite(last) and last >= row["started"]:
+                row["duration_s"] = round(last - row["started"], 3)
         row["failures"] = len(run.failures())
     except DebugkitError as exc:
         row["error"] = str(exc)

@@ -204,6 +204,11 @@ class Recorder:
 
         Skipped steps write no ``steps`` row; their count is ``skipped_batches`` of the
         ``close`` event (and :attr:`batches_skipped`).
+    tags : sequence of str, optional
+        Labels for the run list (``["baseline", "lr-sweep"]``): stored in the manifest,
+        shown and filterable on the dashboard's Home. Each tag is 1-64 printable
+        characters; duplicates are dropped. A resumed run keeps its tags unless new ones
+        are given. The framework callbacks pass it through (``**recorder_kwargs``).
     grads_hook : bool
         Take gradient norms in ``optimizer``'s step pre-hook (the default). Frameworks
         that call ``optimizer.step(closure)`` with a closure that runs the backward pass
@@ -215,7 +220,7 @@ class Recorder:
                  model_factory=None, factory_kwargs=None, step_fn=None, num_classes=None,
                  log_every=1, flush_every_s=2.0, halt_on_nonfinite=False, hang_timeout_s=None,
                  record_memory_history=False, guard=None, guard_action="raise",
-                 grads_hook=True):
+                 grads_hook=True, tags=None):
         import torch
 
         if int(log_every) < 1:
@@ -224,6 +229,7 @@ class Recorder:
                                                and math.isfinite(hang_timeout_s) and hang_timeout_s > 0):
             raise InvalidInputError(MSG_HANG_TIMEOUT.format(value=hang_timeout_s))
         parse_memory_option(record_memory_history)  # bad options fail before any file is written
+        tags = fmt.check_tags(tags) if tags is not None else None
         if guard_action not in ("raise", "skip"):
             raise InvalidInputError(MSG_GUARD_ACTION.format(value=guard_action))
         self._guard = coerce_spec(guard)
@@ -276,6 +282,8 @@ class Recorder:
                 "guard": None if self._guard is None else
                 {"action": guard_action, "spec": self._guard.to_dict()},
             }
+            if tags is not None:
+                manifest["tags"] = tags
             manifest = fmt.update_manifest(self.run_dir, lambda old: _resumed(manifest, old, now),
                                            unreadable="replace")
             self.run_id = manifest["run_id"]

@@ -322,3 +322,36 @@ def test_a_resumed_attempt_takes_over_from_its_first_step(tmp_path):
 def test_bad_log_every():
     with pytest.raises(InvalidInputError, match="log_every=0: expected an integer >= 1"):
         Recorder("/tmp/never-created-debugkit", _model(), log_every=0)
+
+
+def test_tags_are_stored_in_the_manifest_and_kept_on_resume(tmp_path):
+    from debugkit import format as fmt
+
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    with Recorder(tmp_path / "r", model, optimizer=opt, tags=["baseline", "lr-sweep", "baseline"]) as rec:
+        train(rec, model, opt, _batches(2))
+    assert fmt.read_manifest(tmp_path / "r")["tags"] == ["baseline", "lr-sweep"]
+    with Recorder(tmp_path / "r", model, optimizer=opt) as rec:  # resumed without tags
+        train(rec, model, opt, _batches(1))
+    assert fmt.read_tags(fmt.read_manifest(tmp_path / "r")) == ["baseline", "lr-sweep"]
+    from debugkit.io.store import RunEntry, summarize
+
+    assert summarize(RunEntry("r", tmp_path / "r", tmp_path))["tags"] == ["baseline", "lr-sweep"]
+
+
+@pytest.mark.parametrize("tags", ["baseline", [""], ["x" * 65], [3], ["a\nb"], ["t"] * 33])
+def test_bad_tags_are_refused_before_anything_is_written(tmp_path, tags):
+    from debugkit.format import MAX_TAGS
+
+    assert MAX_TAGS == 32
+    with pytest.raises(InvalidInputError, match=r"tags=.*expected a list of at most 32 strings"):
+        Recorder(tmp_path / "r", _model(), tags=tags)
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_stranger_s_manifest_tags_are_read_safely():
+    from debugkit.format import read_tags
+
+    assert read_tags({"tags": ["ok", 3, None, "", "x" * 99, "ok", "two words"]}) == ["ok", "two words"]
+    assert read_tags({"tags": "not-a-list"}) == [] and read_tags({}) == []
