@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._fsutil import MAX_JSON_BYTES, loads_capped, read_bytes_capped
 from ..errors import MSG_BATCH_VIOLATION, InvalidInputError
 
 SPEC_VERSION = 1
@@ -171,7 +172,8 @@ class BatchSpec:
     @classmethod
     def from_json(cls, text, where: str = "batch spec") -> BatchSpec:
         try:
-            d = json.loads(text) if isinstance(text, (str, bytes)) else text
+            # nesting capped: a spec 100,000 brackets deep is refused, not a RecursionError
+            d = loads_capped(text, where) if isinstance(text, (str, bytes)) else text
         except ValueError as e:
             raise InvalidInputError(f"{where}: not valid JSON ({e})") from None
         if not isinstance(d, dict) or d.get("debugkit_batch_spec") != SPEC_VERSION \
@@ -194,8 +196,8 @@ class BatchSpec:
     @classmethod
     def load(cls, path) -> BatchSpec:
         p = Path(path)
-        try:
-            text = p.read_text(encoding="utf-8")
+        try:  # the 64 MiB cap of every JSON file of a run (FileLimitError past it)
+            text = read_bytes_capped(p, MAX_JSON_BYTES, "a batch spec").decode("utf-8", "replace")
         except OSError as e:
             raise InvalidInputError(f"{p}: cannot read batch spec ({e.strerror})") from None
         return cls.from_json(text, where=str(p))

@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .._fsutil import read_json
 from ..errors import DebugkitError
 from ..recorder.guard import BatchSpec, Violation
+from ..runschema import read_run_json
 
 SPEC_FILE = "batch_spec.json"
 
@@ -75,8 +75,7 @@ def suggest_guard(record: dict, num_classes: int | None = None) -> GuardSuggesti
     if p.is_file():
         try:
             spec = BatchSpec.load(p)
-
-            n = int((read_json(p).get("inferred_from") or {}).get("healthy_batches") or 0)
+            n = int((read_run_json(p, "batch_spec.json").get("inferred_from") or {}).get("healthy_batches") or 0)
             source = "healthy_batches"
         except (DebugkitError, ValueError, TypeError):
             spec = None

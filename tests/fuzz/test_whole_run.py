@@ -2,8 +2,8 @@
 (tests/fuzz/wholerun.py), opened on Home, Overview, Gradients, Memory, Profiler,
 Distributed, Checkpoints, Replay and Audit. Every page draws or shows a DebugkitError's
 box; nothing raises into Streamlit, shows a traceback of the app's code or the "Something
-went wrong" box, crashes the process (each run is opened in a child) or writes outside
-the store and the cache. The seeds are fixed; ``python bench/fuzz.py --whole-run N``
+went wrong" box, prints a traceback to the process's stderr (the server log), crashes the
+process (each run is opened in a child) or writes outside the store and the cache. The seeds are fixed; ``python bench/fuzz.py --whole-run N``
 explores more.
 """
 
@@ -32,7 +32,7 @@ def test_a_mutated_run_opens_on_every_page():
 @pytest.mark.parametrize("sample", RUNS)
 def test_mutated_sample_runs_open_on_every_page(sample):
     broken = []
-    for salt in range(1, 3):
+    for salt in range(1, 2):  # one seeded run per sample here; bench/fuzz.py --whole-run N does more
         result = run_isolated(sample, salt)
         broken += [f"{sample} salt={salt} {result['files']}: {b}" for b in _broken(result)]
     assert not broken, "\n".join(broken)

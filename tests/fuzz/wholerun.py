@@ -12,7 +12,8 @@ mutations (:func:`tests.fuzz.targets.mutate`).
 app.py): Home, then Overview, Gradients, Memory, Profiler, Distributed, Checkpoints,
 Replay and Audit. Each page must draw, or show a DebugkitError's box; an exception that
 reached Streamlit, a traceback in the page, or the app's "Something went wrong" box (an
-exception that is not a DebugkitError: a bug the checks did not foresee) breaks the
+exception that is not a DebugkitError: a bug the checks did not foresee), or a traceback
+printed to the process's stderr (file descriptor 2, captured per page) breaks the
 contract. Files outside the store and the cache must not change.
 
 Each mutated run is opened in a child process (``python -m tests.fuzz.wholerun``), so a
@@ -21,6 +22,7 @@ crash is one broken case: see :func:`run_isolated`.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -241,12 +243,35 @@ def open_everywhere(run_dir: Path, run_id: str, pages=PAGES) -> dict[str, tuple[
         at = new_app(run_path=run_dir, run=run_id) if page != "home" else new_app()
         if page != "home":
             at.switch_page(f"pages/{page}.py")
-        try:
-            at.run()
-            out[page] = classify(at)
-        except Exception as exc:  # noqa: BLE001 - AppTest itself gave up (a timeout)
-            out[page] = ("exception", f"{type(exc).__name__}: {exc}"[:300])
+        with _stderr_captured() as printed:
+            try:
+                at.run()
+                out[page] = classify(at)
+            except Exception as exc:  # noqa: BLE001 - AppTest itself gave up (a timeout)
+                out[page] = ("exception", f"{type(exc).__name__}: {exc}"[:300])
+        text = printed()
+        if out[page][0] in GOOD and "Traceback (most recent call last)" in text:
+            # the page looked fine, but the process printed a traceback (a logged error)
+            out[page] = ("traceback", "printed: " + text[text.index("Traceback"):][:300])
     return out
+
+
+@contextlib.contextmanager
+def _stderr_captured():
+    """Everything written to file descriptor 2 meanwhile (Python's and C code's)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as f:
+        os.dup2(f.fileno(), 2)
+        box = {"text": ""}
+        try:
+            yield lambda: box["text"]
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            f.seek(0)
+            box["text"] = f.read().decode("utf-8", "replace")
 
 
 def run_isolated(sample: str, salt: int, pages=PAGES) -> dict:
@@ -275,10 +300,8 @@ def run_isolated(sample: str, salt: int, pages=PAGES) -> dict:
 
 def _main(argv: list[str]) -> int:
     import faulthandler
-    import logging
 
     faulthandler.enable()
-    logging.disable(logging.CRITICAL)  # the app logs unexpected errors; the result says them
     sample, salt, tmp = argv[0], int(argv[1]), Path(argv[2])
     pages = argv[3].split(",") if len(argv) > 3 else list(PAGES)
     store, cache, home = tmp / "store", tmp / "cache", tmp / "home"

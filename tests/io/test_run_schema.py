@@ -132,3 +132,18 @@ def test_the_64_mib_cap_holds_for_data_batch_spec_and_events(tmp_path):
     text = "\n".join(r.warnings)
     for name in ("data.json", "batch_spec-000.json", "events-000.jsonl"):
         assert re.search(rf"{name}: {over} bytes is over the limit of {MAX_JSON_BYTES} bytes", text), (name, text)
+
+
+def test_a_failure_s_batch_spec_is_capped_in_size_and_depth(tmp_path):
+    """``BatchSpec.load`` (the Replay page's guard suggestion) read the file whole and
+    parsed it with json.loads: 65 MiB were read, 100,000 brackets a RecursionError."""
+    from debugkit.errors import InvalidInputError
+    from debugkit.recorder.guard import BatchSpec
+
+    p = tmp_path / "batch_spec.json"
+    _sparse(p, MAX_JSON_BYTES + 1)
+    with pytest.raises(FileLimitError, match="over the limit"):
+        BatchSpec.load(p)
+    p.write_bytes(b'{"tensors": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+    with pytest.raises(InvalidInputError, match="nested deeper than 64"):
+        BatchSpec.load(p)
