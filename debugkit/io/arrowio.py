@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import MSG_TABLE_INVALID, RunDirError
+from .decompress import DecompressionLimitError, check_ipc_stream
 
 
 @dataclass
@@ -57,6 +58,10 @@ def read_stream(path: str | os.PathLike, schema=None) -> StreamRead:
     with path.open("rb") as f:
         data = f.read()
     buf = pa.py_buffer(data)
+    try:  # compressed batches (LZ4/ZSTD, never debugkit's own) within the decompression limits
+        check_ipc_stream(buf, path)
+    except DecompressionLimitError as exc:
+        raise RunDirError(str(exc)) from None
     try:
         reader = pa.ipc.open_stream(buf)
     except (pa.ArrowInvalid, OSError, ValueError) as exc:

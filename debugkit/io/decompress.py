@@ -20,6 +20,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import struct
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -208,3 +209,113 @@ __all__ = ["DecompressLimits", "DecompressionLimitError", "GZIP_MAGIC", "MSG_UNP
            "MSG_UNPACKS_TOO_BIG", "check_not_refused", "file_key", "forget_refusals",
            "gunzip_bytes", "open_maybe_gzip", "read_maybe_gzip", "remember_refusal",
            "wrap_maybe_gzip"]
+
+
+# ---------------------------------------------------------------------------- Arrow IPC
+MSG_IPC_BOMB = ("{path}: refused: record batch {batch} unpacks its {size} compressed bytes to "
+                "{unpacked} bytes ({why}); this looks like a compression bomb")
+_RECORD_BATCH, _DICTIONARY_BATCH = 3, 2  # flatbuffers MessageHeader union tags
+
+
+_U32 = struct.Struct("<I")
+_I32 = struct.Struct("<i")
+_U16 = struct.Struct("<H")
+_I64 = struct.Struct("<q")
+_BUFFER = struct.Struct("<qq")
+
+
+def _ipc_unpacked_bytes(meta, body) -> int | None:
+    """The bytes a compressed record (or dictionary) batch message inflates to (the sum
+    of its buffers' stated uncompressed lengths), or None for an uncompressed one.
+
+    Reads the message's flatbuffers metadata (``Message.header`` -> ``RecordBatch``:
+    field 2 ``buffers``, field 3 ``compression``) as Arrow's ``Message.fbs`` defines it.
+    Written out flat: it runs for every batch of every stream read."""
+    u16, u32, i32 = _U16.unpack_from, _U32.unpack_from, _I32.unpack_from
+    root = u32(meta, 0)[0]
+    vt = root - i32(meta, root)[0]
+    vt_size = u16(meta, vt)[0]
+    if vt_size < 10:  # no header field
+        return None
+    kind_off, header_off = u16(meta, vt + 6)[0], u16(meta, vt + 8)[0]
+    if not kind_off or not header_off:
+        return None
+    kind = meta[root + kind_off]
+    if kind != _RECORD_BATCH and kind != _DICTIONARY_BATCH:
+        return None
+    at = root + header_off
+    table = at + u32(meta, at)[0]
+    if kind == _DICTIONARY_BATCH:  # DictionaryBatch.data (field 1) is the RecordBatch
+        dvt = table - i32(meta, table)[0]
+        if u16(meta, dvt)[0] < 8 or not u16(meta, dvt + 6)[0]:
+            return None
+        at = table + u16(meta, dvt + 6)[0]
+        table = at + u32(meta, at)[0]
+    hvt = table - i32(meta, table)[0]
+    hvt_size = u16(meta, hvt)[0]
+    if hvt_size < 12 or not u16(meta, hvt + 10)[0]:  # no BodyCompression: stored as is
+        return None
+    buffers_off = u16(meta, hvt + 8)[0]
+    if not buffers_off:
+        return 0
+    at = table + buffers_off
+    vec = at + u32(meta, at)[0]
+    n = u32(meta, vec)[0]
+    raw = memoryview(body)
+    total = 0
+    for i in range(n):
+        offset, length = _BUFFER.unpack_from(meta, vec + 4 + 16 * i)
+        if length < 8 or offset < 0 or offset + 8 > len(raw):
+            continue  # empty, or out of the body: pyarrow refuses it without inflating
+        stated = _I64.unpack_from(raw, offset)[0]
+        total += length - 8 if stated < 0 else stated  # -1: stored uncompressed
+    return total
+
+
+def check_ipc_stream(buf, path, *, limits: DecompressLimits | None = None) -> None:
+    """Refuse an Arrow IPC stream whose compressed record batches (LZ4 or ZSTD buffer
+    compression, which pyarrow inflates as it reads) would unpack past the limits,
+    before any batch is read. Uncompressed batches (debugkit's writer's) cost a glance at
+    their metadata. A message cut short ends the check (the reader reports it).
+
+    Raises
+    ------
+    DecompressionLimitError
+        A batch states more than ``$DEBUGKIT_MAX_UNPACKED_MB`` in all, or more than 200x
+        its compressed bytes past 8 MiB.
+    """
+    import pyarrow as pa
+
+    limits = limits or DecompressLimits.from_env()
+    try:
+        reader = pa.ipc.MessageReader.open_stream(buf)
+    except (pa.ArrowInvalid, OSError, ValueError):
+        return
+    total = 0
+    batch = 0
+    while True:
+        try:
+            msg = reader.read_next_message()
+        except (StopIteration, pa.ArrowInvalid, OSError, ValueError):
+            return
+        if msg is None:
+            return
+        if msg.type not in ("record batch", "dictionary"):
+            continue
+        body = msg.body if msg.body is not None else b""
+        try:
+            unpacked = _ipc_unpacked_bytes(msg.metadata, body)
+        except (struct.error, IndexError, ValueError):
+            unpacked = None  # malformed metadata: pyarrow refuses it when it reads the batch
+        if unpacked is not None:
+            size = len(body)
+            total += unpacked
+            why = None
+            if unpacked > max(RATIO_FLOOR, limits.max_ratio * size):
+                why = f"over {limits.max_ratio}x"
+            elif total > limits.max_bytes:
+                why = f"the stream over {limits.max_bytes} bytes, DEBUGKIT_MAX_UNPACKED_MB"
+            if why:
+                raise DecompressionLimitError(MSG_IPC_BOMB.format(
+                    path=path, batch=batch, size=size, unpacked=unpacked, why=why))
+        batch += msg.type == "record batch"
