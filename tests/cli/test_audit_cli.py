@@ -16,7 +16,7 @@ from debugkit.audit.store import MSG_BAD_ID
 from debugkit.cli import main
 from debugkit.errors import MSG_NO_SUCH_PATH
 
-from ..conftest import ROOT, SAMPLE_RUNS
+from ..conftest import ROOT, SAMPLE_RUNS, console_script
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +100,34 @@ def test_share_by_run_id(sample, capsys):
     _, ids = sample
     assert main(["share", "credit-audit", "--audit", ids[0]]) == 0
     assert capsys.readouterr().out.startswith("http://localhost:8501/audit?run=credit-audit&audit=")
+
+
+def test_share_link_follows_the_servers_configured_address(sample, tmp_path):
+    """`debugkit share` from a folder whose .streamlit/config.toml moves the dashboard to
+    port 8600 under /dk: the link uses that address, and the output says --base-url for
+    any other (issue 31: it used to print localhost:8501 whatever the server's address)."""
+    run, ids = sample
+    (tmp_path / ".streamlit").mkdir()
+    (tmp_path / ".streamlit" / "config.toml").write_text('[server]\nport = 8600\nbaseUrlPath = "dk"\n')
+    env = {k: v for k, v in __import__("os").environ.items()
+           if not k.startswith("STREAMLIT_") and k != "DEBUGKIT_BASE_URL"}
+    env["HOME"] = str(tmp_path / "home")
+
+    def share(*extra, **more):
+        return subprocess.run([console_script(), "share", str(run), "--audit", ids[0], *extra], cwd=tmp_path,
+                              env={**env, **more}, capture_output=True, text=True, timeout=120)
+
+    p = share()
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("http://localhost:8600/dk/audit?run=credit-audit&audit=")
+    assert "Streamlit's settings give" in p.stderr and str(tmp_path / ".streamlit" / "config.toml") in p.stderr
+    assert "pass --base-url URL" in p.stderr
+    # Streamlit's environment variables win over its files, as under `streamlit run`
+    p = share(STREAMLIT_SERVER_PORT="8700", STREAMLIT_BROWSER_SERVER_ADDRESS="dk.example.org")
+    assert p.stdout.startswith("http://dk.example.org:8700/dk/audit?"), p.stdout
+    # an explicit address is taken as given, without the note
+    p = share("--base-url", "https://reviewers.example.org")
+    assert p.stdout.startswith("https://reviewers.example.org/audit?") and "--base-url" not in p.stderr
 
 
 def test_the_real_command(sample):

@@ -45,9 +45,10 @@ SKIP = {
 }
 SERVERS = (("streamlit", "run"), ("debugkit", "ui"))
 # Files of the checkout a command may name; a block naming none runs from a user folder too.
-CHECKOUT_FILES = ("sample_runs/", "app.py", "requirements.txt", "-e .", "examples.")
-# What a run the quick start records is: the real script that records the digits sample.
-RECORD = {"runs/digits-mlp": ["-m", "examples.digits", "--out", "runs/digits-mlp", "--epochs", "1"]}
+CHECKOUT_FILES = ("sample_runs/", "app.py", "requirements.txt", "-e .", "examples.", "requirements-dev.txt")
+# The run the Quick start's script records (its Recorder's path), made by that script as
+# written: saved as train.py in the folder the commands run in, run with `python train.py`.
+QUICK_START_RUN = "runs/my-first-run"
 
 
 def readme_commands() -> list[tuple[int, list[str]]]:
@@ -62,6 +63,13 @@ def readme_commands() -> list[tuple[int, list[str]]]:
                 cmds += [c.strip() for c in line.split(" && ") if c.strip()]
         out.append((i, cmds))
     return out
+
+
+def quick_start_script() -> str:
+    """The Quick start's ```python block, as a user pastes it."""
+    m = re.search(r"^## Quick start\n.*?^```python\n(.*?)^```", README.read_text(), flags=re.S | re.M)
+    assert m, "README.md has no Quick start python block"
+    return m.group(1)
 
 
 def skipped(cmd: str) -> str | None:
@@ -106,14 +114,18 @@ def copy_checkout(dest: Path) -> Path:
     return dest
 
 
-def ensure_inputs(cmd: str, cwd: Path, checkout: Path) -> None:
-    """Record what a quick-start command reads, with the real script, if it is not there."""
-    for path, argv in RECORD.items():
-        if path in cmd and not (cwd / path).exists():
-            env = {**os.environ, "PYTHONPATH": str(checkout)}
-            p = subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True,
-                               text=True, timeout=600)
-            assert p.returncode == 0, p.stderr[-2000:]
+def run_quick_start(cwd: Path, env: dict) -> subprocess.CompletedProcess:
+    """Save the Quick start as ``train.py`` in ``cwd`` and run ``python train.py``."""
+    (cwd / "train.py").write_text(quick_start_script())
+    return subprocess.run([sys.executable, "train.py"], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def ensure_inputs(cmd: str, cwd: Path, env: dict) -> None:
+    """Record the run a command after the Quick start reads, with the Quick start itself."""
+    if QUICK_START_RUN in cmd and not (cwd / QUICK_START_RUN).exists():
+        p = run_quick_start(cwd, env)
+        assert p.returncode == 0, p.stderr[-3000:]
 
 
 def run_server(cmd: str, cwd: Path, env: dict, port: int, log: Path) -> None:
@@ -163,9 +175,9 @@ def run_block(cmds: list[str], cwd: Path, checkout: Path, tmp: Path) -> list[str
     for cmd in cmds:
         if skipped(cmd):
             continue
-        ensure_inputs(cmd, cwd, checkout)
         port = _free_port()
         env = user_env(tmp, port)
+        ensure_inputs(cmd, cwd, env)
         if tuple(shlex.split(cmd)[:2]) in SERVERS:
             run_server(cmd, cwd, env, port, tmp / f"server-{len(done)}.log")
         else:
@@ -182,6 +194,30 @@ def test_the_readme_has_runnable_blocks():
     for c in cmds:
         assert not re.search(r"\b(RUN|PATH|FILE|ID|PID|STEP)\b", c), f"placeholder in a bash block: {c!r}"
     assert {skipped(c) for c in cmds if skipped(c)} <= set(SKIP.values())
+
+
+def test_the_quick_start_is_a_complete_script(tmp_path):
+    """Pasted into train.py in an empty folder and run (issue 31: it used to stop at
+    `NameError: model`, lacked opt and loader, and named examples.digits from the checkout).
+    Its run id is its own: `?run=` of a bundled sample's name would open the sample."""
+    script = quick_start_script()
+    assert "examples." not in script
+    samples = {p.name for p in (ROOT / "sample_runs").iterdir()}
+    assert Path(QUICK_START_RUN).name not in samples
+    assert f"?run={Path(QUICK_START_RUN).name}" in README.read_text()
+    env = user_env(tmp_path, _free_port())
+    p = run_quick_start(tmp_path, env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    from debugkit.io.run import open_run
+
+    run = open_run(tmp_path / QUICK_START_RUN)
+    assert run.status == "finished" and run.manifest["model_factory"] == "train:build_model"
+    assert len(run.grad_norms()) > 0 and not run.failures()
+    # the run is served under its own id next to the samples, as the README says
+    from debugkit.io.store import find_runs
+
+    ids = {e.id: e.path for e in find_runs([ROOT / "sample_runs", tmp_path / "runs"])}
+    assert Path(ids[Path(QUICK_START_RUN).name]).resolve() == (tmp_path / QUICK_START_RUN).resolve()
 
 
 @pytest.mark.parametrize("block", [i for i, _ in readme_commands()])
