@@ -3,12 +3,17 @@
 Start it with ``streamlit run app.py`` (or ``debugkit ui``).
 """
 
+from pathlib import Path
+
 import streamlit as st
 
 from pages import _auth, _routing, _share, _sidebar, _ui
 
 _routing.mark_routed()
-st.set_page_config(page_title="debugkit", page_icon=":material/bug_report:", layout="wide")
+# The favicon is a file of the app (served by this server), not a Material icon, which the
+# browser would fetch from a font CDN: an offline install would have none.
+FAVICON = Path(__file__).resolve().parent / "assets" / "favicon.png"
+st.set_page_config(page_title="debugkit", page_icon=str(FAVICON), layout="wide")
 
 # (page file, title, icon, url path): one entry per page. The router decides what each
 # visitor may see.

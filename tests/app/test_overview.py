@@ -157,3 +157,10 @@ def test_home_filters_by_status_tags_and_search(app, tmp_path, monkeypatch):
     at.text_input(key="home_search").input("exploding").run()
     assert at.dataframe[0].value["run"].tolist() == ["digits-exploding"]
     assert any("1 of 23 runs match" in c.value for c in at.caption)
+
+
+def test_every_sample_is_named_as_its_folder():
+    """The name a page shows is the id the picker and links use (issue 35: 9 of 22 differed,
+    digits-profiled showed as "digits-mlp")."""
+    for d in sorted(p for p in SAMPLES.iterdir() if (p / "manifest.json").is_file()):
+        assert json.loads((d / "manifest.json").read_text())["name"] == d.name

@@ -26,7 +26,7 @@ def test_info_json_of_the_crashed_sample():
     p = dk("info", SAMPLES / "digits-bad-label", "--json")
     assert p.returncode == 0, p.stderr
     info = json.loads(p.stdout)
-    assert info["status"] == "failed" and info["name"] == "digits-mlp-bad-label"
+    assert info["status"] == "failed" and info["name"] == "digits-bad-label"
     assert info["manifest"]["schema_version"] == "1.0"
     assert info["manifest"]["model_factory"] == "examples.digits:build_model"
     # loss, epoch and lr per completed step; the failing step logged only its lr

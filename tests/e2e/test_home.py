@@ -26,3 +26,36 @@ def test_home_path_opens_home_and_a_row_click_opens_the_run(server, page):
     wait_for_app(page)
     picker = page.get_by_test_id("stSidebar").get_by_role("combobox", name="Open a run")
     assert picker.input_value() == "accelerate-nan"
+
+
+def test_the_favicon_is_served_by_the_app_and_the_theme_follows_the_user(server, browser):
+    import urllib.request
+
+    for scheme, dark in (("dark", True), ("light", False)):
+        ctx = browser.new_context(viewport={"width": 1280, "height": 800}, color_scheme=scheme)
+        page = ctx.new_page()
+        page.set_default_timeout(30_000)
+        try:
+            page.goto(server.url + "/scalars?run=digits-exploding")
+            wait_for_app(page)
+            page.locator(".js-plotly-plot").first.wait_for()
+            icon = page.evaluate("() => document.querySelector(\"link[rel*='icon']\").href")
+            assert icon.startswith(server.url + "/"), icon  # this server, no CDN
+            with urllib.request.urlopen(icon, timeout=30) as r:
+                assert r.headers["Content-Type"] == "image/png" and r.read(8) == b"\x89PNG\r\n\x1a\n"
+            bg = page.evaluate("() => getComputedStyle(document.querySelector(\"[data-testid='stApp']\"))"
+                               ".backgroundColor")
+            rgb = [int(v) for v in bg[bg.index("(") + 1:bg.index(")")].split(",")[:3]]
+            assert (sum(rgb) < 200) == dark, (scheme, bg)
+            # the chart follows it too: its paper is transparent over the app's background
+            # or drawn in the theme's colour
+            paper = page.evaluate("() => document.querySelector('.js-plotly-plot')._fullLayout.paper_bgcolor")
+            if paper.startswith("#"):
+                prgb, alpha = [int(paper[i:i + 2], 16) for i in (1, 3, 5)], 1.0
+            else:
+                parts = [float(v) for v in paper[paper.index("(") + 1:paper.index(")")].split(",")]
+                prgb, alpha = parts[:3], (parts[3] if len(parts) > 3 else 1.0)
+            light_paper = alpha > 0 and sum(prgb) > 600
+            assert light_paper != dark, (scheme, paper)  # no white chart on a dark page
+        finally:
+            ctx.close()

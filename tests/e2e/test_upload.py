@@ -21,7 +21,7 @@ def test_upload_run_directory_opens_it(server, page, tmp_path):
     with page.expect_file_chooser() as fc:
         uploader.get_by_role("button", name="Upload directories").click()
     fc.value.set_files(str(src))
-    page.get_by_text("digits-mlp-bad-label").first.wait_for(timeout=60_000)
+    page.get_by_text("digits-bad-label").first.wait_for(timeout=60_000)
     wait_for_app(page)
     page.get_by_text("Target 12 is out of bounds.").first.wait_for(state="visible", timeout=60_000)
     assert "run=uploaded-run" in page.url
