@@ -241,6 +241,12 @@ class Audit:
         if self._rows is None:
             import pandas as pd
 
+            from ..io.decompress import DecompressionLimitError, check_parquet
+
+            try:  # an uploaded audit's rows: refused from the footer if they would inflate past the limits
+                check_parquet(self.path / ROWS_FILE)
+            except DecompressionLimitError as exc:
+                raise AuditError(MSG_UNREADABLE.format(id=self.id, file=ROWS_FILE, detail=exc)) from None
             try:
                 self._rows = pd.read_parquet(self.path / ROWS_FILE)
             except Exception as exc:  # noqa: BLE001 - pyarrow raises several types

@@ -319,3 +319,58 @@ def check_ipc_stream(buf, path, *, limits: DecompressLimits | None = None) -> No
                 raise DecompressionLimitError(MSG_IPC_BOMB.format(
                     path=path, batch=batch, size=size, unpacked=unpacked, why=why))
         batch += msg.type == "record batch"
+
+
+# ---------------------------------------------------------------------------- Parquet
+def _value_bytes(t) -> int:
+    """Bytes one value of Arrow type ``t`` takes once read (at least; offsets for strings)."""
+    try:
+        return max(1, t.bit_width // 8)
+    except ValueError:  # not fixed-width: strings, lists, structs ...
+        return 4
+
+
+MSG_PARQUET_BOMB = ("{path}: refused: its metadata states {rows} rows of {columns} columns, at "
+                    "least {unpacked} bytes once read, from {size} bytes ({why}); this looks like "
+                    "a compression bomb")
+
+
+def check_parquet(path, *, limits: DecompressLimits | None = None) -> None:
+    """Refuse a Parquet file whose footer states more data than the limits allow, before
+    any column is read: the column chunks' uncompressed sizes, and (for run-length or
+    dictionary encoded columns, whose "uncompressed" bytes can be a few bytes for millions
+    of values) at least a byte per value. Only the footer is read.
+
+    Raises
+    ------
+    DecompressionLimitError
+        Past ``$DEBUGKIT_MAX_UNPACKED_MB``, or 200x the file's size beyond 8 MiB.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    limits = limits or DecompressLimits.from_env()
+    key = file_key(path)
+    check_not_refused(key)
+    size = key[1] if key is not None and key[1] is not None else 0
+    try:
+        with _open(path) as f:
+            pf = pq.ParquetFile(f)
+            md = pf.metadata
+            rows, columns = md.num_rows, md.num_columns
+            chunks = sum(md.row_group(g).column(c).total_uncompressed_size
+                         for g in range(md.num_row_groups) for c in range(columns))
+            row_bytes = sum(_value_bytes(field.type) for field in pf.schema_arrow)
+    except (pa.ArrowException, OSError, ValueError):
+        return  # unreadable: the reader says so
+    unpacked = max(chunks, rows * max(row_bytes, 1))
+    why = None
+    if unpacked > limits.max_bytes:
+        why = f"over {limits.max_bytes} bytes, DEBUGKIT_MAX_UNPACKED_MB"
+    elif size and unpacked > max(RATIO_FLOOR, limits.max_ratio * size):
+        why = f"over {limits.max_ratio}x"
+    if why:
+        msg = MSG_PARQUET_BOMB.format(path=path, rows=rows, columns=columns, unpacked=unpacked,
+                                      size=size, why=why)
+        remember_refusal(key, msg)
+        raise DecompressionLimitError(msg)

@@ -98,3 +98,24 @@ def test_the_size_limit_holds_for_a_file_under_the_ratio(monkeypatch, tmp_path):
     with pytest.raises(DecompressionLimitError, match=MSG_UNPACKS_TOO_BIG.format(
             path=p, limit=2 << 20).replace("(", r"\(").replace(")", r"\)")):
         read_maybe_gzip(p)
+
+
+def test_an_uploaded_audit_whose_rows_inflate_is_refused_on_the_audit_page():
+    """An audit stored in an uploaded run (valid: its hashes are its author's) whose
+    rows.parquet is 75 KB on disk and 128 MiB once read: refused from the file's footer."""
+    import numpy as np
+    import pandas as pd
+
+    from debugkit.audit import list_audits, load_audit
+    from debugkit.audit.store import write_audit
+    from debugkit.io.decompress import MSG_PARQUET_BOMB
+
+    run = uploaded("credit-audit", "bombed-audit")
+    doc = load_audit(run, list_audits(run)[0]["id"]).doc
+    shutil.rmtree(run / "audits")
+    bomb = write_audit(run, {**doc, "name": "bomb"}, pd.DataFrame({"row": np.zeros(16 << 20, np.int64)}))
+    assert (bomb.path / "rows.parquet").stat().st_size < 200_000
+    at = open_page("audit", check=False, timeout=240, run="bombed-audit")
+    assert not at.exception, [e.value for e in at.exception]
+    head = MSG_PARQUET_BOMB.split("{rows}")[0].format(path=bomb.path / "rows.parquet")
+    assert head + "16777216 rows of 1 columns, at least 134217728 bytes once read" in errors(at)
