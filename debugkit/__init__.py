@@ -1,12 +1,20 @@
 """debugkit: debug PyTorch training runs, from symptom to root cause.
 
 ``from debugkit import Recorder, open_run`` imports neither torch nor pandas until
-they are used.
+they are used; nor do ``diagnose`` (every finding of a run), ``Finding``,
+``audit_model`` (a SHAP + fairness bias audit) and ``scan_dataset`` (every sample that
+breaks a batch spec). The package ``debugkit.diagnose`` is
+``importlib.import_module("debugkit.diagnose")``: the attribute is the function.
 """
 
 from __future__ import annotations
 
 from ._version import __version__
+
+# Eager for the same reason: ``debugkit.diagnose`` is also the package that holds the
+# function, and the package is imported by every page. It needs only the standard library
+# until called (its sources import pandas when they run).
+from .diagnose import diagnose
 from .errors import (
     DebugkitError,
     InvalidInputError,
@@ -27,29 +35,31 @@ from .retry import retry
 __all__ = [
     "Recorder", "BatchSpec", "resume_latest", "watch", "retry", "open_run", "Run", "DebugkitError", "RunDirError", "SchemaVersionError",
     "InvalidInputError", "UploadError", "ReplayError", "NonFiniteError",
-    "MissingDependencyError", "__version__",
+    "MissingDependencyError", "__version__", "diagnose", "Finding", "audit_model", "scan_dataset",
 ]
+
+#: The lazily imported names: ``name -> (module, attribute)``.
+_LAZY = {
+    "Recorder": ("debugkit.recorder", "Recorder"),
+    "BatchSpec": ("debugkit.recorder.guard", "BatchSpec"),
+    "watch": ("debugkit.recorder.watch", "watch"),
+    "resume_latest": ("debugkit.checkpoints", "resume_latest"),
+    "open_run": ("debugkit.io.run", "open_run"),
+    "Run": ("debugkit.io.run", "Run"),
+    "Finding": ("debugkit.analysis.findings", "Finding"),
+    "audit_model": ("debugkit.audit.core", "audit_model"),
+    "scan_dataset": ("debugkit.recorder.scan", "scan_dataset"),
+}
 
 
 def __getattr__(name):
-    if name == "Recorder":
-        from .recorder import Recorder
+    if name in _LAZY:
+        import importlib
 
-        return Recorder
-    if name == "BatchSpec":
-        from .recorder.guard import BatchSpec
-
-        return BatchSpec
-    if name == "watch":
-        from .recorder.watch import watch
-
-        return watch
-    if name == "resume_latest":
-        from .checkpoints import resume_latest
-
-        return resume_latest
-    if name in ("open_run", "Run"):
-        from .io import run as _run
-
-        return getattr(_run, name)
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
     raise AttributeError(f"module 'debugkit' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

@@ -21,8 +21,6 @@ from pages import _data, _query, _routing, _runs, _ui
 _routing.page_guard()
 path = _runs.require_run("the gradients")
 
-GRADIENT_KINDS = ("nonfinite_loss", "nonfinite_grad", "exploding_grad", "vanishing_grad",
-                  "dead_layer", "loss_spike", "step_failure")
 MAX_LINES = 12
 MAX_STEP = 10**12
 STEP_KEY = "grad_step"

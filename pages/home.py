@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from pages import _routing, _runs, _ui
+from pages import _routing, _runs
 
 _routing.page_guard()
 

@@ -27,7 +27,6 @@ _NCCL_TIMEOUT = re.compile(
 _NCCL_TIMEOUT_MS = re.compile(r"Timeout\(ms\)=(?P<ms>\d+)")
 _MISSING = re.compile(r"ranks \[(?P<ranks>[\d, ]+)\] are the lagging ranks that caused this timeout")
 _JOINED = re.compile(r"\[(?P<ranks>[\d, ]+)\] joined but didn't finish collective #(?P<seq>\d+)")
-_FINISHED = re.compile(r"\[(?P<ranks>[\d, ]+)\] finished collective #(?P<seq>\d+), but didn't join")
 _MISMATCH = re.compile(
     r"Detected mismatch between collectives on ranks\. Rank (?P<a>\d+) is running collective: "
     r"(?P<fa>.*?), but Rank (?P<b>\d+) is running collective: (?P<fb>.*?)\.(?:\s|$)", re.S)

@@ -356,27 +356,6 @@ def frame_package(file: str) -> str:
     return head if "/" in file else "your code"
 
 
-def node_paths(tree) -> list[str]:
-    """``root;child;...;node`` names of every node (for hover text and tests)."""
-    names = tree["name"].tolist()
-    parent = dict(zip(tree["node_id"].tolist(), tree["parent_id"].tolist()))
-    idx = {nid: i for i, nid in enumerate(tree["node_id"].tolist())}
-    cache: dict[int, str] = {}
-    out = []
-    for nid in tree["node_id"].tolist():
-        chain = []
-        cur = nid
-        while cur != -1 and cur not in cache:
-            chain.append(cur)
-            cur = parent[cur]
-        prefix = cache.get(cur, "") if cur != -1 else ""
-        for c in reversed(chain):
-            prefix = f"{prefix};{names[idx[c]]}" if prefix else names[idx[c]]
-            cache[c] = prefix
-        out.append(cache[nid])
-    return out
-
-
 def match_frames(tree, query: str):
     """Boolean mask of the nodes whose name or file contains ``query`` (case-insensitive);
     an empty query matches nothing. Folded nodes never match."""

@@ -20,12 +20,11 @@ from . import fairness as fx
 from .attribution import attribution_flags, compute_associations, mean_abs, mean_by_group
 from .explain import explain
 from .groups import SensitiveAttribute, resolve_sensitive
-from .models import ModelAdapter, make_adapter, positive_mask, torch_state_fingerprint
+from .models import ModelAdapter, _jsonable, make_adapter, positive_mask, torch_state_fingerprint
 from .settings import AuditSettings
 from .store import Audit, clean_json, find_identical, write_audit
 
 PASS, REVIEW, FAIL = "pass", "needs_review", "fail"
-VERDICTS = (PASS, REVIEW, FAIL)
 _RANK = {PASS: 0, REVIEW: 1, FAIL: 2}
 METRIC_LABELS = {"selection_rate": "selection rate", "tpr": "true positive rate",
                  "fpr": "false positive rate", "fnr": "false negative rate",
@@ -228,7 +227,7 @@ class Auditor:
             "dataset": {"rows": n, "columns": _columns(X), "features": features_list,
                         "sha256": data_sha,
                         "hash_of": "column names and dtypes, every value, the outcome and the groups",
-                        "positive_label": _plain(positive_label), "labels": [_plain(v) for v in labels],
+                        "positive_label": _jsonable(positive_label), "labels": [_jsonable(v) for v in labels],
                         "positive_rate": float(y_true.mean()),
                         "predicted_positive_rate": float(y_pred.mean())},
             "sensitive": sens_doc,
@@ -457,15 +456,6 @@ def _user() -> str:
         return getpass.getuser()
     except (KeyError, OSError):
         return "unknown"
-
-
-def _plain(v):
-    if hasattr(v, "item"):
-        try:
-            return v.item()
-        except (TypeError, ValueError):
-            pass
-    return v if isinstance(v, (str, int, float, bool)) or v is None else str(v)
 
 
 def _f(v) -> float | None:

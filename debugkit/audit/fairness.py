@@ -260,7 +260,6 @@ OUTSIDE = "outside"                   # outside the band, and so is the whole in
 OUTSIDE_UNCERTAIN = "outside_uncertain"  # outside the band, interval overlaps it
 OUTSIDE_TOO_FEW = "outside_too_few"   # outside, but a denominator is below min_group_size
 UNDEFINED = "undefined"
-JUDGEMENTS = (WITHIN, OUTSIDE, OUTSIDE_UNCERTAIN, OUTSIDE_TOO_FEW, UNDEFINED)
 DENOMINATOR_NAMES = {"n": "rows", "pos": "actual positives", "neg": "actual negatives",
                      "pred_pos": "predicted positives"}
 

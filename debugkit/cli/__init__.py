@@ -30,7 +30,6 @@ COMMANDS = [
     "compare",
 ]
 
-EXIT_OK = 0
 EXIT_ERROR = 2
 
 

@@ -43,11 +43,6 @@ def check_path_text(value: str) -> str:
     return value
 
 
-def is_url(value) -> bool:
-    """True for ``scheme://...`` strings (``file://`` included)."""
-    return isinstance(value, str) and bool(_URL.match(value))
-
-
 def as_path(value):
     """A path object for ``value``: :class:`Path` for local paths and ``file://`` URLs,
     a ``UPath`` for other fsspec URLs. Path-like objects are returned unchanged."""

@@ -526,11 +526,6 @@ class Recorder:
         """Number of steps whose batch the guard skipped (``guard_action="skip"``)."""
         return self._skipped
 
-    @property
-    def steps_recorded(self) -> int:
-        """Number of steps entered so far."""
-        return self._step_no
-
     # ------------------------------------------------------------------ internals
     def _set_next_indices(self, idx):
         self._next_indices = idx

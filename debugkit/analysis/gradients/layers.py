@@ -13,11 +13,6 @@ from .matrix import TOTAL, GradMatrix
 MSG_BAD_REGEX = "layer filter: {pattern!r} is not a valid regular expression ({detail})"
 
 
-def module_of(name: str) -> str:
-    """The module that owns a parameter: its name without the last component."""
-    return name.rsplit(".", 1)[0] if "." in name else ""
-
-
 def module_prefixes(layers: list[str]) -> list[tuple[str, int, int]]:
     """Every module prefix of the parameter names, in model order, as
     ``(prefix, depth, n_parameters)``: a flattened module tree (``encoder`` at depth 1,
