@@ -88,7 +88,7 @@ def runs_frame(rows):
         "started": r.get("started"), "duration_s": r.get("duration_s"),
         "steps": r.get("steps"), "failures": r.get("failures"),
         "errors": r.get("errors"), "warnings": r.get("warnings"),
-        "finding": finding_cell(r), "tags": list(r.get("tags") or []),
+        "finding": finding_cell(r) or "", "tags": list(r.get("tags") or []),
     } for r in rows])
     df["started"] = pd.to_datetime(df["started"], unit="s", utc=True)
     for c in ("steps", "failures", "errors", "warnings"):
@@ -146,7 +146,7 @@ def run_list(rows=None):
             "run": st.column_config.TextColumn("run", pinned=True),
             "status": st.column_config.TextColumn("status"),
             "started": st.column_config.DatetimeColumn("started (UTC)", format="YYYY-MM-DD HH:mm"),
-            "duration_s": st.column_config.NumberColumn("duration", format="%.0f s",
+            "duration_s": st.column_config.NumberColumn("duration", format="%.1f s",
                                                         help="first record to the last step"),
             "steps": st.column_config.NumberColumn("steps"),
             "failures": st.column_config.NumberColumn("failures", help="failure captures (batch, state, error)"),

@@ -21,10 +21,14 @@ def _smoothed(path: str, sig: tuple, weight: float):
 
 
 @st.cache_data(**_data.CACHE, show_spinner=False)
-def _figure(path: str, sig: tuple, weight: float, keys: tuple, log_y: bool, raw: bool, fails: tuple):
+def _figure(path: str, sig: tuple, weight: float, keys: tuple, log_y: bool, raw: bool, fails: tuple,
+            others: tuple = ()):
+    from debugkit.analysis.scalars import overlay_runs
     from debugkit.charts.scalars import build_scalars_figure
 
-    return build_scalars_figure(_smoothed(path, sig, weight), keys, log_y=log_y, show_raw=raw,
+    data, drawn = overlay_runs(_smoothed(path, sig, weight),
+                               {rid: _smoothed(p, s, weight) for rid, p, s in others}, keys)
+    return build_scalars_figure(data, drawn, log_y=log_y, show_raw=raw and not others,
                                 failure_steps=fails)
 
 
@@ -43,6 +47,30 @@ def _smoothing_value(text: str) -> float | None:
     except ValueError:
         return None
     return w if 0.0 <= w <= 0.99 else None
+
+
+def _other_runs() -> tuple:
+    """The runs drawn over this one (``?with=<id>``, repeated): ``(id, path, signature)``."""
+    entries = dict(_runs.run_entries())
+    here = _runs.run_id_for(path)
+    choices = [rid for rid in entries if rid != here]
+    key = f"scalars_with_{path}"
+    if key not in st.session_state:
+        st.session_state[key] = _query.query_choices("with", choices)
+    picked = st.multiselect("Overlay runs", choices, key=key, placeholder="other runs, drawn over this one",
+                            help="The same scalars of other runs on the chart, as `<key> · <run>`")
+    if picked:
+        if st.query_params.get_all("with") != picked:
+            st.query_params["with"] = picked
+    elif "with" in st.query_params:
+        del st.query_params["with"]
+    out = []
+    for rid in picked:
+        try:
+            out.append((rid, entries[rid], _data.signature(entries[rid])))
+        except DebugkitError as exc:
+            st.warning(f"{_ui.md(rid)}: {_ui.md(str(exc))}")
+    return tuple(out)
 
 
 def _keys_to_query(picked: list[str], default: list[str]) -> None:
@@ -110,8 +138,10 @@ def render():
     if not picked:
         st.info("Pick one or more scalars.", icon=":material/checklist:")
         return
+    others = _other_runs()
     fails = tuple(sorted({f["step"] for f in failures if isinstance(f.get("step"), int)}))
-    st.plotly_chart(_figure(path, sig, float(weight), tuple(picked), bool(log_y), bool(raw), fails),
+    st.plotly_chart(_figure(path, sig, float(weight), tuple(picked), bool(log_y), bool(raw), fails,
+                            others),
                     key="scalars_chart")
     # one small chart per series as well, so series of very different ranges stay readable
     if len(picked) > 1:

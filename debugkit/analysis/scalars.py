@@ -173,3 +173,43 @@ def describe_lr_before(scalars, step: int, rank: int | None = None) -> dict | No
 
 def _x(r: float) -> str:
     return f"{r:.0f}" if r >= 10 else f"{r:.2g}"
+
+
+#: Between a series' key and the run it comes from, when several runs share a chart.
+RUN_SEP = " · "
+
+
+def overlay_runs(main, others: dict, keys) -> tuple:
+    """Several runs' series on one chart: ``main``'s ``keys`` as they are, each other
+    run's as ``"<key> · <run>"``.
+
+    Parameters
+    ----------
+    main : DataFrame
+        The shown run's (smoothed) scalars.
+    others : dict
+        ``{run id: DataFrame}`` of the runs drawn over it, in order.
+    keys : sequence of str
+
+    Returns
+    -------
+    (DataFrame, list of str)
+        The frames concatenated, and the keys to draw (the other runs' only where they
+        logged that key).
+    """
+    import pandas as pd
+
+    frames, out_keys = [main[main["key"].isin(list(keys))]], list(keys)
+    for rid, df in others.items():
+        part = df[df["key"].isin(list(keys))]
+        if not len(part):
+            continue
+        part = part.assign(key=part["key"].astype(str) + RUN_SEP + str(rid))
+        frames.append(part)
+        out_keys += [f"{k}{RUN_SEP}{rid}" for k in keys if f"{k}{RUN_SEP}{rid}" in set(part["key"])]
+    return pd.concat(frames, ignore_index=True), out_keys
+
+
+def base_key(key: str) -> str:
+    """The logged key of a series drawn by :func:`overlay_runs` (``"lr · run-b"`` -> ``"lr"``)."""
+    return str(key).split(RUN_SEP, 1)[0]

@@ -84,7 +84,11 @@ def build_scalars_figure(smoothed, keys, *, log_y=False, max_points=5000, show_r
     import plotly.graph_objects as go
     from plotly.colors import qualitative
 
-    from ..analysis.scalars import is_lr_key
+    from ..analysis.scalars import base_key
+    from ..analysis.scalars import is_lr_key as _is_lr
+
+    def is_lr_key(k):  # a series of another run is "<key> · <run>" (analysis.scalars.overlay_runs)
+        return _is_lr(base_key(k))
 
     fig = go.Figure()
     df = smoothed[smoothed["key"].isin(list(keys))]
@@ -137,6 +141,7 @@ def build_scalars_figure(smoothed, keys, *, log_y=False, max_points=5000, show_r
     if lr_apart:
         fig.update_layout(yaxis2={"title": {"text": ", ".join(str(k) for k in keys if is_lr_key(str(k)))},
                                   "overlaying": "y", "side": "right", "showgrid": False,
+                                  "rangemode": "tozero",
                                   "exponentformat": "power"})
     if log_y:
         fig.layout.yaxis.type = "log"  # the learning rate's own axis stays linear

@@ -125,3 +125,20 @@ def test_the_view_round_trips_through_the_url():
     assert not any(t["name"].endswith("(raw)") for t in spec["data"])
     bad = open_page("scalars", run="digits-exploding", smoothing="7", log="maybe")
     assert bad.slider[0].value == 0.6 and bad.toggle[0].value is True
+
+
+def test_other_runs_are_drawn_over_this_one_and_kept_in_the_url():
+    at = open_page("scalars", run="digits-compare-lr")
+    at.multiselect(key=f"scalars_with_{ROOT / 'sample_runs' / 'digits-compare-lr'}") \
+        .set_value(["digits-compare-base", "digits-compare-unlabelled"]).run()
+    assert not at.exception
+    names = [t["name"] for t in _spec(at)["data"]]
+    assert names[:3] == ["loss", "loss · digits-compare-base", "loss · digits-compare-unlabelled"]
+    assert at.query_params["with"] == ["digits-compare-base", "digits-compare-unlabelled"]
+    again = open_page("scalars", run="digits-compare-lr", key=["loss", "lr"], **{"with": "digits-compare-base"})
+    spec = _spec(again)
+    by = {t["name"]: t for t in spec["data"]}
+    assert {"loss", "loss · digits-compare-base", "lr", "lr · digits-compare-base"} <= set(by)
+    assert by["lr · digits-compare-base"]["yaxis"] == "y2"  # every learning rate on its own axis
+    bad = open_page("scalars", run="digits-compare-lr", **{"with": "../etc"})
+    assert [t["name"] for t in _spec(bad)["data"]] == ["loss (raw)", "loss"]

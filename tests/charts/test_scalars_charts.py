@@ -49,3 +49,15 @@ def test_last_values_spell_out_nan_and_inf():
     df.loc[df.index[-1], "value"] = np.inf
     out = last_values(smooth_scalars(df, 0.0), ["loss", "lr"]).set_index("key")
     assert out.loc["loss", "last value"] == "NaN" and out.loc["lr", "last value"] == "inf"
+
+
+def test_overlay_runs_names_each_run_s_series():
+    from debugkit.analysis.scalars import overlay_runs
+
+    a = smooth_scalars(_frame(), 0.0)
+    b = smooth_scalars(_frame().query("key == 'loss'"), 0.0)
+    data, keys = overlay_runs(a, {"run-b": b}, ["loss", "lr"])
+    assert keys == ["loss", "lr", "loss · run-b"]  # run-b logged no lr
+    fig = build_scalars_figure(data, keys)
+    assert [t.name for t in fig.data if "NaN" not in t.name and "raw" not in t.name] == \
+        ["loss", "loss · run-b", "lr"]
