@@ -89,3 +89,22 @@ def test_every_third_party_import_of_the_tests_is_declared():
                 if not any(re.sub(r"[-_.]+", "-", d).lower() in declared for d in dists[top]):
                     missing.setdefault(top, str(path.relative_to(ROOT)))
     assert not missing, f"imported by tests but not declared in requirements*.txt / pyproject: {missing}"
+
+
+def test_contributing_is_self_contained_and_names_what_exists():
+    """CONTRIBUTING needs nothing outside the repository (it used to send readers to
+    ../shared/STYLE.md): every relative link resolves inside it, and the routing pieces it
+    explains exist under those names."""
+    doc = ROOT / "docs" / "CONTRIBUTING.md"
+    text = doc.read_text()
+    assert "shared/" not in text and (ROOT / "docs" / "STYLE.md").is_file()
+    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
+        if "://" in target:
+            continue
+        path = (doc.parent / target).resolve()
+        assert path.is_relative_to(ROOT) and path.exists(), f"CONTRIBUTING links to {target}"
+    for name, where in (("mark_routed", "pages/_routing.py"), ("page_guard", "pages/_routing.py"),
+                        ("_apptest_runs_the_router", "tests/conftest.py"),
+                        ("attach_related", "debugkit/analysis/findings.py")):
+        assert name in text and f"def {name}(" in (ROOT / where).read_text(), name
+    assert "_routing.mark_routed()" in (ROOT / "app.py").read_text()

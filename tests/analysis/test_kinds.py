@@ -12,6 +12,7 @@ bundled sample must emit only catalogued kinds at catalogued severities.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 import subprocess
@@ -79,6 +80,7 @@ def _enclosing_functions(tree: ast.Module) -> dict[ast.AST, ast.AST]:
     return owner
 
 
+@functools.cache
 def constructed_kinds() -> dict[str, list[str]]:
     """``kind -> ["file:line", ...]`` for every Finding construction in debugkit/."""
     found: dict[str, list[str]] = {}
