@@ -11,6 +11,13 @@ a new browser context (a new session: warm, Streamlit's caches hit). Repeated
 
 ``--first-home`` also times Home on a server whose index is empty (every sample analysed).
 
+TensorBoard beside them: the Scalars page's run (``digits-exploding``: loss, lr, epoch)
+is written into event files (``torch.utils.tensorboard.SummaryWriter``), a fresh
+``tensorboard --logdir`` is started for each repeat once it answers HTTP, and the time from
+navigation to its first scalar chart (``scalar-card line-chart``) is taken the same way,
+cold (first visit of the new server) and warm (a new browser context). Every page is
+printed with its difference to TensorBoard too (``--no-tensorboard`` leaves it out).
+
 The floor: a one-chart Streamlit script (``st.plotly_chart`` of a three-bar figure, no
 debugkit) served and timed the same way, so each page's time can be read as Streamlit's
 own page load plus what the page adds (the "over the floor" columns).
@@ -43,8 +50,9 @@ from tests.e2e.conftest import CHROMIUM_ARGS, chromium_path, start_server  # noq
 PLOT = "[data-testid='stPlotlyChart'] .js-plotly-plot"
 # (url path, sample run, what counts as the first chart)
 PAGES = [
-    ("home", None, "[data-testid='stTable'], [data-testid='stDataFrame']"),  # static table up to 60 runs
+    ("home", None, "[data-testid='stTable'], [data-testid='stDataFrame']"),  # the run list
     ("overview", "digits-bad-label", PLOT),
+    ("scalars", "digits-exploding", PLOT),
     ("gradients", "digits-exploding", PLOT),
     ("memory", "memory-leak", PLOT),
     ("profiler", "digits-profiled", PLOT),
@@ -86,6 +94,68 @@ def time_to_chart(browser, url: str, selector: str | None) -> float:
         ctx.close()
 
 
+TB_RUN = "digits-exploding"
+TB_CHART = "scalar-card line-chart canvas, scalar-card line-chart svg"
+
+
+def write_tensorboard_logdir(run_dir: Path, logdir: Path) -> Path:
+    """The run's scalars as TensorBoard event files (one folder per run, as TB expects)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from debugkit.io.run import open_run
+
+    sc = open_run(run_dir).scalars()
+    w = SummaryWriter(str(logdir / run_dir.name))
+    for key, step, value in zip(sc["key"], sc["step"], sc["value"]):
+        w.add_scalar(str(key), float(value), int(step))
+    w.close()
+    return logdir
+
+
+def start_tensorboard(logdir: Path, log: Path):
+    """``tensorboard --logdir`` on a free loopback port, once its page answers."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exe = shutil.which("tensorboard") or "tensorboard"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([exe, "--logdir", str(logdir), "--port", str(port), "--host",
+                                 "127.0.0.1"], stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("tensorboard exited:\n" + log.read_text())
+        try:
+            with urllib.request.urlopen(url + "/", timeout=1) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.2)
+    else:
+        proc.kill()
+        raise RuntimeError("tensorboard did not answer in 120 s")
+
+    class _Srv:
+        pass
+
+    srv = _Srv()
+    srv.proc, srv.url = proc, url
+    return srv
+
+
+def _tb_version() -> str:
+    try:
+        import tensorboard
+
+        return tensorboard.__version__
+    except ImportError:
+        return "?"
+
+
 def stop(srv) -> None:
     srv.proc.terminate()
     try:
@@ -102,6 +172,7 @@ def main(argv=None):
     ap.add_argument("--pages", default=",".join(p for p, _, _ in PAGES))
     ap.add_argument("--first-home", action="store_true")
     ap.add_argument("--preload", choices=["on", "off", "both"], default="on")
+    ap.add_argument("--no-tensorboard", action="store_true")
     a = ap.parse_args(argv)
     wanted = a.pages.split(",")
     modes = {"on": [True], "off": [False], "both": [True, False]}[a.preload]
@@ -118,6 +189,16 @@ def main(argv=None):
                 srv = start_server(tmp / f"first{i}", env)
                 try:
                     first_home.append(time_to_chart(browser, srv.url + "/home", PAGES[0][2]))
+                finally:
+                    stop(srv)
+        tb = ([], [])
+        if not a.no_tensorboard:
+            logdir = write_tensorboard_logdir(ROOT / "sample_runs" / TB_RUN, tmp / "tb")
+            for r in range(a.repeats):
+                srv = start_tensorboard(logdir, tmp / f"tb{r}.log")
+                try:
+                    tb[0].append(time_to_chart(browser, srv.url + "/", TB_CHART))
+                    tb[1].append(time_to_chart(browser, srv.url + "/", TB_CHART))
                 finally:
                     stop(srv)
         floor_app = tmp / "floor_app.py"
@@ -151,10 +232,22 @@ def main(argv=None):
     print(f"load average {os.getloadavg()[0]:.2f}; medians of {a.repeats}; seconds from "
           "navigation to the first chart\n")
     f_cold, f_warm = statistics.median(floor[0]), statistics.median(floor[1])
+    t_cold, t_warm = (statistics.median(v) for v in tb) if tb[0] else (None, None)
+
+    def vs_tb(cold, warm) -> str:
+        if t_cold is None:
+            return ""
+        return f" {cold - t_cold:+.2f} | {warm - t_warm:+.2f} |"
+
+    tb_head = " cold over TensorBoard | warm over TensorBoard |" if t_cold is not None else ""
     print("| page | sample run | cold (new server) | warm (new session) | cold over the floor | "
-          "warm over the floor |")
-    print("|---|---|---|---|---|---|")
-    print(f"| (floor: one-chart Streamlit script) | - | {f_cold:.2f} | {f_warm:.2f} | - | - |")
+          "warm over the floor |" + tb_head)
+    print("|---|---|---|---|---|---|" + ("---|---|" if t_cold is not None else ""))
+    if t_cold is not None:
+        print(f"| (TensorBoard {_tb_version()}: the same run's scalars) | {TB_RUN} | {t_cold:.2f} | "
+              f"{t_warm:.2f} | {t_cold - f_cold:+.2f} | {t_warm - f_warm:+.2f} | - | - |")
+    print(f"| (floor: one-chart Streamlit script) | - | {f_cold:.2f} | {f_warm:.2f} | - | - |"
+          + vs_tb(f_cold, f_warm))
     for name, run, _ in PAGES:
         for mode in modes:
             if name not in wanted:
@@ -162,7 +255,7 @@ def main(argv=None):
             cold, warm = (statistics.median(v) for v in res[name, mode])
             label = name if mode else f"{name} (no preload)"
             print(f"| {label} | {run or '(all samples)'} | {cold:.2f} | {warm:.2f} | "
-                  f"{cold - f_cold:+.2f} | {warm - f_warm:+.2f} |")
+                  f"{cold - f_cold:+.2f} | {warm - f_warm:+.2f} |" + vs_tb(cold, warm))
     if first_home:
         print(f"\nHome with an empty run-list index (every sample analysed): "
               f"{statistics.median(first_home):.2f} s")
