@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from .errors import MSG_FILE_TOO_BIG, MSG_JSON_TOO_DEEP, MSG_NOT_REGULAR, FileLimitError
+from .errors import (
+    MSG_FILE_TOO_BIG,
+    MSG_JSON_TOO_DEEP,
+    MSG_NOT_REGULAR,
+    MSG_OUTSIDE_RUN,
+    FileLimitError,
+    OutsideRunError,
+)
 
 #: The largest JSON file debugkit reads whole (bytes). A run's JSON files (manifest,
 #: heartbeats, failure records, audits) are kilobytes; an audit with SHAP summaries a few
@@ -188,6 +196,79 @@ def _depth_over(doc, limit: int) -> bool:
         children = node.values() if isinstance(node, dict) else node
         stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
     return False
+
+
+def _is_upath(path) -> bool:
+    return type(path).__module__.split(".")[0] == "upath"
+
+
+def _short(name) -> str:
+    text = str(name)
+    return text if len(text) <= 80 else text[:60] + f"... ({len(text)} characters)"
+
+
+def _name_parts(name, run, what) -> list[str]:
+    """The ``/``-separated parts of one recorded name, refusing what could leave the run."""
+    def refuse(why):
+        raise OutsideRunError(MSG_OUTSIDE_RUN.format(run=run, what=what, name=_short(name), why=why))
+
+    if isinstance(name, bool) or not isinstance(name, (str, int)):
+        refuse(f"a {type(name).__name__}, not a name")
+    text = str(name)
+    if not text:
+        refuse("it is empty")
+    if any(ord(c) < 32 or c == "\x7f" for c in text):
+        refuse("it contains a NUL or control character")
+    if "://" in text or re.match(r"^[A-Za-z]:", text):
+        refuse("it names another location (a URL or a drive)")
+    if text.startswith(("/", "\\", "~")):
+        refuse("it is an absolute path")
+    if "\\" in text:
+        refuse("it contains a backslash")
+    parts = [p for p in text.split("/") if p not in ("", ".")]
+    if any(p == ".." for p in parts):
+        refuse("it contains '..'")
+    if not parts:
+        refuse("it names the run folder itself")
+    return parts
+
+
+def in_run(run_dir, *names, what: str = "file"):
+    """``run_dir`` joined with the names a run recorded, refused unless it stays inside
+    the run: every recorded name a reader joins goes through here (checkpoint folders and
+    files, failure captures, profile and trace files, memory snapshots, audit files).
+
+    ``names`` are the run's own strings (``"checkpoints"``, ``entry["dir"]``, a file
+    name); each may hold ``/``. Refused, with :class:`~debugkit.errors.OutsideRunError`
+    (a :class:`~debugkit.errors.RunDirError`): a name that is not a string, empty,
+    absolute (``/etc``, ``~``), with a ``..`` part, a backslash, a control character or a
+    scheme (``s3://``, ``C:``); and, for a local run, a path that resolves (symlinks
+    followed) outside the run folder resolved. An fsspec URL run (``UPath``) is joined
+    textually (object stores have no links, and ``os.path.realpath`` means nothing to
+    them). The joined path is returned unresolved; it need not exist.
+    """
+    parts = [p for n in names for p in _name_parts(n, run_dir, what)]
+    if _is_upath(run_dir):
+        return run_dir.joinpath(*parts)
+    base = Path(run_dir)
+    joined = base.joinpath(*parts)
+    root = os.path.realpath(base)
+    target = os.path.realpath(joined)
+    if target != root and not target.startswith(root.rstrip(os.sep) + os.sep):
+        raise OutsideRunError(MSG_OUTSIDE_RUN.format(
+            run=run_dir, what=what, name=_short("/".join(str(n) for n in names)),
+            why="it is a link leading outside the run"))
+    return joined
+
+
+def is_in_run(run_dir, *names) -> bool:
+    """Whether :func:`in_run` accepts the names."""
+    try:
+        in_run(run_dir, *names)
+    except OutsideRunError:
+        return False
+    return True
+
 
 
 def cache_dir() -> Path:

@@ -27,9 +27,9 @@ import time
 import warnings
 from pathlib import Path
 
-from ._fsutil import atomic_write_json
+from ._fsutil import atomic_write_json, in_run
 from ._fsutil import fsync_dir as _fsync_dir
-from .errors import DebugkitError, DebugkitWarning, InvalidInputError, RunDirError
+from .errors import DebugkitError, DebugkitWarning, InvalidInputError, OutsideRunError, RunDirError
 from .format import CHECKPOINTS_DIR
 from .runschema import read_run_json
 
@@ -123,18 +123,39 @@ def write_checkpoint(run_dir, model, optimizer=None, *, step: int, extra: dict |
         pruned, entries = entries[:-keep_last], entries[-keep_last:]
     atomic_write_json(root / INDEX, {"format": FORMAT, "checkpoints": entries}, fsync=True)
     for e in pruned:  # after the index no longer lists them
-        shutil.rmtree(root / str(e.get("dir", "")), ignore_errors=True)
+        try:
+            shutil.rmtree(checkpoint_dir(run_dir, e), ignore_errors=True)
+        except OutsideRunError:
+            pass  # an index entry naming a folder outside the run: never delete there
     return entry
 
 
+def checkpoint_dir(run_dir, entry: dict) -> Path:
+    """The folder of an index entry, inside the run's ``checkpoints/``
+    (:class:`~debugkit.errors.OutsideRunError` for a ``dir`` that leads out of the run:
+    ``"../../etc"``, ``"/etc"``, a link)."""
+    return in_run(run_dir, DIR, entry.get("dir"), what="checkpoint folder")
+
+
 def verify(run_dir, entry: dict) -> str | None:
-    """None when every file of ``entry`` exists with its recorded size and hash, else why not."""
-    d = Path(run_dir) / DIR / str(entry.get("dir", ""))
+    """None when every file of ``entry`` exists with its recorded size and hash, else why not.
+
+    A folder or file name that leads outside the run is a problem too (it is neither
+    opened nor hashed)."""
+    try:
+        checkpoint_dir(run_dir, entry)
+    except OutsideRunError as exc:
+        return str(exc)
     files = entry.get("files")
     if not isinstance(files, dict) or "model.safetensors" not in files:
         return "the index lists no model.safetensors"
     for fname, meta in files.items():
-        p = d / fname
+        try:
+            p = in_run(run_dir, DIR, entry.get("dir"), fname, what="checkpoint file")
+        except OutsideRunError as exc:
+            return str(exc)
+        if not isinstance(meta, dict):
+            return f"{fname}: its record is not an object"
         if not p.is_file():
             return f"{fname} is missing"
         if p.stat().st_size != meta.get("bytes"):
@@ -175,10 +196,16 @@ def list_checkpoints(run_dir, folder=None):
     run_dir = Path(run_dir)
     for e in read_index(run_dir):
         problem = verify(run_dir, e) or ""
-        files = e.get("files") or {}
-        rows.append({"step": float(e["step"]), "path": str(run_dir / DIR / str(e.get("dir", ""))),
-                     "bytes": int(sum(int(m.get("bytes") or 0) for m in files.values())),
-                     "sha256": (files.get("model.safetensors") or {}).get("sha256", ""),
+        files = e.get("files") if isinstance(e.get("files"), dict) else {}
+        try:
+            folder_path = str(checkpoint_dir(run_dir, e))
+        except OutsideRunError:
+            folder_path = ""  # never a path outside the run, not even as text
+        model = files.get("model.safetensors")
+        rows.append({"step": float(e["step"]), "path": folder_path,
+                     "bytes": int(sum(m.get("bytes") for m in files.values() if isinstance(m, dict)
+                                      and isinstance(m.get("bytes"), int))),
+                     "sha256": str(model.get("sha256", "")) if isinstance(model, dict) else "",
                      "ok": not problem, "source": "debugkit", "problem": problem})
     where = Path(folder) if folder is not None else run_dir
     for p in sorted(where.iterdir()) if where.is_dir() else []:
@@ -209,8 +236,8 @@ def resume_latest(run_dir, model, optimizer=None) -> int | None:
     from safetensors.torch import load_file
 
     for e in sorted(read_index(run_dir), key=lambda e: e["step"], reverse=True):
-        d = Path(run_dir) / DIR / str(e.get("dir", ""))
         problem = verify(run_dir, e)
+        d = Path(run_dir) / DIR if problem else checkpoint_dir(run_dir, e)
         if problem:
             warnings.warn(MSG_CORRUPT.format(path=d, step=e["step"], detail=problem),
                           CheckpointWarning, stacklevel=2)

@@ -51,6 +51,7 @@ MSG_JSON_TOO_DEEP = "{path}: JSON nested deeper than {limit} levels; refusing to
 #: An Arrow stream whose record batch parses but lies about its buffers (offsets past
 #: the data, null counts, dictionary indices), or whose columns do not fit the table.
 MSG_TABLE_INVALID = "{path}: record batch {batch} is invalid Arrow data, refused ({detail})"
+MSG_OUTSIDE_RUN = "{run}: {what} {name!r} is refused: {why}; a run's names must stay inside the run"
 
 
 class DebugkitError(Exception):
@@ -65,6 +66,11 @@ class RunFileError(RunDirError, ValueError):
     """A file of a run whose content does not have the documented type (a manifest whose
     ``env`` is a string, a checkpoint entry that is a number). A ``ValueError`` too, so
     readers that skip an unreadable file skip this one the same way."""
+
+
+class OutsideRunError(RunDirError):
+    """A name recorded in a run (a checkpoint folder, a profile file, an audit file...)
+    resolves outside the run: absolute, with ``..``, another URL, or a link leading out."""
 
 
 class SchemaVersionError(RunDirError):

@@ -10,7 +10,7 @@ import streamlit as st
 
 from debugkit.errors import DebugkitError
 from debugkit.io import store as run_store
-from pages._ui import md
+from pages._ui import md, visitor_text
 
 SESSION_RUN = "debugkit_run_path"
 
@@ -78,7 +78,7 @@ def current_run_path() -> str | None:
     path = st.session_state.get(SESSION_RUN)
     if path and not _exists(path):
         st.session_state[SESSION_RUN] = None
-        st.warning(f"The run at {md(path)} is gone (deleted or moved). Pick another run.")
+        st.warning(f"The run at {md(visitor_text(path))} is gone (deleted or moved). Pick another run.")
         return None
     if path:
         rid = run_id_for(path)

@@ -15,7 +15,7 @@ from pages._runs import (
     select_run,
     store_dir,
 )
-from pages._ui import md
+from pages._ui import md, visitor_text
 
 
 def _handle_upload(files) -> None:
@@ -72,7 +72,7 @@ def sidebar() -> None:
     with st.sidebar:
         st.markdown("### Run")
         if msg := st.session_state.pop("debugkit_link_error", None):
-            st.error(md(msg))
+            st.error(md(visitor_text(msg)))
         entries = run_entries()
         ids = [rid for rid, _ in entries]
         paths = dict(entries)
@@ -82,7 +82,7 @@ def sidebar() -> None:
                               index=(ids.index(cur_id) + 1) if cur_id in ids else 0,
                               key=f"run_picker_{cur_id}",
                               help="Runs in sample_runs/ and in the run store "
-                                   f"({store_dir()})")
+                                   f"({visitor_text(store_dir())})")
         if choice != "—" and choice != cur_id:
             select_run(paths[choice], choice)
             st.rerun()
@@ -106,7 +106,7 @@ def _open_path_form() -> None:
             _open_typed(text)
             st.rerun()
     if msg := st.session_state.get("debugkit_path_error"):
-        st.error(md(msg))
+        st.error(md(visitor_text(msg)))
 
 
 def _upload_form() -> None:
@@ -128,6 +128,6 @@ def _upload_form() -> None:
         st.session_state["upload_gen"] = st.session_state.get("upload_gen", 0) + 1
         st.rerun()
     if msg := st.session_state.get("debugkit_upload_error"):
-        st.error(md(msg))
+        st.error(md(visitor_text(msg)))
     if msg := st.session_state.pop("debugkit_upload_ok", None):
         st.success(md(msg))

@@ -51,12 +51,29 @@ def code(value) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
+def visitor_text(value) -> str:
+    """``value`` as a visitor may see it: the served folders' absolute paths (and the
+    cache's) replaced by their names, so a message names ``runs/my-run/...``, never
+    where the server keeps it (:func:`debugkit.io.store.relative_to_roots`)."""
+    from debugkit._fsutil import cache_dir
+    from debugkit.io.store import relative_to_roots
+    from pages._runs import roots, store_dir
+
+    folders = [*roots(), store_dir()]
+    try:
+        folders.append(cache_dir())
+    except OSError:
+        pass
+    return relative_to_roots(str(value), folders)
+
+
 def show_error(exc: BaseException, where: str = "") -> None:
     """A DebugkitError as its message; anything else as a short note that names the run
     (its traceback goes to the server's log, never to the visitor: it would show server
-    paths, and a bad run must not make the page look broken for everyone)."""
+    paths, and a bad run must not make the page look broken for everyone). Either way
+    without the server's folders (:func:`visitor_text`)."""
     if isinstance(exc, DebugkitError):
-        st.error(md(exc), icon=":material/error:")
+        st.error(md(visitor_text(exc)), icon=":material/error:")
         return
     run = st.session_state.get("debugkit_run_path")
     rid = st.query_params.get("run") or (os.path.basename(str(run).rstrip("/")) if run else "")
@@ -65,6 +82,7 @@ def show_error(exc: BaseException, where: str = "") -> None:
     detail = str(exc)
     if run:
         detail = detail.replace(str(run), rid or "the run")
+    detail = visitor_text(detail)  # the served folders as their names
     st.error(MSG_UNEXPECTED.format(where=f" in {md(where)}" if where else "",
                                    run=f" on run {code(rid)}" if rid else "",
                                    type=type(exc).__name__, detail=md(detail[:300])),
@@ -83,8 +101,8 @@ def show_findings(found: list) -> None:
     """Findings as cards: severity, kind, step, rank, layer, and the message (escaped)."""
     for f in found:
         with st.container(border=True):
-            where = " · ".join(x for x in (f"step {f.step}" if f.step is not None else "",
-                                           f"rank {f.rank}" if f.rank is not None else "") if x)
+            where = " · ".join(x for x in (f"step {md(f.step)}" if f.step is not None else "",
+                                           f"rank {md(f.rank)}" if f.rank is not None else "") if x)
             st.markdown(f"{SEVERITY_ICON.get(f.severity, '')} **{md(f.kind)}**"
                         + (f" · {where}" if where else "") + (f" · {code(f.layer)}" if f.layer else ""))
             st.caption(md(f.message))

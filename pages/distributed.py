@@ -78,7 +78,7 @@ def _findings_block(findings):
         st.success("No dead rank, straggler, hang or rank divergence found.", icon=":material/check:")
     for f in shown:
         box = st.error if f["severity"] == "error" else st.warning
-        box(f"**{f['kind']}** · rank {f['rank'] if f['rank'] is not None else '—'} · "
+        box(f"**{_ui.md(f['kind'])}** · rank {_ui.md(f['rank']) if f['rank'] is not None else '—'} · "
             f"{_ui.md(f['message'])}", icon=kinds[f["kind"]])
 
 

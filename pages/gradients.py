@@ -154,12 +154,13 @@ def _step_details(m, step, scalars, failures, rid, findings=()):
     fail = nearest_failure(failures, shown, m.rank)
     if fail:
         same = fail["step"] == shown
-        st.markdown(f":material/bug_report: Failure capture **{_ui.md(fail['id'])}** at step {fail['step']}"
+        st.markdown(f":material/bug_report: Failure capture **{_ui.md(fail['id'])}** at step "
+                    f"{_ui.md(fail['step'])}"
                     + (" (this step)" if same else f" ({abs(fail['step'] - shown)} steps away)")
                     + f": {_ui.md(fail.get('error_type') or fail.get('kind'))}")
         if not _routing.link_to("pages/replay.py", "Replay this capture", icon=":material/replay:",
                                run=rid, failure=fail["id"], step=fail["step"]):
-            st.caption(f"Capture folder: {_ui.code(fail.get('path'))} (batch, model, optimizer and RNG state "
+            st.caption(f"Capture folder: {_ui.code(_ui.visitor_text(fail.get('path')))} (batch, model, optimizer and RNG state "
                        "of that step, for replay).")
     else:
         st.caption("No failure capture in this run.")

@@ -79,14 +79,15 @@ def render():
     if not failures:
         st.success("No failure captured.", icon=":material/check:")
     for f in failures:
-        head = (f"attempt {f['attempt']} · " if f.get("attempt") else "") + \
-            f"step {f.get('step')} · rank {f.get('rank')} · {_ui.md(f.get('error_type') or f.get('kind'))}"
+        head = (f"attempt {_ui.md(f['attempt'])} · " if f.get("attempt") else "") + \
+            f"step {_ui.md(f.get('step'))} · rank {_ui.md(f.get('rank'))} · " \
+            f"{_ui.md(f.get('error_type') or f.get('kind'))}"
         with st.container(border=True):
             st.markdown(f"**{head}**")
             st.code(f.get("message") or "", language=None, wrap_lines=True)
             if f.get("dataset_indices"):
                 idx = f["dataset_indices"]
-                st.caption(f"Batch of {len(idx)} samples; dataset indices {idx[:12]}"
+                st.caption(f"Batch of {len(idx)} samples; dataset indices {_ui.md(idx[:12])}"
                            + (" …" if len(idx) > 12 else ""))
             target, label = EXPLAINED_BY.get(f.get("kind"), ("pages/replay.py", "Replay"))
             _routing.link_to(target, label, icon=":material/arrow_forward:",

@@ -169,12 +169,13 @@ def _pick_failure(failures: list[dict]) -> dict:
 
 
 def _show_failure(f: dict) -> None:
-    st.markdown(f"**{_ui.md(f.get('error_type') or 'Non-finite values')}** at step {f.get('step')}, "
-                f"rank {f.get('rank')}, on {_ui.code(f.get('device') or '?')}")
+    st.markdown(f"**{_ui.md(f.get('error_type') or 'Non-finite values')}** at step "
+                f"{_ui.md(f.get('step'))}, rank {_ui.md(f.get('rank'))}, on {_ui.code(f.get('device') or '?')}")
     st.code(f.get("message") or "", language=None, wrap_lines=True)
     idx = f.get("dataset_indices")
     if idx:
-        st.caption(f"Batch of {len(idx)} samples; dataset indices {idx[:10]}" + (" …" if len(idx) > 10 else ""))
+        st.caption(f"Batch of {len(idx)} samples; dataset indices {_ui.md(idx[:10])}"
+                   + (" …" if len(idx) > 10 else ""))
     if f.get("capture_errors"):
         st.caption("Parts that could not be captured: "
                    + "; ".join(f"{_ui.md(k)}: {_ui.md(v)}" for k, v in f["capture_errors"].items()))

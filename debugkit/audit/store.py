@@ -27,8 +27,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .._fsutil import MAX_JSON_BYTES, loads_capped, read_bytes_capped, sha256_file
-from ..errors import AuditError, InvalidInputError, RunDirError
+from .._fsutil import MAX_JSON_BYTES, in_run, is_in_run, loads_capped, read_bytes_capped, sha256_file
+from ..errors import AuditError, InvalidInputError, OutsideRunError, RunDirError
 from ..format import AUDITS_DIR
 from ..runschema import check as check_schema
 from ..runschema import read_run_json
@@ -248,7 +248,7 @@ class Audit:
             except DecompressionLimitError as exc:
                 raise AuditError(MSG_UNREADABLE.format(id=self.id, file=ROWS_FILE, detail=exc)) from None
             try:
-                self._rows = pd.read_parquet(self.path / ROWS_FILE)
+                self._rows = pd.read_parquet(in_run(self.path, ROWS_FILE, what="audit file"))
             except Exception as exc:  # noqa: BLE001 - pyarrow raises several types
                 raise AuditError(MSG_UNREADABLE.format(id=self.id, file=ROWS_FILE, detail=exc)) from exc
         return self._rows
@@ -274,9 +274,15 @@ def load_audit(run_dir, audit_id: str, *, base=None) -> Audit:
     """
     validate_audit_id(audit_id)
     bases = [Path(base)] if base is not None else audit_dirs(run_dir)
-    d = next((b / audit_id for b in bases if (b / audit_id / AUDIT_JSON).is_file()),
-             bases[0] / audit_id)
-    p = d / AUDIT_JSON
+    try:
+        if base is None:  # the run's own audits/ stays inside the run (not a link out)
+            in_run(run_dir if hasattr(run_dir, "joinpath") else Path(run_dir), AUDITS_DIR,
+                   what="audits folder")
+        d = next((in_run(b, audit_id, what="audit") for b in bases
+                  if (b / audit_id / AUDIT_JSON).is_file()), bases[0] / audit_id)
+        p = in_run(d, AUDIT_JSON, what="audit file")
+    except OutsideRunError as exc:
+        raise AuditError(str(exc)) from None
     if not p.is_file():
         known = [e["id"] for e in list_audits(run_dir)]
         raise AuditError(MSG_NO_AUDIT.format(run=run_dir, id=audit_id, known=", ".join(known) or "none"))
@@ -298,7 +304,10 @@ def load_audit(run_dir, audit_id: str, *, base=None) -> Audit:
     for name, digest in (doc.get("files") or {}).items():
         if "/" in name or name.startswith("."):
             raise AuditError(MSG_UNREADABLE.format(id=audit_id, file=name, detail="bad file name"))
-        fp = d / name
+        try:
+            fp = in_run(d, name, what="audit file")
+        except OutsideRunError as exc:
+            raise AuditError(MSG_UNREADABLE.format(id=audit_id, file=name, detail=exc)) from None
         if not fp.is_file():
             raise AuditError(MSG_UNREADABLE.format(id=audit_id, file=name, detail="missing"))
         actual = sha256_file(fp)
@@ -312,17 +321,18 @@ def list_audits(run_dir, *, extra=None) -> list[dict]:
     substance_sha256, error}`` (``error`` set for an unreadable one; not verified here)."""
     out = []
     entries = []
+    own = audits_dir(run_dir)
     for base in audit_dirs(run_dir) + ([Path(extra)] if extra is not None else []):
-        if not base.is_dir():
-            continue
+        if not base.is_dir() or (base == own and not is_in_run(own.parent, AUDITS_DIR)):
+            continue  # the run's audits/ linking out of the run is not read
         try:
             entries += list(base.iterdir())
         except OSError as exc:
             raise RunDirError(f"{base}: unreadable ({exc})") from exc
     seen = set()
     for d in entries:
-        if not d.is_dir() or not _ID.match(d.name) or d.name in seen:
-            continue
+        if not d.is_dir() or not _ID.match(d.name) or d.name in seen or not is_in_run(d.parent, d.name):
+            continue  # an audit folder linking out of its folder is not listed
         seen.add(d.name)
         row = {"id": d.name, "name": d.name, "created_at": None, "verdict": None, "model": None,
                "substance_sha256": None, "error": None}

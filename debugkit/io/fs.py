@@ -84,11 +84,20 @@ def split_roots(text: str) -> list[str]:
         return [p for p in text.split(os.pathsep) if p]
     parts = text.split(":")
     out: list[str] = []
+    glued = False  # whether out[-1] is a URL still waiting for a port
     for part in parts:
         if out and part.startswith("//") and re.fullmatch(r"[A-Za-z][A-Za-z0-9+.\-]*", out[-1]):
             out[-1] = f"{out[-1]}:{part}"
+            # "http://127.0.0.1:8629/runs": the host part has no "/" yet, so a port may follow
+            glued = "/" not in part[2:]
+        elif glued and re.fullmatch(r"\d{1,5}(/.*)?", part):
+            out[-1] = f"{out[-1]}:{part}"
+            glued = False
         elif part:
             out.append(part)
+            glued = False
+        else:
+            glued = False
     return out
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import format as fmt
-from .._fsutil import atomic_write_json, fsync_dir, sha256_file
+from .._fsutil import atomic_write_json, fsync_dir, is_in_run, sha256_file
 from ..errors import InvalidInputError, RunDirError
 from ..runschema import read_run_json
 from .memsnap import read_snapshot, summarize
@@ -36,12 +36,13 @@ def list_snapshots(run_path: str | os.PathLike) -> list[dict]:
         return []
     out = []
     for p in sorted(d.iterdir()):
-        if p.name.startswith(".") or not p.name.endswith(fmt.SNAPSHOT_SUFFIX) or not p.is_file():
-            continue
+        if p.name.startswith(".") or not p.name.endswith(fmt.SNAPSHOT_SUFFIX) or not p.is_file() \
+                or not is_in_run(run_path, fmt.MEMORY_SNAPSHOTS_DIR, p.name):
+            continue  # a snapshot that links out of the run is not listed
         sid = p.name[: -len(fmt.SNAPSHOT_SUFFIX)]
         rec: dict[str, Any] = {}
         meta = d / f"{sid}{fmt.SNAPSHOT_META_SUFFIX}"
-        if meta.is_file():
+        if meta.is_file() and is_in_run(run_path, fmt.MEMORY_SNAPSHOTS_DIR, meta.name):
             try:
                 rec = read_run_json(meta, "snapshot sidecar")
             except (OSError, ValueError):

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import format as fmt
-from .._fsutil import check_regular_file, sha256_file
-from ..errors import InvalidInputError, ProfileFileError, RunDirError
+from .._fsutil import check_regular_file, in_run, is_in_run, sha256_file
+from ..errors import InvalidInputError, OutsideRunError, ProfileFileError, RunDirError
 from ..runschema import is_valid
 
 FORMATS = ("speedscope", "raw", "chrome-trace", "pyspy-dump")
@@ -210,6 +210,13 @@ def add_profile(run_dir: str | os.PathLike, source: str | os.PathLike, *, format
 
 
 # ---------------------------------------------------------------------------- listing
+def _resolved(p):
+    try:
+        return p.resolve()
+    except OSError:
+        return p
+
+
 def list_profiles(run) -> list[dict]:
     """The profiles of a :class:`~debugkit.io.run.Run`, oldest first.
 
@@ -225,32 +232,29 @@ def list_profiles(run) -> list[dict]:
     if listed is not None and not isinstance(listed, list):
         run.warnings.append(f"{run.path / fmt.MANIFEST}: 'profiles' is not a list; ignored")
         listed = []
-    try:
-        root = pdir.resolve()
-    except OSError:
-        root = pdir
     for i, e in enumerate(listed or []):
         if not is_valid(e, "profile entry") or not isinstance(e.get("id"), str) or not _ID.match(e["id"]) \
                 or e.get("format") not in FORMATS or not isinstance(e.get("file"), str):
             run.warnings.append(f"{run.path / fmt.MANIFEST}: profiles[{i}] is malformed; skipped")
             continue
-        p = (run.path / e["file"])
+        parts = e["file"].split("/")
         try:
-            rp = p.resolve()
-        except OSError:
-            rp = p
-        if rp.parent != root or not rp.is_file():
+            rp = in_run(run.path, e["file"], what="profile file")
+        except OutsideRunError:
+            rp = None
+        if rp is None or len(parts) != 2 or parts[0] != fmt.PROFILES_DIR or not rp.is_file():
             run.warnings.append(f"{run.path / fmt.MANIFEST}: profiles[{i}] ({e['id']}): file "
                                 f"{e['file']!r} is missing or outside profiles/; skipped")
             continue
         if e["id"] in seen:
             continue
         seen.add(e["id"])
-        out.append({**e, "kind": KIND[e["format"]], "path": str(rp)})
+        out.append({**e, "kind": KIND[e["format"]], "path": str(_resolved(rp))})
     if pdir.is_dir():
         listed_files = {Path(e["path"]).name for e in out}
         for p in sorted(pdir.iterdir()):
-            if p.name.startswith(".") or p.name in listed_files or not p.is_file():
+            if p.name.startswith(".") or p.name in listed_files or not p.is_file() \
+                    or not is_in_run(run.path, fmt.PROFILES_DIR, p.name):
                 continue
             for f, ext in EXT.items():
                 if p.name.endswith(ext) or p.name.endswith(ext[:-3]):
@@ -261,7 +265,7 @@ def list_profiles(run) -> list[dict]:
                         out.append({"id": pid, "kind": KIND[f], "format": f,
                                     "file": f"{fmt.PROFILES_DIR}/{p.name}", "bytes": st.st_size,
                                     "created_at": st.st_mtime, "origin": "unlisted",
-                                    "summary": {}, "path": str(p.resolve())})
+                                    "summary": {}, "path": str(_resolved(p))})
                     break
     return out
 

@@ -17,8 +17,8 @@ import zlib
 from dataclasses import dataclass
 
 from .. import format as fmt
-from .._fsutil import loads_capped
-from ..errors import InvalidInputError
+from .._fsutil import in_run, loads_capped
+from ..errors import InvalidInputError, OutsideRunError
 
 _STEP = re.compile(r"^ProfilerStep\s*#\s*(\d+)$")
 _DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
@@ -191,8 +191,14 @@ def find_rank_traces(run) -> list:
     d = run.path / fmt.TRACES_DIR
     try:
         if d.is_dir():
-            found = sorted((p for p in d.iterdir() if p.name.endswith((".json", ".json.gz"))),
-                           key=lambda p: p.name)
+            found = []
+            for p in sorted(d.iterdir(), key=lambda p: p.name):
+                if not p.name.endswith((".json", ".json.gz")):
+                    continue
+                try:
+                    found.append(in_run(run.path, fmt.TRACES_DIR, p.name, what="trace file"))
+                except OutsideRunError as exc:  # a link out of the run is never read
+                    run.warnings.append(str(exc))
             if found:
                 return found
     except OSError:
@@ -217,7 +223,8 @@ def _imported_rank_traces(run) -> list:
             by_rank[rank] = e  # oldest first: a later import of the same rank replaces it
         elif e.get("tool") == "torch.profiler (distributed)":
             unranked.append(e)
-    return [run.path / e["file"] for e in [by_rank[r] for r in sorted(by_rank)] + unranked]
+    return [in_run(run.path, e["file"], what="trace file")
+            for e in [by_rank[r] for r in sorted(by_rank)] + unranked]
 
 
 def read_rank_traces(paths) -> dict[int, RankTrace]:

@@ -13,8 +13,8 @@ import warnings
 from pathlib import Path
 
 from .. import format as fmt
-from .._fsutil import MAX_JSON_BYTES, loads_capped, process_start_ticks, read_bytes_capped
-from ..errors import MSG_TABLE_UNREADABLE, RunDirError, TruncatedRecordWarning
+from .._fsutil import MAX_JSON_BYTES, in_run, loads_capped, process_start_ticks, read_bytes_capped
+from ..errors import MSG_TABLE_UNREADABLE, OutsideRunError, RunDirError, TruncatedRecordWarning
 from ..runschema import check as check_schema
 from ..runschema import read_run_json
 from .arrowio import read_stream
@@ -413,7 +413,14 @@ class Run:
         opened = [t for t in [self.manifest.get("created_at"), *(self.manifest.get("resumed_at") or [])]
                   if isinstance(t, (int, float))]
         for p in d.iterdir():
-            if p.name.startswith(".") or not p.is_dir():
+            if p.name.startswith("."):
+                continue
+            try:  # a capture folder that links out of the run is not read
+                p = in_run(self.path, fmt.FAILURES_DIR, p.name, what="failure capture")
+            except OutsideRunError as exc:
+                self.warnings.append(str(exc))
+                continue
+            if not p.is_dir():
                 continue
             f = p / fmt.FAILURE_JSON
             try:
@@ -421,7 +428,12 @@ class Run:
             except (OSError, ValueError) as exc:  # a RunFileError (wrong field type) too
                 self.warnings.append(f"{f}: unreadable failure record skipped ({exc})")
                 continue
-            rec.setdefault("id", p.name)
+            if rec.get("id", p.name) != p.name:
+                # the id names the folder everywhere (links, replays, a repro zip's members):
+                # it is the folder's name, whatever failure.json claims
+                self.warnings.append(f"{f}: id {str(rec.get('id'))[:80]!r} is not its folder's "
+                                     f"name; read as {p.name!r}")
+            rec["id"] = p.name
             for k in ("kind", "step", "rank", "error_type", "message", "traceback"):
                 rec.setdefault(k, None)
             rec["path"] = str(p)

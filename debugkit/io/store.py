@@ -10,14 +10,15 @@ from pathlib import Path
 
 from .. import format as fmt
 from ..errors import MSG_RUN_UNEXPECTED, DebugkitError, InvalidInputError
-from .access import is_allowed
+from .access import allowed_roots, is_allowed
 from .fs import as_path, is_local, split_roots
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 OPENED_FILE = ".debugkit-opened.json"
 MAX_OPENED = 200
 MSG_BAD_RUN_ID = "run id {value!r}: expected letters, digits, '.', '_' or '-' (at most 200)"
-MSG_UNKNOWN_RUN = "run {value!r}: no such run in {roots}"
+#: Names the run asked for and how many are served, never the served folders (server paths).
+MSG_UNKNOWN_RUN = "run {value!r}: no such run among the {count} served here{hint}"
 log = logging.getLogger(__name__)
 
 
@@ -134,6 +135,9 @@ def find_runs(roots: list[Path]) -> list[RunEntry]:
     out: list[RunEntry] = []
     ids: set[str] = set()
     seen: set[str] = set()
+    # the roots themselves are the operator's or were checked when a visitor typed them;
+    # only the allow-list, when set, filters what lies under them (links included)
+    check = allowed_roots() is not None
     for root in roots:
         root = as_path(root) if isinstance(root, str) else root
         candidates = []  # (id, folder)
@@ -159,7 +163,7 @@ def find_runs(roots: list[Path]) -> list[RunEntry]:
             key = _same_place(p)
             if key in seen:
                 continue  # the same run under two roots (a run opened inside a served folder)
-            if not is_allowed(p):
+            if check and not is_allowed(p):
                 continue  # a link (or a root) that leads outside DEBUGKIT_ALLOWED_ROOTS
             seen.add(key)
             rid = name if _ID.match(name) else re.sub(r"[^A-Za-z0-9._-]", "-", name)[:200]
@@ -193,8 +197,30 @@ def resolve_run(run_id: str, roots: list[Path]) -> RunEntry:
     for e in find_runs(roots):
         if e.id == run_id:
             return e
-    raise InvalidInputError(MSG_UNKNOWN_RUN.format(
-        value=run_id, roots=", ".join(str(r) for r in roots) or "(no roots)"))
+    import difflib
+
+    ids = [e.id for e in find_runs(roots)]
+    close = difflib.get_close_matches(run_id, ids, n=3, cutoff=0.75)
+    hint = "; did you mean " + " or ".join(repr(c) for c in close) + "?" if close else ""
+    raise InvalidInputError(MSG_UNKNOWN_RUN.format(value=run_id, count=len(ids), hint=hint))
+
+
+def relative_to_roots(text: str, roots) -> str:
+    """``text`` with the absolute path of each local root (as given, absolute and resolved)
+    replaced by the root's folder name: a message a visitor sees names
+    ``runs/my-run/checkpoints`` instead of ``/srv/team/runs/my-run/checkpoints``."""
+    pairs = {}
+    for r in roots:
+        if not is_local(r):
+            continue
+        name = Path(r).name or str(r)
+        for form in (str(r), os.path.abspath(r), os.path.realpath(r)):
+            form = form.rstrip(os.sep)
+            if len(form) > 1:
+                pairs[form] = name
+    for form in sorted(pairs, key=len, reverse=True):
+        text = re.sub(re.escape(form) + r"(?=$|[/\s'\":;,)\]])", lambda m, n=pairs[form]: n, text)
+    return text
 
 
 def summarize(entry: RunEntry) -> dict:

@@ -1,8 +1,9 @@
 """Unpack uploaded runs (a directory's files, or a .zip) into the run store, safely.
 
 Names that come from a browser or an archive are untrusted. Every name is checked
-(no ``..``, no absolute paths or drive letters, no backslashes, NUL or control
-characters), links are refused, and counts, sizes and compression ratios are bounded
+(no ``..``, no absolute paths or drive letters, no backslashes, no control characters
+(C0, DEL, C1) nor invisible formatting ones (bidirectional overrides), no file and folder
+of the same name), links are refused, and counts, sizes and compression ratios are bounded
 while the bytes are read, not from what the archive claims. Files land in a private
 staging folder and the run appears in the store by one rename once it is complete, so
 no other user ever sees half an upload. Nothing is executed or unpickled.
@@ -16,6 +17,7 @@ import os
 import re
 import shutil
 import stat
+import unicodedata
 import uuid
 import zipfile
 import zlib
@@ -91,8 +93,14 @@ def check_name(name: str, limits: UploadLimits = UploadLimits()) -> PurePosixPat
     """Return ``name`` as a safe relative path, or raise :class:`UploadError`."""
     if not isinstance(name, str) or not name:
         raise UploadError(MSG_BAD_NAME.format(name=name, why="empty name"))
-    if "\x00" in name or any(ord(c) < 32 for c in name):
+    if any(unicodedata.category(c) == "Cc" for c in name):  # C0, DEL and C1 controls
         raise UploadError(MSG_BAD_NAME.format(name=name, why="it contains NUL or control characters"))
+    if any(unicodedata.category(c) in ("Cf", "Zl", "Zp") for c in name):
+        # bidi overrides (U+202E shows "evil\u202eyp.sj" as "eviljs.py"), zero-width marks,
+        # line and paragraph separators: a name must read as what it is
+        raise UploadError(MSG_BAD_NAME.format(
+            name=name, why="it contains invisible formatting characters (bidirectional "
+                           "overrides, zero-width marks or line separators)"))
     if "\\" in name:
         raise UploadError(MSG_BAD_NAME.format(name=name, why="backslashes are not allowed"))
     if name.startswith("/") or _DRIVE.match(name):
@@ -301,7 +309,7 @@ def extract_zip(source: str | os.PathLike | BinaryIO, dest: Path, *,
         zf = zipfile.ZipFile(source)
     except (zipfile.BadZipFile, OSError, ValueError) as exc:
         raise UploadError(MSG_BAD_ZIP.format(name=display_name, detail=exc)) from exc
-    seen: set[str] = set()
+    seen = _Names()
     with zf:
         infos = zf.infolist()
         if len(infos) > limits.max_files:
@@ -312,10 +320,7 @@ def extract_zip(source: str | os.PathLike | BinaryIO, dest: Path, *,
                 raise UploadError(MSG_LINK.format(name=info.filename))
             if info.is_dir():
                 continue
-            key = str(rel)
-            if key in seen:
-                raise UploadError(MSG_BAD_NAME.format(name=info.filename, why="duplicate name"))
-            seen.add(key)
+            seen.add(rel, info.filename)
             budget.add_file(rel.parents)
             if info.file_size > limits.max_file_bytes:
                 raise UploadError(MSG_TOO_BIG.format(what=f"file {info.filename!r}",
@@ -402,6 +407,27 @@ def _staging(store: Path) -> Path:
     return d
 
 
+class _Names:
+    """The names of an upload so far: refuses a duplicate, and a file and a folder with
+    the same name (``a/b`` and ``a/b/c``), before anything is written."""
+
+    def __init__(self):
+        self.files: set[str] = set()
+        self.dirs: set[str] = set()
+
+    def add(self, rel: PurePosixPath, name: str) -> None:
+        key = str(rel)
+        if key in self.files:
+            raise UploadError(MSG_BAD_NAME.format(name=name, why="duplicate name"))
+        parents = [str(PurePosixPath(*rel.parts[:i])) for i in range(1, len(rel.parts))]
+        clash = key if key in self.dirs else next((p for p in parents if p in self.files), None)
+        if clash is not None:
+            raise UploadError(MSG_BAD_NAME.format(
+                name=name, why=f"{clash!r} is both a file and a folder in this upload"))
+        self.files.add(key)
+        self.dirs.update(parents)
+
+
 def unpack_files(files: Iterable[tuple[str, BinaryIO | bytes]], store: str | os.PathLike, *,
                  limits: UploadLimits | None = None) -> Path:
     """Store the files of an uploaded run directory and return the new run's path.
@@ -428,18 +454,16 @@ def unpack_files(files: Iterable[tuple[str, BinaryIO | bytes]], store: str | os.
     budget = _quota_budget(store, limits)
     staging = _staging(store)
     try:
-        seen: set[str] = set()
+        seen = _Names()
         top = set()
         for name, data in files:
             rel = check_name(name, limits)
-            if str(rel) in seen:
-                raise UploadError(MSG_BAD_NAME.format(name=name, why="duplicate name"))
-            seen.add(str(rel))
+            seen.add(rel, name)
             top.add(rel.parts[0])
             budget.add_file(rel.parents)
             src = io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data
             _copy_bounded(src, staging / rel, name, budget)
-        preferred = next(iter(top)) if len(top) == 1 and len(seen) > 1 else "upload"
+        preferred = next(iter(top)) if len(top) == 1 and len(seen.files) > 1 else "upload"
         if preferred == fmt.MANIFEST:
             preferred = "upload"
         return _publish(staging, store, preferred, budget.quota)

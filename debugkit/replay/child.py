@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..runschema import read_run_json
-from .loading import iter_leaves, load_batch
+from .loading import capture_file, iter_leaves, load_batch
 from .sandbox import Channel, serve
 
 ANOMALY_NAN = "returned nan values"
@@ -77,7 +77,7 @@ def restore_rng(failure_dir: Path, device) -> list[str]:
     from safetensors.torch import load_file
 
     restored = []
-    tens_path, meta_path = failure_dir / "rng.safetensors", failure_dir / "rng.json"
+    tens_path, meta_path = capture_file(failure_dir, "rng.safetensors"), capture_file(failure_dir, "rng.json")
     if not tens_path.is_file():
         return restored
     tensors = load_file(str(tens_path))
@@ -120,7 +120,7 @@ def load_state(model, failure_dir: Path, present: bool, state_file: str | None =
     if present:
         from safetensors.torch import load_file
 
-        state = load_file(str(state_file or failure_dir / "model.safetensors"))
+        state = load_file(str(state_file or capture_file(failure_dir, "model.safetensors")))
         own = model.state_dict()
         fit = {}
         for k, v in state.items():

@@ -129,6 +129,30 @@ def split_spec(spec) -> tuple[str, str] | None:
     return module, qualname
 
 
+def _find_source(name: str, path: list[str], fullname: str):
+    """A spec for ``name`` (a package, a ``.py`` module or a namespace folder) on ``path``,
+    found as the import system would, without it (for modules inside a namespace folder,
+    whose parent the import system would look up in ``sys.modules``)."""
+    import importlib.util
+    from importlib.machinery import ModuleSpec
+
+    folders = []
+    for p in path:
+        d = os.path.join(p, name)
+        if os.path.isfile(os.path.join(d, "__init__.py")):
+            return importlib.util.spec_from_file_location(
+                fullname, os.path.join(d, "__init__.py"), submodule_search_locations=[d])
+        if os.path.isfile(d + ".py"):
+            return importlib.util.spec_from_file_location(fullname, d + ".py")
+        if os.path.isdir(d):
+            folders.append(d)
+    if not folders:
+        return None
+    spec = ModuleSpec(fullname, None, is_package=True)
+    spec.submodule_search_locations = folders
+    return spec
+
+
 def locate_module(module: str, search_path: list[str] | None = None) -> tuple[str | None, str | None]:
     """``(origin file, sys.path entry)`` of a module, found without executing anything.
 
@@ -145,16 +169,26 @@ def locate_module(module: str, search_path: list[str] | None = None) -> tuple[st
         for i in range(len(parts)):
             try:
                 spec = PathFinder.find_spec(".".join(parts[: i + 1]), path)
+            except KeyError:  # inside a namespace folder: PathFinder looks its parent up
+                spec = _find_source(parts[i], path, ".".join(parts[: i + 1]))  # in sys.modules
             except (ImportError, ValueError, OSError):
                 spec = None
             if spec is None:
                 break
             if i < len(parts) - 1:
-                locs = spec.submodule_search_locations
-                if not locs:
+                if spec.submodule_search_locations is None:
                     spec = None
                     break
-                path = list(locs)
+                if spec.loader is None or spec.origin in (None, "namespace"):
+                    # a namespace folder (no __init__.py): its locations are recomputed
+                    # from the parent module in sys.modules, which nothing imported here
+                    # (KeyError: 'runs'); they are this component's folders on ``path``
+                    path = [d for d in (os.path.join(p, parts[i]) for p in path) if os.path.isdir(d)]
+                else:
+                    path = list(spec.submodule_search_locations)
+                if not path:
+                    spec = None
+                    break
         if spec is not None:
             origin = spec.origin if spec.has_location else None
             return origin, root

@@ -14,7 +14,6 @@ Nothing here runs the capture's code: the batch loads through safetensors.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ..errors import DebugkitError
 from ..recorder.guard import BatchSpec, Violation
@@ -63,14 +62,14 @@ def _fallback(batch, num_classes) -> BatchSpec:
 def suggest_guard(record: dict, num_classes: int | None = None) -> GuardSuggestion:
     """The guard for a failure capture (``record`` from ``run.failures()``), checked
     against its captured batch."""
-    from .loading import load_batch
+    from .loading import capture_file, load_batch
 
     try:
         batch = load_batch(record)
     except DebugkitError as exc:
         return GuardSuggestion(None, "none", problem=f"the captured batch cannot be read: {exc}")
     num_classes = record.get("num_classes", num_classes)
-    p = Path(record["path"]) / SPEC_FILE
+    p = capture_file(record, SPEC_FILE)
     spec, source, n = None, "captured_batch", 0
     if p.is_file():
         try:

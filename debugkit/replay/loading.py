@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .._fsutil import sha256_file
+from .._fsutil import in_run, sha256_file
 from ..errors import InvalidInputError, ReplayError, RunDirError
 
 MSG_NO_CAPTURES = ("{run}: no failure captures (failures/ is empty): nothing to replay; "
@@ -53,6 +53,14 @@ def select_failure(run, failure_id: str | None = None) -> dict:
                                                  known=", ".join(f["id"] for f in failures)))
 
 
+def capture_file(record_or_dir, name: str) -> Path:
+    """The file ``name`` of a failure capture (its record or its folder), refused with
+    :class:`~debugkit.errors.OutsideRunError` when it would lead outside the capture's
+    folder (an absolute or ``..`` name, a link to ``/etc/passwd``)."""
+    d = record_or_dir["path"] if isinstance(record_or_dir, dict) else record_or_dir
+    return in_run(Path(d), name, what="capture file")
+
+
 def verify_files(record: dict) -> dict[str, bool]:
     """Check the capture's files against the digests in ``failure.json``.
 
@@ -75,7 +83,7 @@ def verify_files(record: dict) -> dict[str, bool]:
         for name in names:
             if not isinstance(name, str) or "/" in name or name.startswith("."):
                 raise ReplayError(f"{d / fmt_name(name)}: refused file name in failure.json")
-            p = d / name
+            p = capture_file(d, name)
             if not p.is_file():
                 raise ReplayError(MSG_FILE_MISSING.format(path=p, part=part))
             want = digests.get(name)
@@ -159,8 +167,7 @@ def load_batch(record: dict):
     """The captured batch (tensors on the CPU)."""
     from ..tensortree import load_tree
 
-    d = Path(record["path"])
-    return load_tree(d / "batch.safetensors", d / "batch.json")
+    return load_tree(capture_file(record, "batch.safetensors"), capture_file(record, "batch.json"))
 
 
 def read_sample(record: dict, input_path: str, sample_index: int):

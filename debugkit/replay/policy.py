@@ -11,7 +11,8 @@ whatever the capture says:
   that the person running the replay allows (:func:`code_roots`), and never inside
   debugkit itself, the standard library or an installed package's folder
   (:func:`forbidden_dirs`), even when an allowed folder contains them (a checkout's
-  ``debugkit/``, a ``.venv`` inside a project). :func:`check_factory_allowed` decides.
+  ``debugkit/``, a ``.venv`` inside a project), nor inside a run directory or a served
+  store (:func:`run_or_store_holding`). :func:`check_factory_allowed` decides.
 - **Arguments.** ``factory_kwargs`` are plain data only (:func:`check_plain_kwargs`):
   JSON scalars, lists and string-keyed dicts of them, bounded in depth and size.
 - **Result.** The child checks that the factory returned a ``torch.nn.Module`` before it
@@ -67,6 +68,9 @@ HINT_CLI = ("pass --code-root DIR, DIR being the project folder that holds the c
 HINT_SERVER = "the server's operator allows folders with DEBUGKIT_CODE_ROOTS"
 MSG_FORBIDDEN = ("{role} {spec}: {local} is inside {what} ({where}), whose functions are not "
                  "model factories; refusing to run it")
+MSG_IN_RUN = ("{role} {spec}: {local} lies inside {what}; code that ships inside a run never runs "
+             "as replay code, whatever the code roots say (keep model code outside run folders "
+             "and the run store)")
 MSG_BAD_KWARGS = ("{where}: factory_kwargs{at} is {what}; only plain data (strings, numbers, "
                   "booleans, null, lists and objects of them) may be passed to a model factory")
 MSG_BAD_TRUST = "DEBUGKIT_CODE_TRUST={value!r}: expected one of " + ", ".join(TRUST_CHOICES)
@@ -82,6 +86,40 @@ def _resolved(paths) -> list[Path]:
         if r not in out:
             out.append(r)
     return out
+
+
+def _run_folder_above(path: Path) -> Path | None:
+    """The nearest folder above ``path`` that holds a ``manifest.json`` (a run), or None."""
+    for d in path.parents:
+        try:
+            if (d / "manifest.json").is_file():
+                return d
+        except OSError:
+            continue
+    return None
+
+
+def served_stores() -> list[Path]:
+    """Folders that hold other people's runs, whose files never run as code: the run
+    store (``$DEBUGKIT_STORE``, default ``./runs``, where ``debugkit ui`` puts uploads)
+    and the local folders the dashboard serves (``$DEBUGKIT_ROOTS``)."""
+    from ..io.fs import is_url, split_roots
+
+    out = [os.environ.get("DEBUGKIT_STORE", "runs")]
+    out += [r for r in split_roots(os.environ.get("DEBUGKIT_ROOTS", "")) if not is_url(r)]
+    return _resolved(out)
+
+
+def run_or_store_holding(path: Path) -> str | None:
+    """What makes ``path`` (resolved) a file of a run: ``"the run <folder>"``, ``"the
+    run store <folder>"``, or None."""
+    run = _run_folder_above(path)
+    if run is not None:
+        return f"the run {run} (a folder with a manifest.json)"
+    for store in served_stores():
+        if path == store or store in path.parents:
+            return f"the run store {store}"
+    return None
 
 
 def forbidden_dirs() -> list[tuple[Path, str]]:
@@ -176,9 +214,11 @@ def check_factory_allowed(local_file, roots, *, role: str = "model_factory", spe
                           hint: str = HINT_CLI) -> str | None:
     """Why the source file ``local_file`` may not run (a message), or None when it may.
 
-    It may run when, resolved (symlinks followed), it lies inside one of ``roots`` and
-    inside none of :func:`forbidden_dirs`, or when it is one of debugkit's
-    :data:`TRUSTED_HELPERS`.
+    It may run when, resolved (symlinks followed), it lies inside one of ``roots``,
+    inside none of :func:`forbidden_dirs`, and inside no run (a folder with a
+    ``manifest.json`` above it) nor a served store (:func:`run_or_store_holding`), or
+    when it is one of debugkit's :data:`TRUSTED_HELPERS`. Code that ships inside a run is
+    the run author's choice, whatever its hash and whatever the code roots say.
     """
     try:
         p = Path(local_file).resolve()
@@ -189,6 +229,9 @@ def check_factory_allowed(local_file, roots, *, role: str = "model_factory", spe
     bad = _forbidden(p)
     if bad is not None:
         return MSG_FORBIDDEN.format(role=role, spec=spec, local=p, what=bad[1], where=bad[0])
+    in_run = run_or_store_holding(p)
+    if in_run is not None:
+        return MSG_IN_RUN.format(role=role, spec=spec, local=p, what=in_run)
     allowed = _resolved(roots or [])
     if not any(p == r or r in p.parents for r in allowed):
         return MSG_NOT_ALLOWED.format(role=role, spec=spec, local=p, hint=hint,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..errors import ReplayError
 from .code import MISSING, NEVER, CodeIdentity
-from .loading import factory_kwargs
+from .loading import capture_file, factory_kwargs
 
 CAPTURE_FILES = ("batch.safetensors", "batch.json", "model.safetensors", "rng.safetensors",
                  "rng.json", "failure.json")
@@ -254,7 +254,7 @@ def build_repro(run, record: dict, identities: list[CodeIdentity], report: dict 
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr(f"{top}/repro.py", script)
         for name in CAPTURE_FILES:
-            p = d / name
+            p = capture_file(d, name)
             if p.is_file():
                 z.write(p, f"{top}/{name}")
         seen = set()

@@ -42,6 +42,37 @@ LOG_TAIL = 4000
 
 PKG_ROOT = Path(__file__).resolve().parents[2]
 
+#: The environment variables a child (a replay, an audit worker) inherits; everything
+#: else the server's environment holds (cloud credentials, ``DEBUGKIT_SECRET``, tokens,
+#: the auth section's secrets passed as variables) stays in the server. Names here, and
+#: names starting with one of :data:`CHILD_ENV_PREFIXES` (locale, torch, CUDA, the
+#: thread-count knobs of the BLAS libraries).
+CHILD_ENV = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP",
+    "LD_LIBRARY_PATH", "PYTHONHOME", "PYTHONNOUSERSITE", "VIRTUAL_ENV", "SYSTEMROOT",
+    "OMP_NUM_THREADS", "HF_HOME", "HF_HUB_OFFLINE", "HF_HUB_CACHE", "TRANSFORMERS_OFFLINE",
+    "TRANSFORMERS_CACHE", "HF_DATASETS_OFFLINE",
+    # the operator's policy, which the child checks again (never DEBUGKIT_SECRET)
+    "DEBUGKIT_STORE", "DEBUGKIT_ROOTS", "DEBUGKIT_ALLOWED_ROOTS", "DEBUGKIT_CODE_ROOTS",
+    "DEBUGKIT_CODE_TRUST", "DEBUGKIT_AUDIT_LOADERS", "DEBUGKIT_CACHE",
+})
+CHILD_ENV_PREFIXES = ("LC_", "CUDA_", "TORCH_", "PYTORCH_", "NVIDIA_", "CUBLAS_", "CUDNN_",
+                      "NCCL_", "MKL_", "OPENBLAS_", "KMP_")
+
+
+def child_env(extra: dict | None = None, environ=None) -> dict:
+    """The scrubbed environment of a child: the allow-listed variables of ``environ``
+    (default ``os.environ``), debugkit's own folder first on ``PYTHONPATH`` (then the
+    server's), and ``extra``."""
+    environ = os.environ if environ is None else environ
+    env = {k: v for k, v in environ.items()
+           if k in CHILD_ENV or k.startswith(CHILD_ENV_PREFIXES)}
+    env.update(PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(PKG_ROOT)] + [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env.update(extra or {})
+    return env
+
 
 def default_memory_cap() -> int | None:
     """Half of this machine's physical memory, in bytes (None where unknown)."""
@@ -105,9 +136,7 @@ def run_child(request: dict, *, timeout_s: float = DEFAULT_TIMEOUT_S,
                    dump_after_s=max(0.5, timeout_s - DUMP_MARGIN_S) if timeout_s > 2 else None,
                    memory_cap_bytes=memory_cap_bytes)
         (tmp / "request.json").write_text(json.dumps(req, default=str))
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
-        env["PYTHONPATH"] = os.pathsep.join([str(PKG_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        env.update(extra_env or {})
+        env = child_env(extra_env)
         log = open(tmp / "child.log", "wb")
         t0 = time.monotonic()
         proc = subprocess.Popen(

@@ -96,3 +96,46 @@ def test_overview_shows_dunder_names_as_written(app, tmp_path):
     (finding,) = [c for c in captions if "getitem" in c]
     assert "Dataset.__getitem__ got index 7" in plain(finding)[0]
     assert "strong" not in plain(finding)[1]
+
+
+HOSTILE_FAILURE = {
+    "step": "[click](http://evil.example/step) ![px](http://127.0.0.1:9/step.png)",
+    "rank": "<http://evil.example/rank> [r](javascript:alert(1))",
+    "dataset_indices": ["![px](http://127.0.0.1:9/idx.png)", "[i](http://evil.example/i)"],
+    "attempt": "![a](http://127.0.0.1:9/attempt.png)",
+}
+
+
+def _rendered_tags(at) -> set:
+    """Every tag Markdown makes of the text the page sent (markdown, captions, boxes)."""
+    tags: set = set()
+    for el in [*at.markdown, *at.caption, *at.error, *at.warning, *at.info, *at.success]:
+        tags |= plain(str(el.value))[1]
+    return tags
+
+
+@pytest.mark.parametrize("page", ["overview", "replay"])
+def test_a_failure_s_step_rank_and_indices_are_text(page, tmp_path):
+    """Issue 28: a failure.json whose step, rank and dataset indices are Markdown links and
+    remote images (the browser fetched them) renders them as text on every page."""
+    import json
+    import os
+    import shutil
+
+    from tests.conftest import SAMPLE_RUNS
+
+    from ._apptest import open_page
+
+    run = os.path.join(os.environ["DEBUGKIT_STORE"], "md-failure")
+    shutil.copytree(SAMPLE_RUNS / "digits-bad-label", run)
+    fj = os.path.join(run, "failures", "r0-s0000075-exception", "failure.json")
+    rec = json.load(open(fj))
+    rec.update(HOSTILE_FAILURE)
+    with open(fj, "w") as f:
+        json.dump(rec, f)
+    at = open_page(page, check=False, run="md-failure")
+    assert not at.exception, [e.value for e in at.exception]
+    tags = _rendered_tags(at)
+    assert not tags & {"a", "img"}, tags
+    shown = "\n".join(plain(str(el.value))[0] for el in [*at.markdown, *at.caption])
+    assert "[click](http://evil.example/step)" in shown

@@ -88,8 +88,8 @@ def test_unknown_and_malformed_run_params_show_an_error(app):
     at = app(run="no-such-run")
     at.switch_page("pages/overview.py").run()
     assert not at.exception
-    unknown = MSG_UNKNOWN_RUN.split("{roots}")[0].format(value="no-such-run")  # "run 'no-such-run': no such run in "
-    assert any(unknown in e.value for e in list(at.sidebar.error) + list(at.error)) \
+    unknown = MSG_UNKNOWN_RUN.split("{count}")[0].format(value="no-such-run")  # "run 'no-such-run': no such run among the "
+    assert any(unknown in e.value.replace("\\", "") for e in list(at.sidebar.error) + list(at.error)) \
         or "Pick a run" in _texts(at)
     at = app(run="../../etc/passwd")
     at.run()

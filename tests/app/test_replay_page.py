@@ -174,3 +174,33 @@ def test_a_model_side_failure_gets_no_guard_suggestion():
     assert any(i.value.startswith("No batch guard learned from the data would have caught this")
                for i in at.info)
     assert not [d for d in at.get("download_button") if d.proto.label == "Download batch_spec.json"]
+
+
+def test_code_shipped_in_an_uploaded_run_never_runs(monkeypatch, tmp_path):
+    """Issue 28, item 1: the operator's code roots contain the store (DEBUGKIT_CODE_ROOTS
+    is the folder above it) and anyone may trust code; an uploaded run carries its own
+    model.py with its true hash. It is refused as code inside a run: no "verified" badge,
+    no box to tick, nothing imported."""
+    from debugkit.replay.policy import MSG_IN_RUN
+
+    store = Path(os.environ["DEBUGKIT_STORE"])
+    monkeypatch.setenv("DEBUGKIT_CODE_ROOTS", str(store.parent))
+    monkeypatch.setenv("DEBUGKIT_CODE_TRUST", "anyone")
+    run = _upload("carrier", "digits-bad-label")
+    marker = tmp_path / "imported"
+    (run / "model.py").write_text(f"open({str(marker)!r}, 'w').close()\n"
+                                  "from torch import nn\n\n\ndef build_model(hidden=64):\n"
+                                  "    return nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, 10))\n")
+    fj = run / "failures" / FID / "failure.json"
+    rec = json.loads(fj.read_text())
+    rec["code"] = {"model_factory": {
+        "spec": "model:build_model", "module": "model", "qualname": "build_model",
+        "file": str(run / "model.py"),
+        "sha256": hashlib.sha256((run / "model.py").read_bytes()).hexdigest()}}
+    fj.write_text(json.dumps(rec))
+    at = app("carrier", FID)
+    assert ":green-badge[:material/verified: verified]" not in texts(at)
+    assert at.button(key="replay_button").disabled and len(at.checkbox) == 0
+    rule = MSG_IN_RUN.split("; ")[1].split(" (")[0]
+    assert any(rule in e.value for e in at.error), [e.value for e in at.error]
+    assert not marker.exists()
