@@ -52,12 +52,12 @@ CHILD_ENV = frozenset({
     "LD_LIBRARY_PATH", "PYTHONHOME", "PYTHONNOUSERSITE", "VIRTUAL_ENV", "SYSTEMROOT",
     "OMP_NUM_THREADS", "HF_HOME", "HF_HUB_OFFLINE", "HF_HUB_CACHE", "TRANSFORMERS_OFFLINE",
     "TRANSFORMERS_CACHE", "HF_DATASETS_OFFLINE",
-    # the operator's policy, which the child checks again (never DEBUGKIT_SECRET)
-    "DEBUGKIT_STORE", "DEBUGKIT_ROOTS", "DEBUGKIT_ALLOWED_ROOTS", "DEBUGKIT_CODE_ROOTS",
-    "DEBUGKIT_CODE_TRUST", "DEBUGKIT_AUDIT_LOADERS", "DEBUGKIT_CACHE",
 })
+#: ``DEBUGKIT_*`` are the operator's settings (folders, limits, policy), which the child
+#: checks again; those whose name says secret, token, password or key never pass.
 CHILD_ENV_PREFIXES = ("LC_", "CUDA_", "TORCH_", "PYTORCH_", "NVIDIA_", "CUBLAS_", "CUDNN_",
-                      "NCCL_", "MKL_", "OPENBLAS_", "KMP_")
+                      "NCCL_", "MKL_", "OPENBLAS_", "KMP_", "DEBUGKIT_")
+_SECRET_WORDS = ("SECRET", "TOKEN", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")
 
 
 def child_env(extra: dict | None = None, environ=None) -> dict:
@@ -66,7 +66,8 @@ def child_env(extra: dict | None = None, environ=None) -> dict:
     server's), and ``extra``."""
     environ = os.environ if environ is None else environ
     env = {k: v for k, v in environ.items()
-           if k in CHILD_ENV or k.startswith(CHILD_ENV_PREFIXES)}
+           if (k in CHILD_ENV or k.startswith(CHILD_ENV_PREFIXES))
+           and not any(w in k.upper() for w in _SECRET_WORDS)}
     env.update(PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
     env["PYTHONPATH"] = os.pathsep.join(
         [str(PKG_ROOT)] + [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p])
