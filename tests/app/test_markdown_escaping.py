@@ -98,11 +98,21 @@ def test_overview_shows_dunder_names_as_written(app, tmp_path):
     assert "strong" not in plain(finding)[1]
 
 
-HOSTILE_FAILURE = {
-    "step": "[click](http://evil.example/step) ![px](http://127.0.0.1:9/step.png)",
-    "rank": "<http://evil.example/rank> [r](javascript:alert(1))",
-    "dataset_indices": ["![px](http://127.0.0.1:9/idx.png)", "[i](http://evil.example/i)"],
-    "attempt": "![a](http://127.0.0.1:9/attempt.png)",
+HOSTILE_FAILURES = {
+    # the issue's report: became links and a remote image the browser fetched (the typed
+    # decoder of debugkit.runschema now refuses such a record; md() is the second layer)
+    "numbers": {
+        "step": "[click](http://evil.example/step) ![px](http://127.0.0.1:9/step.png)",
+        "rank": "<http://evil.example/rank> [r](javascript:alert(1))",
+        "dataset_indices": ["![px](http://127.0.0.1:9/idx.png)", "[i](http://evil.example/i)"],
+        "attempt": "![a](http://127.0.0.1:9/attempt.png)",
+    },
+    # strings the format allows, shown as written
+    "strings": {
+        "error_type": "[click](http://evil.example/type)",
+        "kind": "![px](http://127.0.0.1:9/kind.png)",
+        "capture_errors": {"model": "[m](http://evil.example/m) ![px](http://127.0.0.1:9/m.png)"},
+    },
 }
 
 
@@ -114,8 +124,9 @@ def _rendered_tags(at) -> set:
     return tags
 
 
+@pytest.mark.parametrize("fields", list(HOSTILE_FAILURES))
 @pytest.mark.parametrize("page", ["overview", "replay"])
-def test_a_failure_s_step_rank_and_indices_are_text(page, tmp_path):
+def test_a_failure_s_step_rank_and_indices_are_text(page, fields, tmp_path):
     """Issue 28: a failure.json whose step, rank and dataset indices are Markdown links and
     remote images (the browser fetched them) renders them as text on every page."""
     import json
@@ -130,12 +141,13 @@ def test_a_failure_s_step_rank_and_indices_are_text(page, tmp_path):
     shutil.copytree(SAMPLE_RUNS / "digits-bad-label", run)
     fj = os.path.join(run, "failures", "r0-s0000075-exception", "failure.json")
     rec = json.load(open(fj))
-    rec.update(HOSTILE_FAILURE)
+    rec.update(HOSTILE_FAILURES[fields])
     with open(fj, "w") as f:
         json.dump(rec, f)
     at = open_page(page, check=False, run="md-failure")
     assert not at.exception, [e.value for e in at.exception]
     tags = _rendered_tags(at)
     assert not tags & {"a", "img"}, tags
-    shown = "\n".join(plain(str(el.value))[0] for el in [*at.markdown, *at.caption])
-    assert "[click](http://evil.example/step)" in shown
+    if fields == "strings":  # shown, as text
+        shown = "\n".join(plain(str(el.value))[0] for el in [*at.markdown, *at.caption])
+        assert "[click](http://evil.example/type)" in shown
