@@ -108,3 +108,15 @@ def test_contributing_is_self_contained_and_names_what_exists():
                         ("attach_related", "debugkit/analysis/findings.py")):
         assert name in text and f"def {name}(" in (ROOT / where).read_text(), name
     assert "_routing.mark_routed()" in (ROOT / "app.py").read_text()
+
+
+def test_tests_find_console_scripts_next_to_the_interpreter():
+    """A test runs `debugkit` as a user of this environment would, also when the venv is not
+    activated (its bin/ not on PATH): through tests.conftest.console_script, never a bare
+    name looked up on PATH."""
+    bare = re.compile(r"""\[\s*["'](debugkit|streamlit|py-spy|torchrun)["']\s*,""")
+    found = [f"{p.relative_to(ROOT)}:{i}" for p in sorted((ROOT / "tests").rglob("*.py"))
+             if "data" not in p.relative_to(ROOT / "tests").parts[:1]
+             for i, line in enumerate(p.read_text().splitlines(), 1) if bare.search(line)]
+    assert not found, f"console scripts looked up on PATH: {found}"
+    assert "shutil.which(\"debugkit\")" not in "".join(p.read_text() for p in (ROOT / "tests").rglob("*.py"))

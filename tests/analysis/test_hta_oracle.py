@@ -13,6 +13,8 @@ import pytest
 from debugkit.analysis import trace as at
 from debugkit.io.chrome_trace import read_chrome_trace
 
+from ..conftest import console_script
+
 HTA = Path(__file__).resolve().parents[1] / "data" / "public" / "hta"
 TRACE_FILTER = HTA.parent / "hta_trace_filter"  # shared with the traces-only scenario (issue 16a)
 TF0 = TRACE_FILTER / "sampled_rank-0.json.gz"
@@ -58,7 +60,7 @@ def test_the_output_says_which_variant():
 
 def test_profile_summary_prints_htas_figures(tmp_path):
     def summary(*extra):
-        proc = subprocess.run(["debugkit", "profile-summary", str(TF1), *extra], capture_output=True,
+        proc = subprocess.run([console_script(), "profile-summary", str(TF1), *extra], capture_output=True,
                               text=True, timeout=120, cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
         return proc.stdout

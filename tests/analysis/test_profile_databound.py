@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,8 @@ import pytest
 from debugkit.analysis import profile as ap
 from debugkit.io.profile_store import get_profile, read_entry
 from debugkit.io.run import open_run
+
+from ..conftest import console_script
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "tests" / "data" / "public" / "pyspy" / "linux-databound" / "run"
@@ -78,7 +81,7 @@ def test_few_samples_are_called_rough(prof):
 
 
 def run_cli(tmp_path, *args):
-    proc = subprocess.run(["debugkit", *args], capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    proc = subprocess.run([console_script(), *args], capture_output=True, text=True, timeout=180, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -108,7 +111,7 @@ def test_profile_summary_and_diagnose_as_a_user_runs_them(tmp_path):
 def test_debugkit_profile_of_a_fresh_data_bound_job(tmp_path):
     """End to end: `debugkit profile RUN -- python train.py` on the job, here and now."""
     shutil.copy(ROOT / "examples" / "databound_decode.py", tmp_path / "train.py")
-    proc = subprocess.run(["debugkit", "profile", "fresh", "--name", "p", "--", "python", "train.py",
+    proc = subprocess.run([console_script(), "profile", "fresh", "--name", "p", "--", sys.executable, "train.py",
                            "--steps", "40"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     s = json.loads(run_cli(tmp_path, "profile-summary", "fresh", "--json"))

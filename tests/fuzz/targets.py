@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
+from ..conftest import console_script
+
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_runs"
 CORPUS = Path(__file__).resolve().parent / "corpus"
@@ -99,7 +101,7 @@ def _stack_dump_seed() -> bytes:
                             stdout=subprocess.PIPE, text=True)
     try:
         proc.stdout.readline()
-        out = subprocess.run(["py-spy", "dump", "--json", "--pid", str(proc.pid)],
+        out = subprocess.run([console_script("py-spy"), "dump", "--json", "--pid", str(proc.pid)],
                              capture_output=True, timeout=60, check=True)
     finally:
         proc.kill()

@@ -17,6 +17,7 @@ import subprocess
 
 import pytest
 
+from ..conftest import console_script
 from .arrowmut import KINDS, mutate_stream
 from .isolated import SEGFAULT_TARGET, run_isolated
 from .targets import SAMPLES, seed
@@ -82,7 +83,7 @@ def test_debugkit_diagnose_refuses_a_stream_whose_string_offsets_lie(tmp_path):
     run = tmp_path / "lying-offsets"
     shutil.copytree(SAMPLES / "digits-mlp", run)
     (run / "ranks/0/scalars-000.arrows").write_bytes(_lying_offsets_stream())
-    proc = subprocess.run(["debugkit", "diagnose", str(run)], capture_output=True, text=True,
+    proc = subprocess.run([console_script(), "diagnose", str(run)], capture_output=True, text=True,
                           timeout=300, env={**os.environ})
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
     assert "scalars-000.arrows: record batch 0 is invalid Arrow data, refused" in proc.stderr

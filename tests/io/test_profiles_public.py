@@ -11,6 +11,8 @@ import pytest
 
 from debugkit.io import profile_store as PS
 
+from ..conftest import console_script
+
 DATA = Path(__file__).resolve().parents[1] / "data" / "public" / "pyspy"
 MACOS = DATA / "macos-cs336" / "profile.speedscope.json"
 
@@ -27,7 +29,7 @@ def test_macos_hex_thread_ids_are_parsed_and_main_is_mainthread_only():
 
 
 def test_macos_profile_summary_main_counts_mainthread_only(tmp_path):
-    proc = subprocess.run(["debugkit", "profile-summary", str(MACOS), "--threads", "main", "--json"],
+    proc = subprocess.run([console_script(), "profile-summary", str(MACOS), "--threads", "main", "--json"],
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     s = json.loads(proc.stdout)

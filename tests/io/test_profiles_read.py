@@ -20,6 +20,8 @@ from debugkit.io import profiles as P
 from debugkit.io import speedscope as SS
 from debugkit.io import stackdump as SD
 
+from ..conftest import console_script
+
 TARGET = textwrap.dedent('''
     import threading, time
 
@@ -50,7 +52,7 @@ def record(tmp_path, fmt: str, extra=()):
     script = tmp_path / "target.py"
     script.write_text(TARGET)
     out = tmp_path / f"p.{fmt}"
-    proc = subprocess.run(["py-spy", "record", "--format", fmt, "--rate", "200", "--output", str(out),
+    proc = subprocess.run([console_script("py-spy"), "record", "--format", fmt, "--rate", "200", "--output", str(out),
                            *extra, "--", sys.executable, str(script)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -283,7 +285,7 @@ def test_pyspy_dump_json_of_a_hung_process(tmp_path):
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
-        out = subprocess.run(["py-spy", "dump", "--json", "--pid", str(proc.pid)],
+        out = subprocess.run([console_script("py-spy"), "dump", "--json", "--pid", str(proc.pid)],
                              capture_output=True, text=True, timeout=60)
     finally:
         proc.kill()
