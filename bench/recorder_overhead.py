@@ -22,7 +22,8 @@ the fused norm itself under 3 %.
 Then (``--breakdown``, on by default) the cost of each part of the Recorder's step,
 timed inside a separate recorded loop by wrapping the Recorder's own methods: gradient
 norms (GradNormComputer.compute), RNG capture, batch-spec learning, memory counters,
-queueing rows for the writer, the loss's ``.item()``, the rest of the step bookkeeping,
+writing the step's rows into the writer's block, the loss's ``.item()``, the rest of the
+step bookkeeping,
 and the writer thread's CPU time per step (it runs beside training and competes for the
 GIL). debugkit opens no ``record_function`` annotation of its own: the ones a cProfile
 of this loop shows are torch's ``Optimizer.step`` / ``zero_grad`` annotations, which the
@@ -201,7 +202,7 @@ def breakdown(config, steps, tmp):
     rec._specs.commit = tm.wrap("spec", rec._specs.commit)
     rec._specs.discard = tm.wrap("spec", rec._specs.discard)
     rec._rss.read = tm.wrap("memory", rec._rss.read)
-    rec._writer.add = tm.wrap("queue", rec._writer.add)
+    rec._finish_step_rows = tm.wrap("rows", rec._finish_step_rows)
     rec._scalar_value = tm.wrap("item", rec._scalar_value)
     writer_cpu = [0.0]
     flush = rec._writer._flush
@@ -250,7 +251,8 @@ def breakdown(config, steps, tmp):
     per = {k: statistics.median(st.get(k, 0.0) for st in tm.steps) * 1e6 for k in keys}
     inside = sum(per.get(k, 0.0) for k in ("_in_recorder", "_in_recorder_end", "_in_log",
                                            "_in_pre_hook", "_in_post_hook"))
-    parts = {k: per.get(k, 0.0) for k in ("norms", "rng", "spec", "memory", "queue", "item")}
+    parts = {k: per.get(k, 0.0) for k in ("norms", "rng", "spec", "memory", "rows", "item")}
+    parts["rows"] -= parts["memory"]  # the RSS read happens inside the rows' call
     parts["bookkeeping"] = inside - sum(parts.values())
     parts["writer thread (CPU)"] = writer_cpu[0] / steps * 1e6
     return parts, statistics.median(step_times)
@@ -261,7 +263,7 @@ LABELS = {
     "rng": "RNG capture (torch CPU generator state)",
     "spec": "batch-spec learning (observe + commit)",
     "memory": "memory counters (RSS; CUDA counters on GPU)",
-    "queue": "queueing rows for the writer (lock + append)",
+    "rows": "the step's rows into the writer's block (by index)",
     "item": "loss to a Python float (rec.log)",
     "bookkeeping": "the rest of the step's bookkeeping",
     "writer thread (CPU)": "writer thread CPU time (Arrow batches, files, heartbeat)",

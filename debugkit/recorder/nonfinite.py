@@ -50,6 +50,11 @@ class NonFiniteMonitor:
         self.found = False
         self._pending: list = []
 
+    @property
+    def pending(self) -> bool:
+        """Whether deferred (GPU) values wait to be judged."""
+        return bool(self._pending)
+
     def check(self, st, values, loss, where: str, *, after_optimizer_step: bool) -> None:
         """A step's norms (``values``: a list or a :class:`PendingTensor`) and its logged
         losses (``(key, value)``)."""

@@ -91,6 +91,10 @@ class GradNormComputer:
             self.order = torch.tensor(sorted(range(len(flat)), key=flat.__getitem__))
         self.n = len(self.params) + 1
         self.scaled_total = any(d.type != "cpu" and t == torch.float64 for d, t in groups)
+        # One CPU group of float32/float64 gradients (the common CPU case): the fused norm,
+        # one stack, one tolist, and the total in Python (math.hypot: float64, no overflow).
+        self.cpu_fast = (self.single and bool(self.params) and self.groups[0][0][0].type == "cpu"
+                         and self.groups[0][0][1] in (torch.float32, torch.float64))
 
     @staticmethod
     def _norms(grads, device, dtype):
@@ -120,6 +124,15 @@ class GradNormComputer:
         """Return the norms of the current gradients (see class docstring)."""
         import torch
 
+        if self.cpu_fast:
+            try:
+                vals = torch.stack(torch._foreach_norm([p.grad for p in self.params])).tolist()
+            except TypeError:  # a parameter without .grad this step: the general path
+                pass
+            else:
+                total = math.hypot(*vals)  # inf/NaN exactly when a norm is (module docstring)
+                vals.append(total)
+                return vals if math.isfinite(total) else self._fix_overflow(vals)
         parts = []
         for (device, dtype), idx in self.groups:
             grads = [self.params[i].grad for i in idx]

@@ -1,9 +1,12 @@
 """Per-rank background writer: buffers rows from the training thread, appends them to
 Arrow IPC streams every flush interval, and keeps the heartbeat fresh.
 
-The training thread only appends Python tuples to lists under a lock; everything that
-costs time (building Arrow batches, resolving CUDA copies, file I/O) happens on the
-writer thread.
+The training thread's per-step rows go into a preallocated :class:`StepBlock` written by
+index, with no lock per row: slot ``n`` is filled and then published by one store of
+``n + 1`` (atomic under the GIL); the writer reads the published slots of the blocks it
+has not finished yet. Rare rows (a scalar logged outside a step) go through
+:meth:`RankWriter.add` under a lock. Everything that costs time (building Arrow
+batches, reading CUDA copies, file I/O) happens on the writer thread.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import os
 import socket
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +36,42 @@ class PendingTensor:
     def resolve(self):
         self.event.synchronize()
         return self.host.numpy()
+
+
+BLOCK_STEPS = 256  # steps per StepBlock: one small allocation every 256 steps
+
+
+class StepBlock:
+    """Rows of up to :data:`BLOCK_STEPS` steps, one slot per step and table.
+
+    The training thread writes slot ``n`` of each list (``steps`` and ``memory``: the
+    table's row tuple; ``grads``: ``(step, values)`` or None; ``scalars``: a list of
+    ``(step, key, value, wall_time)`` rows or None) and then publishes the step with
+    ``n += 1``. The writer thread reads slots ``taken .. n`` and advances ``taken``.
+    A block is never reused, so slots left None need no reset.
+    """
+
+    __slots__ = ("n", "taken", "steps", "memory", "grads", "scalars")
+
+    def __init__(self):
+        self.n = 0
+        self.taken = 0
+        self.steps = [None] * BLOCK_STEPS
+        self.memory = [None] * BLOCK_STEPS
+        self.grads = [None] * BLOCK_STEPS
+        self.scalars = [None] * BLOCK_STEPS
+
+    def take(self) -> dict[str, list]:
+        """The rows of the slots published since the last take (writer thread)."""
+        a, b = self.taken, self.n
+        self.taken = b
+        if a == b:
+            return {}
+        scalars = [r for rows in self.scalars[a:b] if rows for r in rows]
+        return {"steps": [r for r in self.steps[a:b] if r is not None],
+                "memory": [r for r in self.memory[a:b] if r is not None],
+                "grads": [r for r in self.grads[a:b] if r is not None],
+                "scalars": scalars}
 
 
 class RankWriter:
@@ -61,6 +101,8 @@ class RankWriter:
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._bufs: dict[str, list] = {t: [] for t in fmt.TABLES}
+        self.block = StepBlock()  # the block the training thread fills now
+        self._full: deque[StepBlock] = deque()  # filled blocks not yet written
         self._writers: dict[str, Any] = {}
         self._sinks: dict[str, Any] = {}
         self._wake = threading.Event()
@@ -81,6 +123,12 @@ class RankWriter:
         """Queue one row (a tuple in the table's column order; grads: ``(step, values)``)."""
         with self._lock:
             self._bufs[table].append(row)
+
+    def next_block(self) -> StepBlock:
+        """Hand the current (full) block to the writer and start a new one."""
+        self._full.append(self.block)
+        self.block = StepBlock()
+        return self.block
 
     def set_step(self, step: int) -> None:
         self._last_step = step
@@ -144,11 +192,29 @@ class RankWriter:
 
     def _flush(self) -> None:
         with self._flush_lock:
+            # The current block first: every block handed over before it is in _full
+            # by now (and it may be too, if it filled meanwhile), so rows stay in order.
+            cur = self.block
+            blocks = []
+            while self._full:
+                blocks.append(self._full.popleft())
+            if not any(b is cur for b in blocks):
+                blocks.append(cur)
             with self._lock:
                 bufs, self._bufs = self._bufs, {t: [] for t in fmt.TABLES}
-            for table, rows in bufs.items():
-                if rows:
-                    self._write_rows(table, rows)
+            rows: dict[str, list] = {t: [] for t in fmt.TABLES}
+            for b in blocks:
+                for table, part in b.take().items():
+                    rows[table] += part
+            for table, extra in bufs.items():
+                if extra:
+                    if rows[table]:  # rows added outside a step: keep the table in step order
+                        extra = sorted(rows[table] + extra, key=_row_step)
+                        rows[table] = []
+                    rows[table] += extra
+            for table, part in rows.items():
+                if part:
+                    self._write_rows(table, part)
 
     def _stream(self, table: str):
         w = self._writers.get(table)
@@ -216,6 +282,10 @@ def _arrow_array(values, typ):
     dtype = typ.to_pandas_dtype()
     data = np.fromiter((0 if v is None else v for v in values), dtype=dtype, count=n)
     return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(data)])
+
+
+def _row_step(row) -> int:
+    return row[0]
 
 
 def _to_float(v: Any) -> float:

@@ -1,0 +1,104 @@
+"""The Recorder's per-step hot path: rows written by index into blocks, no lock or writer
+call per row, RSS on a timer, and every row on disk, in order, across blocks and
+concurrent flushes."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from debugkit import Recorder, open_run
+from debugkit.recorder import recorder as recmod
+from debugkit.recorder.writer import BLOCK_STEPS
+
+
+def _setup(seed=0):
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(5, 4), torch.randint(0, 3, (5,))
+    return model, opt, x, y
+
+
+def _train(rec, model, opt, x, y, steps, *, val_every=0, fail_at=()):
+    for s in range(steps):
+        try:
+            with rec.step((x, y)):
+                loss = F.cross_entropy(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                rec.log(loss=loss, acc=0.5)
+                if s in fail_at:
+                    raise RuntimeError(f"planted at {s}")
+                opt.step()
+        except RuntimeError:
+            pass
+        if val_every and s % val_every == 0:
+            rec.log(val_loss=float(s))  # outside a step: belongs to step s
+
+
+def test_every_row_reaches_disk_in_step_order_across_blocks_and_flushes(tmp_path):
+    model, opt, x, y = _setup()
+    steps = 2 * BLOCK_STEPS + 37  # three blocks, the last one partly filled
+    with Recorder(tmp_path / "r", model, optimizer=opt, flush_every_s=0.05) as rec:
+        _train(rec, model, opt, x, y, steps, val_every=50, fail_at={100, 300})
+    run = open_run(tmp_path / "r")
+    st = run.steps()
+    assert st["step"].tolist() == list(range(steps))
+    assert [s for s, ok in zip(st["step"], st["ok"]) if not ok] == [100, 300]
+    assert run.memory()["step"].tolist() == list(range(steps))
+    g = run.grad_norms()
+    normed = [s for s in range(steps) if s not in (100, 300)]  # a failed step took none
+    assert sorted(set(g["step"])) == normed and g["step"].is_monotonic_increasing
+    assert len(g) == len(normed) * (len(run.layers()) + 1)
+    sc = run.scalars()
+    assert sc["step"].is_monotonic_increasing  # the out-of-step rows sit after their step's
+    per_key = sc.groupby("key")["step"].apply(list).to_dict()
+    assert per_key["loss"] == list(range(steps)) and per_key["acc"] == list(range(steps))
+    assert per_key["lr"] == list(range(steps))
+    assert per_key["val_loss"] == list(range(0, steps, 50))
+    assert sc[sc["key"] == "val_loss"]["value"].tolist() == [float(s) for s in range(0, steps, 50)]
+
+
+def test_rows_of_a_partly_filled_block_are_readable_while_the_run_goes_on(tmp_path):
+    model, opt, x, y = _setup()
+    rec = Recorder(tmp_path / "r", model, optimizer=opt, flush_every_s=3600)
+    _train(rec, model, opt, x, y, 7)
+    rec._writer.flush()  # what the writer thread does every flush_every_s
+    run = open_run(tmp_path / "r")
+    assert run.steps()["step"].tolist() == list(range(7))
+    assert len(run.grad_norms()) == 7 * (len(run.layers()) + 1)
+    _train(rec, model, opt, x, y, 3)
+    rec.close()
+    assert open_run(tmp_path / "r").steps()["step"].tolist() == list(range(10))
+
+
+def test_a_step_queues_no_row_through_the_locked_path(tmp_path):
+    model, opt, x, y = _setup()
+    rec = Recorder(tmp_path / "r", model, optimizer=opt, flush_every_s=3600)
+    calls = []
+    add = rec._writer.add
+    rec._writer.add = lambda table, row: (calls.append(table), add(table, row))[1]
+    _train(rec, model, opt, x, y, 20)
+    assert calls == []  # the steps' rows went into the block by index
+    rec.log(after=1.0)  # outside a step: the rare, locked path
+    assert calls == ["scalars"]
+    rec.close()
+    sc = open_run(tmp_path / "r").scalars()
+    assert sc[sc["key"] == "after"]["step"].tolist() == [19]
+
+
+def test_rss_is_read_on_a_timer_and_at_a_failed_step(tmp_path, monkeypatch):
+    model, opt, x, y = _setup()
+    monkeypatch.setattr(recmod, "RSS_EVERY_S", 3600.0)
+    rec = Recorder(tmp_path / "r", model, optimizer=opt, flush_every_s=3600)
+    reads = []
+    read = rec._rss.read
+    rec._rss.read = lambda: (reads.append(1), read())[1]
+    _train(rec, model, opt, x, y, 30, fail_at={20})
+    assert len(reads) == 2  # the first step, then the failed step 20
+    rec.close()
+    mem = open_run(tmp_path / "r").memory()
+    assert mem["step"].tolist() == list(range(30))
+    assert (mem["rss_bytes"] > 10_000_000).all()  # every row carries the latest reading
