@@ -6,9 +6,7 @@ import os
 import platform
 import re
 import socket
-import subprocess
 import sys
-import time
 from importlib import metadata
 from pathlib import Path
 
@@ -156,24 +154,3 @@ def os_info() -> dict:
     m = re.search(r'^PRETTY_NAME="?([^"\n]*)"?$', text, re.MULTILINE)
     return {"system": platform.system(), "release": platform.release(),
             "distro": m.group(1) if m else None}
-
-
-def pip_check(timeout_s: float = 60.0) -> dict:
-    """Run ``pip check`` and return ``{"ok", "conflicts", "checked_at"}``.
-
-    ``conflicts`` holds pip's lines (one per broken requirement); ``ok`` is None when
-    pip could not be run.
-    """
-    started = time.time()
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pip", "check", "--disable-pip-version-check"],
-            capture_output=True, text=True, timeout=timeout_s,
-            env={**os.environ, "PIP_NO_INPUT": "1"},
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return {"ok": None, "conflicts": [], "error": str(exc), "checked_at": started}
-    lines = [ln.strip() for ln in proc.stdout.splitlines() if ln.strip()]
-    ok = proc.returncode == 0
-    conflicts = [] if ok else [ln for ln in lines if "No broken requirements" not in ln]
-    return {"ok": ok, "conflicts": conflicts, "checked_at": started}

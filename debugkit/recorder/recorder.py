@@ -25,6 +25,8 @@ from .guard import coerce_spec, format_violations
 from .memhistory import MemoryHistory, memory_capacity
 from .memhistory import parse_option as parse_memory_option
 from .nonfinite import NonFiniteMonitor, describe_outputs, is_loss_key
+from .pipcheck import AFTER_STEPS as PIP_CHECK_AFTER_STEPS
+from .pipcheck import PipCheck
 from .norms import GradNormComputer
 from .spec_sampler import SpecSampler
 from .tracking import track_loader
@@ -290,8 +292,11 @@ class Recorder:
             manifest = fmt.update_manifest(self.run_dir, lambda old: _resumed(manifest, old, now),
                                            unreadable="replace")
             self.run_id = manifest["run_id"]
-            self._start_pip_check()
+            # From the cache now, or started after the first steps (see .pipcheck).
+            self._pip_check = PipCheck(self.run_dir, env.get("distributions") or {})
 
+        else:
+            self._pip_check = None
         rank_dir = self.run_dir / fmt.RANKS_DIR / str(self.rank)
         rank_dir.mkdir(parents=True, exist_ok=True)
         self._writer = RankWriter(rank_dir, n_layers=len(self.layers) + 1,
@@ -491,6 +496,8 @@ class Recorder:
             self._watchdog.stop()
         atexit.unregister(self._atexit)
         self._memhist.close(self._last_step)
+        if self._pip_check is not None:
+            self._pip_check.start()  # a run shorter than its first steps: now
         self._write_batch_spec()
         state = fmt.STATE_FAILED if failed else fmt.STATE_FINISHED
         self._writer.event("close", state=state, steps=self._step_no,
@@ -576,22 +583,6 @@ class Recorder:
         except Exception as cap_err:  # never mask the user's exception
             self._writer.event("capture_error", step=step, message=str(cap_err))
             return None
-
-    def _start_pip_check(self):
-        """``pip check`` in a detached process (see :mod:`._pipcheck_child`): it does not
-        slow the first step and still finishes when a short script has already exited."""
-        import subprocess
-
-        try:
-            subprocess.Popen([sys.executable, "-m", "debugkit.recorder._pipcheck_child",
-                              str(Path(self.run_dir).resolve())],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
-                             env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                                 [str(Path(__file__).resolve().parents[2])]
-                                 + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])})
-        except OSError:  # environment facts are best effort, never break training
-            pass
 
     def _record_dataset(self, dataset):
         if self.rank != 0 or dataset is None or id(dataset) in self._datasets_seen:
@@ -796,6 +787,9 @@ class Recorder:
         if t1 >= self._rss_next or not ok:
             self._rss_value = self._rss.read()
             self._rss_next = t1 + RSS_EVERY_S
+            pc = self._pip_check
+            if pc is not None and pc.due and step + 1 >= PIP_CHECK_AFTER_STEPS:
+                pc.start()
         if self._cuda:
             import torch
 
