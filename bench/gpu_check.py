@@ -284,7 +284,7 @@ def count_syncs(out: Path, steps: int = 50) -> None:
         seen = []
         old = warnings.showwarning
 
-        def show(message, category, filename, lineno, file=None, line=None):
+        def show(message, category, filename, lineno, file=None, line=None, seen=seen):
             if threading.current_thread() is main:
                 seen.append(f"{filename}:{lineno}: {message}")
         with warnings.catch_warnings():

@@ -30,12 +30,12 @@ _IOPRIO_CLASS_SHIFT = 13
 _IOPRIO_WHO_PROCESS = 1
 
 
-def lower_priority() -> dict:
+def lower_priority() -> dict[str, int | str | None]:
     """Drop this process (and what it starts) to nice 19 and the idle I/O class.
 
     Returns ``{"nice": int or None, "io_class": "idle" or None}``: what was applied.
     """
-    out = {"nice": None, "io_class": None}
+    out: dict[str, int | str | None] = {"nice": None, "io_class": None}
     try:
         cur = os.nice(0)
         out["nice"] = os.nice(19 - cur) if cur < 19 else cur

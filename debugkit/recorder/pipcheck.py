@@ -57,6 +57,7 @@ class PipCheck:
         self.run_dir = Path(run_dir).resolve()
         self.due = False
         self.process: subprocess.Popen | None = None
+        self.cache_file: Path | None
         try:
             self.cache_file = cache_dir() / "pip-check" / f"{fingerprint(distributions)}.json"
         except OSError:  # no writable cache: check every run

@@ -5,7 +5,6 @@ from __future__ import annotations
 import atexit
 import math
 import os
-import sys
 import time
 import uuid
 import warnings
@@ -25,9 +24,9 @@ from .guard import coerce_spec, format_violations
 from .memhistory import MemoryHistory, memory_capacity
 from .memhistory import parse_option as parse_memory_option
 from .nonfinite import NonFiniteMonitor, describe_outputs, is_loss_key
+from .norms import GradNormComputer
 from .pipcheck import AFTER_STEPS as PIP_CHECK_AFTER_STEPS
 from .pipcheck import PipCheck
-from .norms import GradNormComputer
 from .spec_sampler import SpecSampler
 from .tracking import track_loader
 from .writer import BLOCK_STEPS, PendingTensor, RankWriter

@@ -89,7 +89,7 @@ def test_pip_check_starts_only_after_the_first_steps(tmp_path, monkeypatch):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     rec = Recorder(tmp_path / "r", model, optimizer=opt)
     started = []
-    for s in range(pipcheck.AFTER_STEPS + 2):
+    for _ in range(pipcheck.AFTER_STEPS + 2):
         with rec.step(None):
             loss = model(torch.randn(3, 2)).sum()
             opt.zero_grad()
