@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import math
 import os
 import statistics
 import sys
@@ -54,6 +55,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/peers.py
 
 CONFIGS = {"small": (128, 32), "large": (128, 256)}
 
@@ -66,8 +68,11 @@ def build(width=128):
     return nn.Sequential(*layers, nn.Linear(width, 10))
 
 
-def compare(config, rounds, steps, tmp):
-    """Median step time of each variant, interleaved."""
+def compare(config, rounds, steps, tmp, peers=()):
+    """Per-step median time of each variant, interleaved in rotating order, each with its own
+    model; also the training thread's CPU per step and each variant's background CPU (its
+    threads and child processes) per step."""
+    from peers import Background, make_logger
     from torch.utils.tensorboard import SummaryWriter
 
     from debugkit import Recorder
@@ -75,14 +80,34 @@ def compare(config, rounds, steps, tmp):
     width, batch = CONFIGS[config]
     x = torch.randn(batch, width)
     y = torch.randint(0, 10, (batch,))
-    models = {k: build(width) for k in ("bare", "norms", "debugkit", "tensorboard")}
+    names_all = ["bare", "norms", "debugkit", "tensorboard", *peers]
+    models = {k: build(width) for k in names_all}
     opts = {k: torch.optim.SGD(m.parameters(), lr=1e-3) for k, m in models.items()}
+    params = {k: list(m.parameters()) for k, m in models.items()}  # listed once, as the Recorder does
+    layer = [f"grad_norm/{n}" for n, _ in models["bare"].named_parameters()] + ["grad_norm/__total__"]
+    bg = Background()
+    loggers: dict = {}
+    bg.begin("debugkit")
     rec = Recorder(tmp / f"run-{config}", models["debugkit"], optimizer=opts["debugkit"])
+    bg.end("debugkit")
+    bg.begin("tensorboard")
     tb = SummaryWriter(str(tmp / f"tb-{config}"))
-    names = [n for n, _ in models["tensorboard"].named_parameters()]
-    times = {k: [] for k in models}
-    cpu = {k: [] for k in models}
+    bg.end("tensorboard")
+    for k in peers:
+        bg.begin(k)
+        loggers[k] = make_logger(k, tmp / f"{k}-{config}", models[k])
+        bg.end(k)
+    times: dict[str, list[float]] = {k: [] for k in models}
+    cpu: dict[str, list[float]] = {k: [] for k in models}
     counters = {k: 0 for k in models}
+
+    def fused(k):
+        """The fused norms of every gradient and their total: the floor any logger pays.
+        (Not m.parameters() here: walking the module tree costs ~85 us a step on this
+        model, which would count as part of the norm and flatter the Recorder.)"""
+        vals = torch.stack(torch._foreach_norm([p.grad for p in params[k]])).tolist()
+        vals.append(math.hypot(*vals))
+        return vals
 
     def bare(k):
         m, o = models[k], opts[k]
@@ -90,18 +115,13 @@ def compare(config, rounds, steps, tmp):
         o.zero_grad()
         loss.backward()
         o.step()
-        return loss
-
-    norm_params = list(models["norms"].parameters())  # listed once, as the Recorder does
 
     def step_norms():
         m, o = models["norms"], opts["norms"]
         loss = F.cross_entropy(m(x), y)
         o.zero_grad()
         loss.backward()
-        # Not m.parameters() here: walking the module tree costs ~85 us a step on this
-        # model, which would count as part of the "norm" and flatter the Recorder.
-        torch.stack(torch._foreach_norm([p.grad for p in norm_params])).tolist()
+        fused("norms")
         o.step()
 
     def step_debugkit():
@@ -119,25 +139,32 @@ def compare(config, rounds, steps, tmp):
         loss = F.cross_entropy(m(x), y)
         o.zero_grad()
         loss.backward()
-        total = 0.0
-        for n, p in zip(names, m.parameters()):
-            v = p.grad.norm().item()
-            total += v * v
-            tb.add_scalar(f"grad_norm/{n}", v, s)
-        tb.add_scalar("grad_norm/__total__", total ** 0.5, s)
+        for n, v in zip(layer, fused("tensorboard")):
+            tb.add_scalar(n, v, s)
         tb.add_scalar("loss", loss.item(), s)
         o.step()
 
+    def peer_step(k):
+        m, o, lg = models[k], opts[k], loggers[k]
+        loss = F.cross_entropy(m(x), y)
+        o.zero_grad()
+        loss.backward()
+        lg.log(counters[k], layer, None if k == "wandb_watch" else fused(k), loss)
+        o.step()
+
     fns = {"bare": lambda: bare("bare"), "norms": step_norms, "debugkit": step_debugkit,
-           "tensorboard": step_tb}
+           "tensorboard": step_tb, **{k: (lambda k=k: peer_step(k)) for k in peers}}
     for k, f in fns.items():  # warm-up
         for _ in range(10):
             f()
             counters[k] += 1
+    names = list(fns)
+    bg_cpu = {k: 0.0 for k in names}
     for r in range(rounds):
-        order = list(fns) if r % 2 == 0 else list(reversed(fns))
+        order = names[r % len(names):] + names[:r % len(names)]  # rotating order
         for k in order:
             f = fns[k]
+            b0 = bg.snapshot()
             for _ in range(steps):
                 c0 = time.thread_time()
                 t0 = time.perf_counter()
@@ -145,10 +172,17 @@ def compare(config, rounds, steps, tmp):
                 times[k].append(time.perf_counter() - t0)
                 cpu[k].append(time.thread_time() - c0)
                 counters[k] += 1
+            b1 = bg.snapshot()
+            for owner in b1:  # background work may spill into another variant's turn
+                bg_cpu[owner] += b1[owner] - b0.get(owner, 0.0)
     rec.close()
     tb.close()
+    for lg in loggers.values():
+        lg.close()
+    n_steps = rounds * steps
     return ({k: statistics.median(v) for k, v in times.items()},
-            {k: statistics.median(v) for k, v in cpu.items()})
+            {k: statistics.median(v) for k, v in cpu.items()},
+            {k: v / n_steps for k, v in bg_cpu.items()})
 
 
 class _Timer:
@@ -271,31 +305,46 @@ LABELS = {
 
 
 def main(argv=None):
+    from peers import PEERS, available, missing_note
+
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", choices=[*CONFIGS, "both"], default="both")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--breakdown-steps", type=int, default=2000)
     ap.add_argument("--no-breakdown", action="store_true")
+    ap.add_argument("--peers", default="all",
+                    help=f"comma-separated peer variants ({', '.join(PEERS)}), 'all' (those installed) or "
+                         "'none'")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     tmp = Path(tempfile.mkdtemp(prefix="dk-bench-"))
+    wanted = list(PEERS) if a.peers == "all" else [] if a.peers == "none" else a.peers.split(",")
+    for note in missing_note(wanted):
+        print(note)
+    peers = [p for p in wanted if available(p)]
     configs = list(CONFIGS) if a.config == "both" else [a.config]
     for config in configs:
         width, batch = CONFIGS[config]
-        med, cpu = compare(config, a.rounds, a.steps, tmp)
+        load0 = os.getloadavg()[0]
+        med, cpu, bg = compare(config, a.rounds, a.steps, tmp, peers)
         base = med["bare"]
         print(f"\n[{config}] model: 24 x Linear({width},{width})+ReLU, batch {batch}, CPU, "
-              f"1 thread; {a.rounds} rounds x {a.steps} steps per variant, interleaved; "
-              f"load average {os.getloadavg()[0]:.2f}")
-        print(f"{'variant':<12} {'median step':>12} {'overhead':>10} "
-              f"{'thread CPU':>12} {'CPU overhead':>13}")
-        for k in med:
-            ov = med[k] / base - 1
-            print(f"{k:<12} {med[k] * 1e3:>10.3f}ms {ov * 100:>9.1f}% "
-                  f"{cpu[k] * 1e3:>10.3f}ms {(cpu[k] / cpu['bare'] - 1) * 100:>12.1f}%")
+              f"1 thread; {a.rounds} rounds x {a.steps} steps per variant, rotating order; "
+              f"load average {load0:.2f} before, {os.getloadavg()[0]:.2f} after")
+        print(f"{'variant':<14} {'median step':>12} {'overhead':>10} {'/ debugkit':>11} "
+              f"{'thread CPU':>11} {'background CPU':>15}")
         dk_ov = med["debugkit"] - base
+        for k in med:
+            ov = med[k] - base
+            rel = f"{ov / dk_ov:>10.1f}x" if dk_ov > 0 and k not in ("bare", "norms") else f"{'':>11}"
+            print(f"{k:<14} {med[k] * 1e3:>10.3f}ms {ov / base * 100:>9.1f}% {rel} "
+                  f"{cpu[k] * 1e3:>9.3f}ms {bg.get(k, 0.0) * 1e3:>12.3f}ms")
         tb_ov = med["tensorboard"] - base
+        print("background CPU: CPU time per step of the threads and processes the variant's "
+              "set-up started (writer threads, W&B's service), beside the training thread"
+              + ("; W&B's service process is shared by both W&B runs and charged to the "
+                 "first one set up" if {"wandb_log", "wandb_watch"} <= set(peers) else ""))
         print(f"debugkit overhead / TensorBoard overhead = {dk_ov / tb_ov:.3f} "
               f"(target <= 0.1); debugkit overhead = {dk_ov / base * 100:.1f}% of the bare "
               f"step (target <= 12%); norms alone = {(med['norms'] / base - 1) * 100:.1f}%; "
