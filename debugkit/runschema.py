@@ -130,7 +130,7 @@ class Manifest(_Doc):
     distributed: Union[Distributed, None] = None
     model_class: Str = None
     optimizer_class: Str = None
-    code: Union[dict[str, CodeSpec], None] = None
+    code: Union[dict[str, Union[CodeSpec, None]], None] = None
     guard: Union[Guard, None] = None
     env: Union[Env, None] = None
     imported_from: Union[Obj, None] = None
@@ -201,7 +201,7 @@ class Heartbeat(_Doc):
 class Violation(_Doc):
     tensor: Union[str, int, None] = None
     sample: Union[int, None] = None
-    dataset_index: Union[int, None] = None
+    dataset_index: Any = None  # whatever the loader's sampler yields (an int, usually)
     rule: Str = None
     message: Str = None
 
@@ -222,7 +222,7 @@ class Event(_Doc):
     stuck_at: Str = None
     ok: Union[bool, None] = None
     skipped: Union[int, None] = None
-    dataset_indices: Union[list[int], None] = None
+    dataset_indices: Union[list[Any], None] = None  # as the sampler yields them
     n_violations: Union[int, None] = None
     violations: Union[list[Violation], None] = None
     message: Str = None
@@ -326,8 +326,8 @@ class Failure(_Doc):
     error_module: Str = None
     message: Str = None
     traceback: Str = None
-    dataset_indices: Union[list[int], None] = None
-    code: Union[dict[str, CodeSpec], None] = None
+    dataset_indices: Union[list[Any], None] = None  # as the sampler yields them
+    code: Union[dict[str, Union[CodeSpec, None]], None] = None
     num_classes: Union[int, None] = None
     optimizer_stepped: Union[bool, None] = None
     files: Union[dict[str, list[str]], None] = None
