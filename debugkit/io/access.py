@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from ..errors import InvalidInputError
-from .fs import as_path, is_local, is_url, split_roots
+from .fs import as_path, is_local, is_remote, split_roots
 
 #: The refusals name what was asked for, never the allowed folders (server paths).
 MSG_NOT_ALLOWED = "{path}: outside the folders this server may open; see DEBUGKIT_ALLOWED_ROOTS"
@@ -32,8 +32,7 @@ def allowed_roots() -> list[Path] | None:
 
 def served_url_roots() -> list[str]:
     """The URL roots the operator serves (``$DEBUGKIT_ROOTS``), without a trailing ``/``."""
-    return [r.rstrip("/") for r in split_roots(os.environ.get("DEBUGKIT_ROOTS", "")) if is_url(r)
-            and not r.lower().startswith("file://")]
+    return [r.rstrip("/") for r in split_roots(os.environ.get("DEBUGKIT_ROOTS", "")) if is_remote(r)]
 
 
 def _short(text: str) -> str:
@@ -46,7 +45,7 @@ def check_allowed(path: Path) -> Path:
     A URL (other than ``file://``) is allowed when it lies under a URL root of
     ``$DEBUGKIT_ALLOWED_ROOTS``, or, when that is unset, of ``$DEBUGKIT_ROOTS``: it is
     checked as text before anything is fetched, so a refused URL sends no request."""
-    if isinstance(path, str) and is_url(path) and not path.lower().startswith("file://"):
+    if is_remote(path):
         _check_url(path)
     p = as_path(path) if isinstance(path, str) else path
     if not is_local(p):

@@ -43,6 +43,13 @@ def check_path_text(value: str) -> str:
     return value
 
 
+def is_remote(value) -> bool:
+    """True for ``scheme://...`` strings other than ``file://``: a location that opening
+    would fetch (the allow-list, :mod:`debugkit.io.access`, checks these as text first)."""
+    m = _URL.match(value) if isinstance(value, str) else None
+    return bool(m) and m.group("scheme").lower() != "file"
+
+
 def as_path(value):
     """A path object for ``value``: :class:`Path` for local paths and ``file://`` URLs,
     a ``UPath`` for other fsspec URLs. Path-like objects are returned unchanged."""

@@ -103,10 +103,17 @@ def served_stores() -> list[Path]:
     """Folders that hold other people's runs, whose files never run as code: the run
     store (``$DEBUGKIT_STORE``, default ``./runs``, where ``debugkit ui`` puts uploads)
     and the local folders the dashboard serves (``$DEBUGKIT_ROOTS``)."""
-    from ..io.fs import is_url, split_roots
+    from ..errors import DebugkitError
+    from ..io.fs import as_path, is_local, split_roots
 
     out = [os.environ.get("DEBUGKIT_STORE", "runs")]
-    out += [r for r in split_roots(os.environ.get("DEBUGKIT_ROOTS", "")) if not is_url(r)]
+    for r in split_roots(os.environ.get("DEBUGKIT_ROOTS", "")):
+        try:
+            p = as_path(r)
+        except DebugkitError:
+            continue
+        if is_local(p):
+            out.append(p)
     return _resolved(out)
 
 

@@ -65,6 +65,13 @@ def test_zip_upload(tmp_path):
     ("run\\..\\evil", "backslashes are not allowed"),
     ("run/a\x00b", "it contains NUL or control characters"),
     ("run/a\nb", "it contains NUL or control characters"),
+    # issue 28: DEL, C1 controls and bidi overrides were accepted
+    ("run/a\x7fb", "it contains NUL or control characters"),
+    ("run/a\x85b", "it contains NUL or control characters"),
+    ("run/a\x9bb", "it contains NUL or control characters"),
+    ("run/evil\u202eyp.sj", "it contains invisible formatting characters"),
+    ("run/a\u200bb", "it contains invisible formatting characters"),
+    ("run/a\u2028b", "it contains invisible formatting characters"),
     ("", "empty name"),
 ])
 def test_hostile_names_are_refused(tmp_path, name, why):
@@ -158,6 +165,36 @@ def test_a_pickle_disguised_as_a_checkpoint_is_stored_never_loaded(tmp_path):
 def test_duplicate_names_are_refused(tmp_path):
     files = _run_files() + [("myrun/manifest.json", b"{}")]
     with pytest.raises(UploadError, match="duplicate name"):
+        unpack_files(files, tmp_path / "store")
+
+
+@pytest.mark.parametrize("extra", [
+    [("myrun/ranks", b"a file where the run has a folder")],         # file after folder
+    [("myrun/x", b"file"), ("myrun/x/y", b"then a folder of that name")],  # folder after file
+])
+@pytest.mark.parametrize("kind", ["directory", "zip"])
+def test_a_file_and_a_folder_of_one_name_are_refused(tmp_path, extra, kind):
+    """Issue 28: the clash escaped as a FileExistsError / NotADirectoryError naming the
+    staging folder (a server path); it is an UploadError naming the upload's own path."""
+    store = tmp_path / "store"
+    files = _run_files() + extra
+    with pytest.raises(UploadError, match=r"upload: refused file name '.*': '.*' is both a file "
+                                          r"and a folder in this upload") as err:
+        if kind == "zip":
+            unpack_files([("clash.zip", _zip_bytes(files))], store)
+        else:
+            unpack_files(files, store)
+    assert ".staging" not in str(err.value) and str(store) not in str(err.value)
+    assert [p.name for p in store.iterdir() if not p.name.startswith(".")] == []
+
+
+def test_a_manifest_nested_100000_deep_is_refused(tmp_path):
+    """Issue 28: a deep manifest.json upload showed a traceback (RecursionError)."""
+    from debugkit.errors import DebugkitError
+
+    files = [(n, b"[" * 100_000 + b"]" * 100_000 if n == "myrun/manifest.json" else d)
+             for n, d in _run_files()]
+    with pytest.raises(DebugkitError, match="nested"):
         unpack_files(files, tmp_path / "store")
 
 
