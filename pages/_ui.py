@@ -135,3 +135,18 @@ def keep_widget_state(*prefixes: str) -> None:
     """
     for key in [k for k in st.session_state if isinstance(k, str) and k.startswith(prefixes)]:
         st.session_state[key] = st.session_state[key]
+
+
+def chart(fig, *, key: str | None = None, csv_name: str = "chart", **kwargs):
+    """``st.plotly_chart(fig, key=key, **kwargs)`` and, under it, a small *CSV* button that
+    downloads the data the chart draws (:func:`debugkit.charts.export.figure_csv`, made
+    only when clicked). Returns what ``st.plotly_chart`` returns (a selection event)."""
+    from debugkit.charts.export import figure_csv
+
+    event = st.plotly_chart(fig, key=key, **kwargs)
+    n = st.session_state.get("_csv_buttons", 0) + 1
+    st.session_state["_csv_buttons"] = n
+    st.download_button("CSV", data=lambda: figure_csv(fig), file_name=f"{key or csv_name}.csv",
+                       mime="text/csv", key=f"csv_{key or n}", on_click="ignore", type="tertiary",
+                       icon=":material/download:", help="The data of this chart, as CSV")
+    return event

@@ -136,9 +136,9 @@ def _group_section(doc, figs):
                                for m in GROUP_COLUMNS})
             st.markdown("**Disparity: each group's rate divided by the reference group's** "
                         "(shaded: the acceptable band; bars: bootstrap intervals)")
-            st.plotly_chart(figs[f"disparity:{name}"], key=f"disp_{name}")
+            _ui.chart(figs[f"disparity:{name}"], key=f"disp_{name}")
             st.markdown("**Rates per group** (bars: bootstrap intervals)")
-            st.plotly_chart(figs[f"group_metrics:{name}"], key=f"bars_{name}")
+            _ui.chart(figs[f"group_metrics:{name}"], key=f"bars_{name}")
             findings = a.get("findings") or []
             if findings:
                 with st.expander(f"{len(findings)} finding(s) for {_ui.md(name)}"):
@@ -165,9 +165,9 @@ def _shap_section(doc, figs):
                    f"{doc['provenance']['thresholds']['share']:.0%} of the total.")
     st.markdown("**SHAP summary**: one dot per row, at its SHAP value; ● sensitive feature, "
                 "◆ likely proxy")
-    st.plotly_chart(figs["beeswarm"], key="beeswarm")
+    _ui.chart(figs["beeswarm"], key="beeswarm")
     st.markdown("**Mean |SHAP| per feature** (red: sensitive, orange: likely proxy)")
-    st.plotly_chart(figs["mean_abs"], key="mean_abs")
+    _ui.chart(figs["mean_abs"], key="mean_abs")
     names = list(doc["sensitive"])
     st.markdown("**Per sensitive attribute**: how its feature pushes each group (dependence), "
                 "and the mean SHAP of the top features within each group")
@@ -177,12 +177,12 @@ def _shap_section(doc, figs):
             left, right = st.columns(2)
             with left:
                 if f"dependence:{name}" in figs:
-                    st.plotly_chart(figs[f"dependence:{name}"], key=f"dep_{name}")
+                    _ui.chart(figs[f"dependence:{name}"], key=f"dep_{name}")
                 else:
                     st.info(f"{_ui.md(name)} is not a feature of the model, so it has no SHAP value of its "
                             "own; see the per-group comparison and the proxy table.")
             with right:
-                st.plotly_chart(figs[f"by_group:{name}"], key=f"bygroup_{name}")
+                _ui.chart(figs[f"by_group:{name}"], key=f"bygroup_{name}")
             assoc = [r for r in doc.get("associations", []) if r["attribute"] == name and not r["is_source"]][:6]
             if assoc:
                 st.caption("Strongest associations with " + _ui.md(name) + ": " + ", ".join(

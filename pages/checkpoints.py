@@ -166,12 +166,12 @@ def _heatmap(m, first_bad) -> None:
             st.info("One verified checkpoint: the change between checkpoints needs at least two.",
                     icon=":material/looks_one:")
         else:
-            st.plotly_chart(build_change_heatmap_figure(m), key="ckpt_heatmap", width="stretch")
+            _ui.chart(build_change_heatmap_figure(m), key="ckpt_heatmap", width="stretch")
             st.caption("Each cell: how far a layer's weights moved since the previous checkpoint, "
                        "‖w_now − w_before‖ / ‖w_before‖, on a log scale. Grey: bit-identical "
                        "(a frozen layer), magenta: NaN/Inf.")
     with tab_norm:
-        st.plotly_chart(build_weight_norm_figure(m), key="ckpt_norms", width="stretch")
+        _ui.chart(build_weight_norm_figure(m), key="ckpt_norms", width="stretch")
     if len(first_bad):
         r = first_bad.iloc[0]
         st.error(f"NaN/Inf first appears in **{_ui.md(r['checkpoint'])}**, in {_ui.code(r['layer'])} "
@@ -224,7 +224,7 @@ def _compare_section(listing, sig, folder_sig) -> None:
     with left:
         st.markdown(f"**Moved most** (top {min(TOP_MOVED, len(mv['moved']))})")
         if len(mv["moved"]):
-            st.plotly_chart(build_movement_figure(mv["moved"], top=TOP_MOVED, label_a=labels[a],
+            _ui.chart(build_movement_figure(mv["moved"], top=TOP_MOVED, label_a=labels[a],
                                                   label_b=labels[b]), key="ckpt_moved", width="stretch")
         else:
             st.caption("Nothing changed: the two checkpoints hold identical weights.")

@@ -164,7 +164,7 @@ def _divergence(res, names, run_name, base_name, paths) -> None:
         fig = build_scalar_overlay_figure(scalars, key, colours=colours, band=band,
                                           divergence_step=div["step"], rank=div["rank"],
                                           failure_steps=fails)
-        st.plotly_chart(fig, key=f"cmp_loss_{key}")
+        _ui.chart(fig, key=f"cmp_loss_{key}")
     layers = [r["key"] for r in div["series"] if r["series"] == "grad_norm"]
     if layers:
         first = div.get("first_layer") or layers[0]
@@ -174,7 +174,7 @@ def _divergence(res, names, run_name, base_name, paths) -> None:
         fig = build_grad_overlay_figure(grads, layer, colours=colours, band=band,
                                         divergence_step=div["step"], rank=div["rank"],
                                         failure_steps=fails)
-        st.plotly_chart(fig, key="cmp_grad")
+        _ui.chart(fig, key="cmp_grad")
     with st.expander("Every series compared"):
         st.dataframe(pd.DataFrame(div["series"]), hide_index=True, width="stretch")
 

@@ -105,8 +105,8 @@ def _step_time_tab(a, stragglers):
         return
     from debugkit.charts.distributed import build_rank_heatmap_figure, build_rank_lines_figure
 
-    st.plotly_chart(build_rank_heatmap_figure(times, value, highlight=stragglers), key="dist_heatmap")
-    st.plotly_chart(build_rank_lines_figure(times, value, highlight=stragglers), key="dist_lines")
+    _ui.chart(build_rank_heatmap_figure(times, value, highlight=stragglers), key="dist_heatmap")
+    _ui.chart(build_rank_lines_figure(times, value, highlight=stragglers), key="dist_lines")
     st.caption("In synchronous training every rank leaves each all-reduce together, so the "
                "ranks that wait for a slow one show the *longer* steps: compare "
                "\u201cown work\u201d to find the rank the others wait for.")
@@ -119,7 +119,7 @@ def _split_tab(a, stragglers):
         return
     from debugkit.charts.distributed import build_time_split_figure
 
-    st.plotly_chart(build_time_split_figure(summary), key="dist_split")
+    _ui.chart(build_time_split_figure(summary), key="dist_split")
     show = summary.copy()
     for c in ("step_time_s", "data_wait_s", "comm_s", "compute_s", "busy_s"):
         show[c.replace("_s", "_ms")] = show.pop(c) * 1000.0
@@ -201,7 +201,7 @@ def _divergence_tab(a):
     if div.empty:
         st.info("Gradient norms of two or more ranks are needed (the Recorder logs them on every rank).")
         return
-    st.plotly_chart(build_grad_divergence_figure(div, DIVERGENCE_RTOL), key="dist_divergence")
+    _ui.chart(build_grad_divergence_figure(div, DIVERGENCE_RTOL), key="dist_divergence")
     bad = div[div["rel_spread"] > DIVERGENCE_RTOL]
     if bad.empty:
         st.success("Every layer's gradient norm agrees across ranks after the all-reduce.",
@@ -229,10 +229,10 @@ def _trace_tab(sig):
     else:
         st.markdown(f"**Late start of the last {_ui.code(t['meta']['collective'])} per iteration** "
                     "(HTA's straggler metric; red: later than the median rank)")
-        st.plotly_chart(build_trace_lag_figure(t["metric"]), key="dist_trace_lag")
+        _ui.chart(build_trace_lag_figure(t["metric"]), key="dist_trace_lag")
         st.dataframe(t["candidates"], hide_index=True, width="stretch")
     st.markdown("**Communication overlapped with computation** (HTA's definition)")
-    st.plotly_chart(build_overlap_figure(t["overlap"]), key="dist_overlap")
+    _ui.chart(build_overlap_figure(t["overlap"]), key="dist_overlap")
 
 
 def render():

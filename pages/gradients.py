@@ -279,7 +279,7 @@ def render():
         groups = group_rows(layers)
         st.markdown(f"**log10 gradient norm per layer** · {len(layers)} of {len(m.layers)} parameters · "
                     f"{m.n_steps:,} logged steps in {len(bins.start_step)} bins (each shows its max)")
-        st.plotly_chart(build_grad_heatmap_figure(bins, groups=groups, selected_step=step,
+        _ui.chart(build_grad_heatmap_figure(bins, groups=groups, selected_step=step,
                                                   failure_steps=fail_steps), key="grad_heatmap")
         default = default_line_layers(m, rank_findings, layers, limit=6)
         chosen = st.multiselect("Lines", layers, default=default, max_selections=MAX_LINES,
@@ -292,7 +292,7 @@ def render():
                        + (f"; {int(clip.nonfinite.sum())} step(s) had a non-finite total that clipping "
                           "cannot repair" if clip.nonfinite.any() else "") + ".")
         fig = build_grad_lines_figure(m, chosen, clip=clip, selected_step=step, failure_steps=fail_steps)
-        st.plotly_chart(fig, key="grad_lines_chart", on_select=_on_chart_select, selection_mode="points")
+        _ui.chart(fig, key="grad_lines_chart", on_select=_on_chart_select, selection_mode="points")
         st.caption("Click a point to see that step. NaN/Inf values are the pink x markers at the top; "
                    "exactly-zero gradients the grey triangles at the bottom.")
 

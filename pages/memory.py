@@ -261,7 +261,7 @@ def _timeline_tab(v):
     st.caption("Memory held by live tensors over the recorded history, stacked by the line "
                "that allocated them. A band that only grows is memory nobody frees.")
     fig = build_snapshot_timeline_figure(v["timeline"], peak=v["peak"], oom_events=v["oom"])
-    st.plotly_chart(fig, key="snap_timeline")
+    _ui.chart(fig, key="snap_timeline")
     if len(v["oom"]):
         from debugkit.analysis.memory import fmt_bytes
 
@@ -297,7 +297,7 @@ def _segments_tab(key, device, depth, user_code, v):
                f"in use. Free space split into small ranges is fragmentation: the allocator "
                f"cannot hand it to a larger tensor." + (" Only the largest segments are drawn."
                                                         if len(rows) < len(segs) else ""))
-    st.plotly_chart(build_segments_figure(rows, z), key="snap_segments")
+    _ui.chart(build_segments_figure(rows, z), key="snap_segments")
     show = segs.sort_values("total_size", ascending=False).head(200)
     st.dataframe(show.assign(address=show["address"].map(hex),
                              size=show["total_size"].map(fmt_bytes),
@@ -323,7 +323,7 @@ def _largest_tab(v):
                    f"({fmt_bytes(v['peak']['bytes'])} active, event {v['peak']['seq']:,}).")
     else:
         st.caption("No history: the largest tensors alive when the snapshot was taken.")
-    st.plotly_chart(build_largest_allocations_figure(t), key="snap_largest")
+    _ui.chart(build_largest_allocations_figure(t), key="snap_largest")
     st.dataframe(t.assign(addr=t["addr"].map(hex), bytes=t["size"], size=t["size"].map(fmt_bytes)),
                  hide_index=True, height=_height(len(t)),
                  column_order=["size", "share", "site", "age_s", "addr", "stack"],
@@ -337,7 +337,7 @@ def _leaks_tab(v):
     t = v["leaked"]
     st.caption("Tensors still alive when the snapshot was taken, by site. Red: allocated all "
                "along the trace and never freed, the signature of a leak.")
-    st.plotly_chart(build_leaked_sites_figure(t), key="snap_leaks")
+    _ui.chart(build_leaked_sites_figure(t), key="snap_leaks")
     from debugkit.analysis.memory import fmt_bytes
 
     st.dataframe(t.assign(live=t["live_bytes"].map(fmt_bytes)), hide_index=True, height=_height(len(t)),
@@ -400,7 +400,7 @@ def render():
             mem, bands, metrics=series or list(SERIES_LABELS), x=x,
             layout="side" if layout == "side by side" else "overlay", oom_failures=ooms,
             leaks=leaks if x == "step" else (), scale_to_capacity=show_cap)
-        event = st.plotly_chart(fig, key="mem_timeline", on_select="rerun",
+        event = _ui.chart(fig, key="mem_timeline", on_select="rerun",
                                 selection_mode="points")
         _follow_oom_click(event, ooms, run_id)
         if not len(bands):

@@ -71,7 +71,7 @@ def render():
     if loss_keys:
         fig = build_scalar_figure(scalars, loss_keys, failure_steps=[f["step"] for f in failures
                                                                      if isinstance(f.get("step"), int)])
-        st.plotly_chart(fig, key="loss_curve")
+        _ui.chart(fig, key="loss_curve")
     else:
         st.info("No loss logged yet. Call `rec.log(loss=loss)` inside `rec.step(...)` to see the curve.")
 

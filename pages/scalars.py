@@ -140,7 +140,7 @@ def render():
         return
     others = _other_runs()
     fails = tuple(sorted({f["step"] for f in failures if isinstance(f.get("step"), int)}))
-    st.plotly_chart(_figure(path, sig, float(weight), tuple(picked), bool(log_y), bool(raw), fails,
+    _ui.chart(_figure(path, sig, float(weight), tuple(picked), bool(log_y), bool(raw), fails,
                             others),
                     key="scalars_chart")
     # one small chart per series as well, so series of very different ranges stay readable
@@ -149,7 +149,7 @@ def render():
         for i, k in enumerate(picked):
             with cols[i % 2]:
                 st.caption(_ui.code(k))
-                st.plotly_chart(_figure(path, sig, float(weight), (k,), bool(log_y), bool(raw), fails),
+                _ui.chart(_figure(path, sig, float(weight), (k,), bool(log_y), bool(raw), fails),
                                 key=f"scalars_chart_{i}")
     # values as text: NaN reads "NaN" (a float column would show it as an empty cell)
     st.dataframe(last_values(_smoothed(path, sig, float(weight)), picked), hide_index=True, width="stretch")

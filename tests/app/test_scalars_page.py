@@ -142,3 +142,10 @@ def test_other_runs_are_drawn_over_this_one_and_kept_in_the_url():
     assert by["lr · digits-compare-base"]["yaxis"] == "y2"  # every learning rate on its own axis
     bad = open_page("scalars", run="digits-compare-lr", **{"with": "../etc"})
     assert [t["name"] for t in _spec(bad)["data"]] == ["loss (raw)", "loss"]
+
+
+def test_every_chart_has_a_csv_download():
+    at = _open(key=["loss", "lr"])
+    buttons = at.get("download_button")
+    assert len(buttons) == len(at.get("plotly_chart")) == 3
+    assert all(b.proto.label == "CSV" for b in buttons)
