@@ -107,7 +107,10 @@ def _group_section(doc, figs):
     st.subheader("Group metrics")
     st.caption(rep.FOUR_FIFTHS_NOTE)
     names = list(doc["sensitive"])
-    tabs = st.tabs([f"{n} · {VERDICT.get(doc['sensitive'][n]['verdict'], ('?',))[0]}" for n in names])
+    labels = [f"{n} · {VERDICT.get(doc['sensitive'][n]['verdict'], ('?',))[0]}" for n in names]
+    # opens on the first attribute that fails
+    failing = next((lab for n, lab in zip(names, labels) if doc["sensitive"][n]["verdict"] == "fail"), None)
+    tabs = st.tabs(labels, default=failing)
     for tab, name in zip(tabs, names):
         a = doc["sensitive"][name]
         with tab:
@@ -372,13 +375,16 @@ def main():
         ids = [e["id"] for e in entries]
         try:
             wanted = _query.query_choice("audit", ids, lambda v: f"Audit {str(v)[:40]!r} is not stored "
-                                                                  "in this run; showing the newest.")
+                                                                  "in this run; showing the first failing "
+                                                                  "audit, or the newest.")
         except DebugkitError as exc:
             st.warning(_ui.md(exc))
             wanted = None
         labels = {e["id"]: f"{e['name']} · {VERDICT.get(e['verdict'], (e['verdict'],))[0]} · "
                             f"{(e['created_at'] or '')[:16].replace('T', ' ')} · {e['id']}" for e in entries}
-        audit_id = st.selectbox("Audit", ids, index=ids.index(wanted) if wanted else 0,
+        # Without ?audit=, the first failing audit (what needs attention), else the newest.
+        first = next((i for i, e in enumerate(entries) if e.get("verdict") == "fail"), 0)
+        audit_id = st.selectbox("Audit", ids, index=ids.index(wanted) if wanted else first,
                                 format_func=labels.get, key=f"audit_pick_{wanted}")
         if st.query_params.get("audit") != audit_id:
             st.query_params["audit"] = audit_id

@@ -28,6 +28,13 @@ def ids():
     return [e["id"] for e in list_audits(SAMPLE_RUNS / SAMPLE)]
 
 
+def _failing(ids) -> str:
+    """The sample's failing audit: older than its needs-review one, shown first."""
+    verdicts = {e["id"]: e["verdict"] for e in list_audits(SAMPLE_RUNS / SAMPLE)}
+    assert [verdicts[i] for i in ids] == ["needs_review", "fail"]
+    return ids[1]
+
+
 def texts(at) -> str:
     parts = [m.value for m in at.markdown] + [c.value for c in at.caption] + [t.value for t in at.title]
     parts += [e.value for e in at.error] + [w.value for w in at.warning] + [i.value for i in at.info]
@@ -43,7 +50,7 @@ def test_normal_view_shows_verdict_charts_and_provenance(ids):
     assert not at.exception
     assert [t.value for t in at.title] == ["Bias audit"]
     assert [s.label for s in at.selectbox][:1] == ["Audit"]
-    assert at.selectbox[0].value == ids[0]
+    assert at.selectbox[0].value == _failing(ids)  # the failing audit first, not the newest
     assert any("Verdict:" in str(b.value) for b in list(at.error) + list(at.warning) + list(at.success))
     charts = at.get("plotly_chart")
     assert len(charts) == 14  # 2 per attribute, beeswarm, mean |SHAP|, 2 per attribute again
@@ -71,8 +78,9 @@ def test_unknown_audit_param_warns_and_shows_the_newest(ids):
     at.switch_page("pages/audit.py")
     at.run()
     assert not at.exception
-    assert any("is not stored in this run; showing the newest" in w.value for w in at.warning)
-    assert at.selectbox[0].value == ids[0]
+    assert any("is not stored in this run; showing the first failing audit, or the newest" in w.value
+               for w in at.warning)
+    assert at.selectbox[0].value == _failing(ids)
 
 
 def test_run_without_audits_explains_what_to_do():
