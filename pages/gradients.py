@@ -64,6 +64,34 @@ def _initial_step(failures):
     return step
 
 
+def _other_runs(rank: int) -> dict:
+    """Other runs' gradient norms drawn over this run's lines (``?with=<id>``, repeated):
+    ``{run id: GradMatrix}`` of the same rank (or the run's first)."""
+    entries = dict(_runs.run_entries())
+    here = _runs.run_id_for(path)
+    choices = [rid for rid in entries if rid != here]
+    key = f"grad_with_{path}"
+    if key not in st.session_state:
+        st.session_state[key] = _query.query_choices("with", choices)
+    picked = st.multiselect("Overlay runs", choices, key=key, placeholder="other runs, drawn dashed",
+                            help="The same layers of other runs, dashed, as `<layer> · <run>`")
+    if picked:
+        if st.query_params.get_all("with") != picked:
+            st.query_params["with"] = picked
+    elif "with" in st.query_params:
+        del st.query_params["with"]
+    out = {}
+    for rid in picked:
+        try:
+            mats = _matrices(entries[rid], _data.signature(entries[rid]))
+        except DebugkitError as exc:
+            st.warning(f"{_ui.md(rid)}: {_ui.md(str(exc))}")
+            continue
+        if mats:
+            out[rid] = mats.get(rank) or next(iter(mats.values()))
+    return out
+
+
 def _set_step(step: int, scroll: bool = False):
     st.session_state[STEP_KEY] = int(step)
     st.query_params["step"] = str(int(step))
@@ -291,7 +319,9 @@ def render():
                        f"{m.n_steps:,} logged steps ({100 * clip.fraction:.1f} %), shaded in orange"
                        + (f"; {int(clip.nonfinite.sum())} step(s) had a non-finite total that clipping "
                           "cannot repair" if clip.nonfinite.any() else "") + ".")
-        fig = build_grad_lines_figure(m, chosen, clip=clip, selected_step=step, failure_steps=fail_steps)
+        others = _other_runs(rank)
+        fig = build_grad_lines_figure(m, chosen, clip=clip, selected_step=step, failure_steps=fail_steps,
+                                      others=others)
         _ui.chart(fig, key="grad_lines_chart", on_select=_on_chart_select, selection_mode="points")
         st.caption("Click a point to see that step. NaN/Inf values are the pink x markers at the top; "
                    "exactly-zero gradients the grey triangles at the bottom.")

@@ -131,8 +131,11 @@ def _nonfinite_subset(idx: np.ndarray, max_points: int) -> np.ndarray:
 
 def build_grad_lines_figure(m: GradMatrix, layers, *, max_points: int = 5000,
                             clip: ClipWhatIf | None = None, selected_step=None,
-                            failure_steps=(), title=None):
+                            failure_steps=(), title=None, others: dict | None = None):
     """Gradient norms over steps on a log axis: one line per layer, plus the total.
+
+    ``others`` (``{run id: GradMatrix}``) draws the same layers of other runs over them,
+    dashed, named ``"<layer> · <run>"`` (lines only: a click selects a step of this run).
 
     Every line is drawn with markers whose ``customdata`` is the step (so a click
     selects it) after :func:`debugkit.analysis.downsample.downsample_minmax` (extremes
@@ -183,6 +186,23 @@ def build_grad_lines_figure(m: GradMatrix, layers, *, max_points: int = 5000,
                 mode="markers", name=f"{label}: 0", legendgroup=label, showlegend=False,
                 marker={"symbol": "triangle-down", "color": ZERO_COLOR, "size": 7},
                 hovertemplate="step %{customdata}: exactly 0<extra>" + label + "</extra>"))
+    last_step = float(m.steps[-1]) if m.n_steps else None
+    for rid, om in (others or {}).items():
+        for n in names:
+            if n not in om.names:
+                continue
+            r = om.names.index(n)
+            x, y = om.steps[om.present[r]], om.values[r][om.present[r]]
+            good = np.isfinite(y) & (y > 0)
+            xg, yg = x[good], y[good]
+            keep = downsample_minmax(xg, yg, max_points) if len(xg) else np.zeros(0, np.int64)
+            label = f"{'total' if n == TOTAL else n} · {rid}"
+            fig.add_trace(go.Scattergl(
+                x=xg[keep], y=yg[keep].astype(np.float32), mode="lines", name=label,
+                line={"width": 2.0 if n == TOTAL else 1.2, "dash": "dash"},
+                hovertemplate="step %{x}<br>%{y:.4g}<extra>" + label + "</extra>"))
+        if om.n_steps:
+            last_step = max(last_step if last_step is not None else -np.inf, float(om.steps[-1]))
     if any(tr.name.endswith("NaN/Inf") for tr in fig.data):
         _legend_swatch(fig, "NaN/Inf (drawn at the top)", NONFINITE_COLOR, "x")
     shapes = []
@@ -201,7 +221,7 @@ def build_grad_lines_figure(m: GradMatrix, layers, *, max_points: int = 5000,
         shapes.append({"type": "line", "x0": selected_step, "x1": selected_step, "xref": "x",
                        "yref": "paper", "y0": 0, "y1": 1,
                        "line": {"color": SELECTED_COLOR, "width": 1.5}})
-    rng = [float(m.steps[0]), float(m.steps[-1]) + 1] if m.n_steps else None
+    rng = [float(m.steps[0]), last_step + 1] if m.n_steps else None
     fig.update_layout(
         title=title, height=420, shapes=shapes, hovermode="closest", clickmode="event+select",
         margin={"l": 60, "r": 20, "t": 40 if title else 10, "b": 40},

@@ -226,3 +226,24 @@ def test_step_details_status_of_a_vanishing_layer():
     at = _page("digits-vanishing", step="0")
     table = at.dataframe[0].value.set_index("layer")
     assert table.loc["0.weight", "status"] == "vanishing"
+
+
+def test_other_runs_are_drawn_over_the_lines_and_kept_in_the_url():
+    import json
+
+    from ..conftest import ROOT
+
+    at = _page("digits-compare-lr")
+    at.multiselect(key=f"grad_with_{ROOT / 'sample_runs' / 'digits-compare-lr'}") \
+        .set_value(["digits-compare-base"]).run()
+    assert not at.exception
+    lines = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
+                 if "gradient L2 norm" in json.dumps(json.loads(c.proto.spec)["layout"]))
+    names = [t["name"] for t in lines["data"]]
+    assert "total · digits-compare-base" in names and "total" in names
+    other = next(t for t in lines["data"] if t["name"] == "total · digits-compare-base")
+    assert other["line"]["dash"] == "dash" and other["mode"] == "lines"
+    assert at.query_params["with"] in ("digits-compare-base", ["digits-compare-base"])
+    again = _page("digits-compare-lr", **{"with": "digits-compare-base"})
+    assert again.multiselect(key=f"grad_with_{ROOT / 'sample_runs' / 'digits-compare-lr'}").value == \
+        ["digits-compare-base"]

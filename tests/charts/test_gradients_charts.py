@@ -101,3 +101,20 @@ def test_heatmap_zero_overlay_and_group_labels():
     z = np.asarray(zero.z, dtype=float)
     assert np.nansum(z[6]) == n and np.nansum(z[:6]) == 0
     assert [a.text for a in fig.layout.annotations] == ["blocks.0", "blocks.1", "head"]
+
+
+def test_other_runs_are_dashed_lines_named_by_run():
+    import pandas as pd
+
+    from debugkit.analysis.gradients.matrix import pivot_grad_norms
+    from debugkit.charts.gradients import build_grad_lines_figure
+
+    def mat(scale, steps):
+        rows = [(s, 0, layer, scale * (1 + s)) for s in range(steps) for layer in ("w", "__total__")]
+        return pivot_grad_norms(pd.DataFrame(rows, columns=["step", "rank", "layer", "grad_norm"]))[0]
+
+    fig = build_grad_lines_figure(mat(1.0, 10), ["w"], others={"run-b": mat(2.0, 20)})
+    by = {t.name: t for t in fig.data}
+    assert {"w", "total", "w · run-b", "total · run-b"} <= set(by)
+    assert by["w · run-b"].line.dash == "dash" and by["w · run-b"].customdata is None
+    assert list(fig.layout.xaxis.range) == [0.0, 20.0]  # the longer run fits
