@@ -221,7 +221,7 @@ def build_grad_lines_figure(m: GradMatrix, layers, *, max_points: int = 5000,
         shapes.append({"type": "line", "x0": selected_step, "x1": selected_step, "xref": "x",
                        "yref": "paper", "y0": 0, "y1": 1,
                        "line": {"color": SELECTED_COLOR, "width": 1.5}})
-    rng = [float(m.steps[0]), last_step + 1] if m.n_steps else None
+    rng = [float(m.steps[0]), last_step + 1] if m.n_steps and last_step is not None else None
     fig.update_layout(
         title=title, height=420, shapes=shapes, hovermode="closest", clickmode="event+select",
         margin={"l": 60, "r": 20, "t": 40 if title else 10, "b": 40},

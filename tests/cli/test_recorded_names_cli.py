@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from ..conftest import console_script
+
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_runs"
 
 
 def debugkit(*args, cwd, timeout=300):
-    exe = shutil.which("debugkit")
-    assert exe, "the debugkit console script is not installed"
+    exe = console_script("debugkit")
     return subprocess.run([exe, *map(str, args)], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout)
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from ..conftest import console_script
 from .conftest import ROOT
 
 FID = "r0-s0000075-exception"
@@ -63,8 +64,7 @@ def carry_code(run: Path, code_file: Path, spec: str) -> None:
 
 
 def debugkit(*args, cwd, env):
-    exe = shutil.which("debugkit")
-    assert exe, "the debugkit console script is not installed"
+    exe = console_script("debugkit")
     return subprocess.run([exe, *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=CLI_TIMEOUT_S)
 
