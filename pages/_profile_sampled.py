@@ -7,6 +7,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from debugkit.analysis.profile import display_path
 from debugkit.errors import DebugkitError
 from pages import _data, _query, _runs, _ui
 from pages._profile_load import original_bytes, read_profile
@@ -143,7 +144,8 @@ def render_sampled(path: str, entry: dict, prof):
     if entry.get("command"):
         cmd = entry["command"] if isinstance(entry["command"], str) else " ".join(entry["command"])
         status = entry.get("exit_status")
-        st.caption(_ui.code(cmd) + (f" · exit status {status}" if status is not None else ""))
+        # no folders of the recording machine (its home, checkout, interpreter)
+        st.caption(_ui.code(ap.display_paths_in(cmd)) + (f" · exit status {status}" if status is not None else ""))
     if opts and opts.get("idle") is False:
         st.warning("Recorded without `--idle`: time the training thread spends waiting (for data, "
                    "for a lock) is not sampled, so data loading looks cheaper than it is.",
@@ -178,7 +180,7 @@ def render_sampled(path: str, entry: dict, prof):
         st.plotly_chart(cp.build_step_breakdown_figure(bd), key="step_breakdown",
                         config={"displayModeBar": False})
         st.markdown(ap.describe_breakdown(bd, info, hot))
-        st.caption(f"Training loop: {_ui.code(info['loop'])} · {info['loop_samples']:,} samples of {thread_desc}; "
+        st.caption(f"Training loop: {_ui.code(ap.display_paths_in(info['loop']))} · {info['loop_samples']:,} samples of {thread_desc}; "
                    f"{info['outside_samples']:,} samples outside it (imports, set-up) are left out.")
     else:
         st.info(ap.describe_breakdown(bd, info, hot), icon=":material/info:")
@@ -298,7 +300,7 @@ def _function_tables(table, by: str, query: str):
             "self_samples": st.column_config.NumberColumn("self samples"),
             "total_samples": st.column_config.NumberColumn("total samples")}
     show = table.copy()
-    show["file"] = [f.split("site-packages/", 1)[-1] for f in show["file"]]
+    show["file"] = [display_path(f) for f in show["file"]]
     if by != "frame":
         show = show.drop(columns=["line"])
     if query.strip():
@@ -359,7 +361,7 @@ def _compare(path: str, entry: dict, prof, threads):
             for c in ("base_self_fraction", "new_self_fraction", "self_delta", "base_total_fraction",
                       "new_total_fraction", "total_delta")}
     show = table.copy()
-    show["file"] = [f.split("site-packages/", 1)[-1] for f in show["file"]]
+    show["file"] = [display_path(f) for f in show["file"]]
     a, b = st.columns(2)
     with a:
         st.markdown("**Got slower** (larger share now)")

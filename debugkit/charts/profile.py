@@ -33,10 +33,9 @@ def package_color(pkg: str) -> str:
 
 
 def _short(file: str) -> str:
-    for marker in ("site-packages/", "dist-packages/"):
-        if marker in file:
-            return file.split(marker, 1)[1]
-    return file
+    from ..analysis.profile import display_path
+
+    return display_path(file)  # no folders of the recording machine
 
 
 def _hover_text(tree) -> list[str]:

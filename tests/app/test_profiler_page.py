@@ -234,3 +234,17 @@ def test_the_views_widgets_keep_their_values_while_another_tab_is_open():
     assert figure(at, 1)["data"][0]["values"][0] == 12307  # the whole profile, as chosen
     open_view(at, "Top functions")
     assert at.toggle(key="sp_idle").value
+
+
+def test_no_folder_of_the_recording_machine_is_shown():
+    """The sample was recorded under /root and /work/wt/...: the page shows the command, the
+    training loop and the files without those folders."""
+    at = open_page("profiler", run="digits-profiled")
+    texts = [c.value for c in at.caption] + [m.value for m in at.markdown]
+    assert any("examples.digits --out sample_runs/digits-profiled" in t for t in texts)
+    assert any("examples/digits.py, lines" in t for t in texts)
+    for t in texts:
+        assert "/root/" not in t and "/work/" not in t, t
+    for df in at.dataframe:
+        if "file" in df.value.columns:
+            assert not df.value["file"].astype(str).str.startswith("/").any()
