@@ -56,13 +56,28 @@ def short_title(row) -> str | None:
     few words, or None when nothing was found."""
     kind = row.get("top_kind")
     if not kind:
-        return "Cannot be analysed" if str(row.get("top") or "").startswith("cannot analyse") else None
+        top = str(row.get("top") or "")
+        if not top.startswith("cannot analyse"):
+            return None
+        bad = bad_file(top, row.get("path")) or bad_file(top, row.get("id"))
+        return "Cannot be analysed" + (f": {bad}" if bad else "")
     text = SHORT.get(kind) or kind.replace("_", " ").capitalize()
     if isinstance(row.get("top_step"), int):
         text += f" at step {row['top_step']}"
     if row.get("top_layer"):
         text += f" ({row['top_layer']})"
     return text
+
+
+def bad_file(message: str, run_path) -> str | None:
+    """The run's file a refusal names (``checkpoints/index.json``), relative to the run,
+    so the row says which file without the server's path; None when it names none."""
+    mark = f"{run_path}/" if run_path else ""
+    if not mark or mark not in message:
+        return None
+    rest = message.split(mark, 1)[1]
+    name = rest.split(":", 1)[0].strip()
+    return name if name and len(name) <= 120 and " " not in name else None
 
 
 def finding_cell(row) -> str | None:

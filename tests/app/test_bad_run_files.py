@@ -91,20 +91,34 @@ def _shown(at) -> str:
 def test_home_lists_every_run_and_names_the_bad_file(store):
     at = open_page(None, check=False)
     assert not at.exception, [e.value for e in at.exception]
-    table = at.table[0].value
+    table = at.dataframe[0].value.set_index("run")
     assert "healthy" in table.index
     for rid, _, _, _ in BAD:
         assert rid in table.index, (rid, list(table.index))
-    top = {rid: v.replace("\\", "") for rid, v in table["most severe finding"].items()}
-    assert not top["healthy"].startswith("cannot analyse"), top["healthy"]
-    # Each bad file is refused with the run's file and the field named.
-    assert "manifest.json field 'env' must be a JSON object" in top["manifest-env"], top
-    assert "checkpoints/index.json field 'checkpoints[0]' must be a JSON object" in top["checkpoint-number"], top
-    assert "field 'checkpoints[4].files[...]' must be a JSON object, got int" in top["checkpoint-file-number"], top
-    assert "rank1.pt.trace.json.gz" in top["deep-trace"] and "nested deeper than 64" in top["deep-trace"], top
+    found = {rid: str(v) for rid, v in table["finding"].items()}
+    assert "Cannot be analysed" not in found["healthy"], found
+    # Each bad run's row names the file that was refused, relative to the run.
+    assert found["manifest-env"].endswith("#Cannot be analysed: manifest.json"), found
+    assert found["checkpoint-number"].endswith("#Cannot be analysed: checkpoints/index.json"), found
+    assert found["checkpoint-file-number"].endswith("#Cannot be analysed: checkpoints/index.json"), found
+    assert found["deep-trace"].endswith("#Cannot be analysed: traces/rank1.pt.trace.json.gz"), found
+    assert not any(str(store) in v for v in found.values()), found
     # A failure record or an event line that cannot be read is skipped, the run still listed.
     assert table["status"]["deep-failure"] == "failed" and table["status"]["event-time"] == "finished"
     assert "Traceback" not in _shown(at)
+
+
+@pytest.mark.parametrize("rid, says", [
+    ("manifest-env", "manifest.json field 'env' must be a JSON object"),
+    ("checkpoint-number", "checkpoints/index.json field 'checkpoints[0]' must be a JSON object"),
+    ("checkpoint-file-number", "field 'checkpoints[4].files[...]' must be a JSON object, got int"),
+])
+def test_the_bad_run_s_page_names_the_file_and_field(store, rid, says):
+    page = "overview" if rid == "manifest-env" else "checkpoints"
+    at = open_page(page, check=False, run_path=store / rid, run=rid)
+    assert not at.exception, [e.value for e in at.exception]
+    shown = _shown(at).replace("\\", "")
+    assert says in shown, shown[:2000]
 
 
 @pytest.mark.parametrize("page", ["overview", "gradients", "memory", "distributed", "checkpoints",
