@@ -28,7 +28,7 @@ from typing import BinaryIO
 
 from .. import format as fmt
 from .._fsutil import cache_dir
-from ..errors import UploadError
+from ..errors import DebugkitError, UploadError
 from .access import check_run_tree
 
 MSG_BAD_NAME = "upload: refused file name {name!r}: {why}"
@@ -353,7 +353,14 @@ def _publish(staging: Path, store: Path, preferred: str, quota: StoreQuota | Non
     lock that re-checks the store's quota, so two uploads at once cannot both pass it)."""
     root = _find_run_root(staging)
     check_run_tree(root)  # with DEBUGKIT_ALLOWED_ROOTS set, as the reader would check it
-    fmt.read_manifest(root)  # the format's validator: a clear error for a broken or too-new run
+    try:  # the format's validator: a clear error for a broken or too-new run
+        fmt.read_manifest(root)
+    except DebugkitError as exc:
+        # named by the upload's own path, never the staging folder's (a server path)
+        name = f"{root.name}/{fmt.MANIFEST}" if root != staging else fmt.MANIFEST
+        text = str(exc).replace(str(root / fmt.MANIFEST), name).replace(
+            str(root), root.name if root != staging else "the upload")
+        raise UploadError(f"upload: {text}") from None
     with _store_lock(store):
         if quota is not None:
             _check_quota(store, quota, store_counts(store),  # the staged files are in the store too

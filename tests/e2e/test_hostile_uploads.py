@@ -43,6 +43,19 @@ def _upload_zip(page, srv, path) -> None:
     fc.value.set_files(str(path))
 
 
+def _stored_zip(entries) -> bytes:
+    """A zip of uncompressed members (a deep manifest deflates 1000x: the bomb check would
+    refuse it first)."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
+        for name, data in entries:
+            zf.writestr(name, data)
+    return buf.getvalue()
+
+
 class _Boom:
     def __reduce__(self):
         return (os.system, (f"touch {ROOT}/../dk-pwned-e2e",))
@@ -68,6 +81,20 @@ CASES = {
                   "no manifest.json at the top of the upload"),
     "control-char": (lambda: _zip_bytes(_run_files() + [("myrun/a\nb", b"x")]),
                      "it contains NUL or control characters"),
+    # issue 28: DEL, C1 controls and bidi overrides were accepted; a file and a folder of
+    # one name escaped as a FileExistsError naming the staging folder; a manifest nested
+    # 100,000 deep showed a traceback
+    "del-char": (lambda: _zip_bytes(_run_files() + [("myrun/a\x7fb", b"x")]),
+                 "it contains NUL or control characters"),
+    "c1-control": (lambda: _zip_bytes(_run_files() + [("myrun/a\x9bb", b"x")]),
+                   "it contains NUL or control characters"),
+    "bidi-override": (lambda: _zip_bytes(_run_files() + [("myrun/evil\u202eyp.sj", b"x")]),
+                      "it contains invisible formatting characters"),
+    "file-folder-clash": (lambda: _zip_bytes(_run_files() + [("myrun/x", b"f"), ("myrun/x/y", b"g")]),
+                          "'myrun/x' is both a file and a folder in this upload"),
+    "deep-manifest": (lambda: _stored_zip([(n, b"[" * 100_000 + b"]" * 100_000
+                                            if n == "myrun/manifest.json" else d) for n, d in _run_files()]),
+                      "myrun/manifest.json: JSON nested deeper than"),
     "too-many-files": (lambda: _zip_bytes(_run_files() + [(f"myrun/f/{i}", b"") for i in range(20_001)]),
                        "is more than the limit of 20000"),
 }
@@ -82,6 +109,9 @@ def test_hostile_zip_is_refused_in_the_page(fresh_server, page, tmp_path, case):
     _upload_zip(page, fresh_server, z)
     page.get_by_text(message, exact=False).first.wait_for(state="visible", timeout=60_000)
     assert _stored(fresh_server) == before
+    shown = page.inner_text("body")
+    assert "Traceback" not in shown and str(fresh_server.store) not in shown
+    page.screenshot(path=str(tmp_path / f"{case}-refused.png"))
     for outside in (ROOT.parent / "dk-evil.txt", fresh_server.store.parent / "dk-evil.txt",
                     fresh_server.store / ".." / ".." / "dk-evil.txt"):
         assert not outside.exists()

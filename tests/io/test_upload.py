@@ -190,12 +190,11 @@ def test_a_file_and_a_folder_of_one_name_are_refused(tmp_path, extra, kind):
 
 def test_a_manifest_nested_100000_deep_is_refused(tmp_path):
     """Issue 28: a deep manifest.json upload showed a traceback (RecursionError)."""
-    from debugkit.errors import DebugkitError
-
     files = [(n, b"[" * 100_000 + b"]" * 100_000 if n == "myrun/manifest.json" else d)
              for n, d in _run_files()]
-    with pytest.raises(DebugkitError, match="nested"):
+    with pytest.raises(UploadError, match=r"^upload: myrun/manifest\.json: JSON nested deeper than") as err:
         unpack_files(files, tmp_path / "store")
+    assert str(tmp_path) not in str(err.value)
 
 
 class _SlowFile:
@@ -245,3 +244,12 @@ def test_two_uploads_at_once_get_two_runs_and_a_half_upload_is_invisible(tmp_pat
     for r in results:
         assert _tree(r) == _tree(SAMPLE)
     assert list((store / ".incoming").iterdir()) == []
+
+
+def test_a_refused_manifest_names_the_upload_not_the_staging_folder(tmp_path):
+    store = tmp_path / "store"
+    files = [(n, b'{"schema_version": "9.0"}' if n == "myrun/manifest.json" else d)
+             for n, d in _run_files()]
+    with pytest.raises(UploadError, match=r"^upload: myrun/manifest\.json: schema_version '9\.0' is newer") as err:
+        unpack_files(files, store)
+    assert str(store) not in str(err.value)
