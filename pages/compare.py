@@ -168,8 +168,14 @@ def _divergence(res, names, run_name, base_name, paths) -> None:
     layers = [r["key"] for r in div["series"] if r["series"] == "grad_norm"]
     if layers:
         first = div.get("first_layer") or layers[0]
-        layer = st.selectbox("Layer", layers, index=layers.index(first) if first in layers else 0,
-                             help="The layer that diverges first is picked.")
+        wanted = st.query_params.get("layer")
+        pick = wanted if wanted in layers else first
+        layer = st.selectbox("Layer", layers, index=layers.index(pick) if pick in layers else 0,
+                             help="The layer that diverges first is picked.", key=f"cmp_layer_{pick}")
+        if layer != first:
+            st.query_params["layer"] = layer
+        elif "layer" in st.query_params:
+            del st.query_params["layer"]
         band = series_band(grads[base_name], "grad_norm", layer, div["rank"])
         fig = build_grad_overlay_figure(grads, layer, colours=colours, band=band,
                                         divergence_step=div["step"], rank=div["rank"],
@@ -211,9 +217,17 @@ def render() -> None:
                 icon=":material/compare_arrows:")
         return
     base_path = _id_path(entries, base_id)
-    extra = c2.multiselect("More runs on the charts", [rid for rid, _ in entries
-                                                       if rid not in (run_id, base_id)],
+    choices = [rid for rid, _ in entries if rid not in (run_id, base_id)]
+    # the extra runs travel in the URL (?extra=<id>, repeated): a pasted link shows them
+    if "compare_extra" not in st.session_state:
+        st.session_state["compare_extra"] = _query.query_choices("extra", choices)[:MAX_OVERLAY - 2]
+    extra = c2.multiselect("More runs on the charts", choices,
                            max_selections=MAX_OVERLAY - 2, key="compare_extra")
+    if extra:
+        if st.query_params.get_all("extra") != list(extra):
+            st.query_params["extra"] = list(extra)
+    elif "extra" in st.query_params:
+        del st.query_params["extra"]
     try:
         with st.spinner("Comparing the runs…"):
             res = _compare(path, _data.signature(path), base_path, _data.signature(base_path))

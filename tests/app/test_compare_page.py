@@ -97,3 +97,23 @@ def test_home_picks_two_runs_and_opens_the_comparison(app):
     assert at.title[0].value == "Compare runs"
     assert at.query_params["run"] == "digits-compare-unlabelled"
     assert at.query_params["base"] == "digits-compare-base"
+
+
+def test_extra_runs_and_the_layer_round_trip_through_the_url(app):
+    import json
+
+    at = _open(app, run="digits-compare-lr", base="digits-compare-base")
+    at.multiselect(key="compare_extra").set_value(["digits-compare-unlabelled"]).run()
+    layer_box = next(s for s in at.selectbox if s.label == "Layer")
+    other = next(o for o in layer_box.options if o != layer_box.value)
+    layer_box.set_value(other).run()
+    assert not at.exception
+    assert at.query_params["extra"] in ("digits-compare-unlabelled", ["digits-compare-unlabelled"])
+    assert at.query_params["layer"] == other
+    again = _open(app, run="digits-compare-lr", base="digits-compare-base",
+                  extra="digits-compare-unlabelled", layer=other)
+    assert again.multiselect(key="compare_extra").value == ["digits-compare-unlabelled"]
+    assert next(s for s in again.selectbox if s.label == "Layer").value == other
+    grad = json.loads(again.get("plotly_chart")[1].proto.spec)
+    assert grad["layout"]["yaxis"]["title"]["text"] == f"grad norm: {other}"
+    assert "digits-compare-unlabelled" in [t.get("name") for t in grad["data"]]
