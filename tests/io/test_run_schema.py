@@ -147,3 +147,38 @@ def test_a_failure_s_batch_spec_is_capped_in_size_and_depth(tmp_path):
     p.write_bytes(b'{"tensors": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
     with pytest.raises(InvalidInputError, match="nested deeper than 64"):
         BatchSpec.load(p)
+
+
+#: Each documented manifest field and the JSON kinds docs/run-format.md gives it.
+DOC_KINDS = {
+    "run_id": {"str"}, "name": {"str"}, "created_at": {"int", "float"}, "resumed_at": {"list"},
+    "config": {"dict"}, "model_factory": {"str"}, "step_fn": {"str"}, "factory_kwargs": {"dict"},
+    "num_classes": {"int"}, "log_every": {"int", "float"}, "flush_every_s": {"int", "float"},
+    "world_size": {"int"}, "distributed": {"dict"}, "model_class": {"str"},
+    "optimizer_class": {"str"}, "code": {"dict"}, "guard": {"dict"}, "env": {"dict"},
+    "imported_from": {"dict"}, "profiles": {"list"},
+}
+ODD = {"str": "x", "int": 3, "float": 1.5, "bool": True, "list": [], "dict": {}}
+
+
+def test_odd_typed_manifests_pass_only_where_the_format_allows_the_type(tmp_path):
+    """The issue's experiment, 20 fields x 6 JSON kinds = 120 manifests (null is allowed
+    everywhere): before, 5 of 140 odd-typed manifests passed read_manifest; now exactly
+    those whose kind the format documents pass (an empty list where a list is expected)."""
+    base = json.loads((SAMPLES / "digits-mlp/manifest.json").read_text())
+    passed, wrong = [], []
+    for field, kinds in DOC_KINDS.items():
+        for kind, value in ODD.items():
+            doc = {**base, field: value}
+            (tmp_path / "manifest.json").write_text(json.dumps(doc))
+            try:
+                fmt.read_manifest(tmp_path)
+                ok = True
+            except RunFileError:
+                ok = False
+            (passed if ok else []).append((field, kind))
+            allowed = kind in kinds or (kind == "int" and "float" in kinds)
+            if ok != allowed:
+                wrong.append((field, kind, ok))
+    assert not wrong, wrong
+    assert len(passed) == sum(len(k) + ("float" in k and "int" not in k) for k in DOC_KINDS.values())
