@@ -184,8 +184,9 @@ def fake_pyspy(tmp_path, monkeypatch):
                        f"if '--version' in sys.argv:\n    print('py-spy 0.4.3'); sys.exit(0)\n"
                        f"sys.stderr.write({FAKE[kind]!r} + '\\n')\nsys.exit(1)\n")
         exe.chmod(0o755)
-        monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
-        monkeypatch.delenv("DEBUGKIT_PY_SPY", raising=False)
+        # $DEBUGKIT_PY_SPY: the one way to pick a py-spy over the one installed next to the
+        # interpreter (which is found before PATH, for an unactivated venv)
+        monkeypatch.setenv("DEBUGKIT_PY_SPY", str(exe))
         return exe
     return make
 
