@@ -14,6 +14,14 @@ _routing.mark_routed()
 # browser would fetch from a font CDN: an offline install would have none.
 FAVICON = Path(__file__).resolve().parent / "assets" / "favicon.png"
 st.set_page_config(page_title="debugkit", page_icon=str(FAVICON), layout="wide")
+# Narrow windows (800 px with the sidebar open leaves ~500 px): a row of columns wraps
+# instead of squeezing each column until its labels break letter by letter.
+st.html("""<style>
+@media (max-width: 1100px) {
+  [data-testid="stHorizontalBlock"] { flex-wrap: wrap; }
+  [data-testid="stHorizontalBlock"] > [data-testid="stColumn"] { min-width: min(200px, 100%); }
+}
+</style>""")
 
 # (page file, title, icon, url path): one entry per page. The router decides what each
 # visitor may see.

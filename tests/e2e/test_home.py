@@ -75,3 +75,29 @@ def test_a_chart_s_csv_download_holds_its_data(server, page, tmp_path):
     nan = [line for line in lines if line.startswith("loss: NaN/inf,")]
     assert len(nan) == 1 and nan[0].startswith("loss: NaN/inf,103,") and nan[0].endswith(",NaN")
     assert sum(line.startswith("loss,") for line in lines) == 103  # steps 0-102 (103 is NaN)
+
+
+@pytest.mark.parametrize("path", ["/gradients?run=digits-exploding", "/scalars?run=digits-exploding",
+                                  "/"])
+def test_an_800px_window_breaks_no_label_or_title_inside_a_word(server, browser, path):
+    ctx = browser.new_context(viewport={"width": 800, "height": 800})
+    page = ctx.new_page()
+    page.set_default_timeout(120_000)
+    try:
+        page.goto(server.url + path)
+        wait_for_app(page)
+        page.locator(".js-plotly-plot, [data-testid='stDataFrame']").first.wait_for()
+        # a widget label or a column narrower than its longest word breaks it letter by
+        # letter ("Ran k"); every column keeps at least ~200 px, or wraps to its own row
+        narrow = page.evaluate("""() => [...document.querySelectorAll('[data-testid="stColumn"]')]
+            .filter(c => c.getBoundingClientRect().width > 0 && c.getBoundingClientRect().width < 150)
+            .length""")
+        assert narrow == 0
+        broken = page.evaluate("""() => [...document.querySelectorAll('[data-testid="stWidgetLabel"] p')]
+            .filter(p => { const r = document.createRange(); r.selectNodeContents(p);
+                           const words = p.textContent.split(/\\s+/).filter(Boolean).length;
+                           return r.getClientRects().length > Math.max(words, 1); })
+            .map(p => p.textContent)""")
+        assert broken == []
+    finally:
+        ctx.close()
