@@ -330,7 +330,7 @@ def render():
         st.divider()
         _step_details(m, step, scalars, failures, rid, rank_findings)
     for w in info.get("warnings") or []:
-        st.caption(f":material/info: {_ui.md(w)}")
+        st.caption(f":material/info: {_ui.md(_ui.visitor_text(w))}")
 
 
 _data.render_live(path, render, every_s=3)

@@ -142,7 +142,7 @@ def render():
             st.dataframe([{"package": k, "version": v} for k, v in sorted(pk.items())],
                          hide_index=True, height=200)
     for w in info.get("warnings") or []:
-        st.caption(f":material/info: {_ui.md(w)}")
+        st.caption(f":material/info: {_ui.md(_ui.visitor_text(w))}")
 
 
 _data.render_live(path, render, every_s=3)

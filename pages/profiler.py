@@ -65,7 +65,7 @@ def render():
     except DebugkitError as exc:
         _ui.show_error(exc)
     for w in info.get("warnings") or []:
-        st.caption(f":material/info: {_ui.md(w)}")
+        st.caption(f":material/info: {_ui.md(_ui.visitor_text(w))}")
 
 
 try:

@@ -154,7 +154,7 @@ def render():
     # values as text: NaN reads "NaN" (a float column would show it as an empty cell)
     st.dataframe(last_values(_smoothed(path, sig, float(weight)), picked), hide_index=True, width="stretch")
     for w in info.get("warnings") or []:
-        st.caption(f":material/info: {_ui.md(w)}")
+        st.caption(f":material/info: {_ui.md(_ui.visitor_text(w))}")
 
 
 # While the run is written, the page follows it (a fragment that reruns every 3 s).

@@ -142,3 +142,18 @@ def test_local_paths_keep_todays_default(tmp_path, monkeypatch):
     at = _open_typed(str(run))
     assert not at.sidebar.error, [e.value for e in at.sidebar.error]
     assert at.session_state["debugkit_run_path"] == str(run)
+
+
+def test_an_error_box_names_files_relative_to_the_served_folder():
+    """A reader's refusal names the file; the page's error box shows it under the store's
+    name (``store/ckpt-bad/checkpoints/index.json``), not at the server's absolute path."""
+    from ._apptest import open_page
+
+    store = Path(os.environ["DEBUGKIT_STORE"])
+    run = store / "ckpt-bad"
+    shutil.copytree(SAMPLE_RUNS / "digits-resumed", run)
+    (run / "checkpoints" / "index.json").write_text("{not json")
+    at = open_page("checkpoints", run="ckpt-bad")
+    shown = _texts(at).replace("\\", "")
+    assert f"{store.name}/ckpt-bad/checkpoints/index.json" in shown, shown[-2000:]
+    assert str(store) not in shown
