@@ -15,8 +15,8 @@ test run replays them.
 lying offsets, lengths, null counts, dictionary indices, buffers), each input in a
 child process, so a segfault is counted as ``broke``, not the end of the run.
 
-``--whole-run N``: N mutated copies of each sample run of tests/fuzz/wholerun.py (some
-files mutated by their structure: Arrow, JSON, JSON lines, safetensors, gzip), each
+``--whole-run N [--every-file]``: N mutated copies of each sample run of
+tests/fuzz/wholerun.py (1 to 3 files, or with ``--every-file`` every file, mutated by their structure: Arrow, JSON, JSON lines, safetensors, gzip), each
 opened in a child process on Home, Overview, Gradients, Memory, Profiler, Distributed,
 Checkpoints, Replay and Audit (AppTest); prints per page how many drew, showed a
 DebugkitError's box, or broke the contract (an exception, an app traceback, the
@@ -49,11 +49,13 @@ def main(argv=None) -> int:
                     help="structure-aware Arrow mutations per table, each in a child process")
     ap.add_argument("--whole-run", type=int, default=0, metavar="N",
                     help="mutated copies per sample run, opened on every page")
+    ap.add_argument("--every-file", action="store_true",
+                    help="with --whole-run: mutate every file of each copy (default: 1 to 3)")
     a = ap.parse_args(argv)
     if a.arrow:
         return arrow_fuzz(a.arrow, a.seed)
     if a.whole_run:
-        return whole_run_fuzz(a.whole_run, a.seed)
+        return whole_run_fuzz(a.whole_run, a.seed, a.every_file)
     bad_total = 0
     print(f"{'target':<18} {'opened':>7} {'refused':>8} {'broke':>6} {'s/input':>8}")
     for name in a.targets:
@@ -101,7 +103,7 @@ def arrow_fuzz(n: int, seed0: int) -> int:
     return 1 if bad else 0
 
 
-def whole_run_fuzz(n: int, seed0: int) -> int:
+def whole_run_fuzz(n: int, seed0: int, every_file: bool = False) -> int:
     from tests.fuzz.wholerun import BAD, PAGES, RUNS
     from tests.fuzz.wholerun import run_isolated as run_whole
 
@@ -111,7 +113,7 @@ def whole_run_fuzz(n: int, seed0: int) -> int:
     for sample in RUNS:
         for i in range(n):
             salt = seed0 * 100_003 + i
-            res = run_whole(sample, salt)
+            res = run_whole(sample, salt, every_file=every_file)
             bad = False
             for page, (outcome, detail) in res["pages"].items():
                 key = "broke" if outcome in BAD else outcome
@@ -126,7 +128,8 @@ def whole_run_fuzz(n: int, seed0: int) -> int:
         c = counts[page]
         print(f"{page:<12} {c['drew']:>6} {c['refused']:>8} {c['broke']:>6}")
     total = len(RUNS) * n
-    print(f"{total} mutated runs ({n} of each of {len(RUNS)} samples) x {len(PAGES)} pages in "
+    what = "every file mutated" if every_file else "1 to 3 files mutated"
+    print(f"{total} mutated runs ({n} of each of {len(RUNS)} samples, {what}) x {len(PAGES)} pages in "
           f"{time.perf_counter() - t0:.0f} s; runs with a page that broke the contract: {broke_runs}")
     return 1 if broke_runs else 0
 

@@ -38,6 +38,12 @@ def test_mutated_sample_runs_open_on_every_page(sample):
     assert not broken, "\n".join(broken)
 
 
+def test_a_run_with_every_file_mutated_opens_on_every_page():
+    result = run_isolated("digits-profiled", 0, every_file=True)
+    assert len(result["files"]) == 12, result["files"]  # every file of the sample
+    assert not _broken(result), _broken(result)
+
+
 def test_the_classifier_tells_a_leaked_traceback_from_run_data():
     """The capture's own traceback is run data (shown on purpose); the app's is a leak."""
     from .wholerun import ROOT

@@ -189,10 +189,10 @@ def mutate_file_bytes(data: bytes, name: str, rng: random.Random) -> bytes:
 
 def mutate_run(sample: str, dest: Path, rng: random.Random, n_files: int | None = None) -> list[str]:
     """Copy ``sample_runs/<sample>`` to ``dest`` and mutate ``n_files`` of its files (1 to
-    3 by default); returns their paths relative to the run."""
+    3 by default, every file with -1); returns their paths relative to the run."""
     shutil.copytree(SAMPLES / sample, dest)
     files = sorted(p for p in dest.rglob("*") if p.is_file())
-    k = n_files or rng.choice([1, 1, 2, 3])
+    k = len(files) if n_files == -1 else n_files or rng.choice([1, 1, 2, 3])
     chosen = rng.sample(files, min(k, len(files)))
     for p in chosen:
         os.chmod(p, 0o644)
@@ -274,8 +274,9 @@ def _stderr_captured():
             box["text"] = f.read().decode("utf-8", "replace")
 
 
-def run_isolated(sample: str, salt: int, pages=PAGES) -> dict:
-    """Mutate ``sample`` with seed ``salt`` and open it on ``pages`` in a child process.
+def run_isolated(sample: str, salt: int, pages=PAGES, every_file: bool = False) -> dict:
+    """Mutate ``sample`` with seed ``salt`` (1 to 3 of its files, or every file with
+    ``every_file``) and open it on ``pages`` in a child process.
 
     Returns ``{"files": [...], "pages": {page: [outcome, detail]}}``; a child that died
     or hung gives every page ``crashed``.
@@ -284,7 +285,7 @@ def run_isolated(sample: str, salt: int, pages=PAGES) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     try:
         proc = subprocess.run([sys.executable, "-m", "tests.fuzz.wholerun", sample, str(salt), str(tmp),
-                               ",".join(pages)], capture_output=True, text=True, cwd=ROOT, env=env,
+                               ",".join(pages), "all" if every_file else "some"], capture_output=True, text=True, cwd=ROOT, env=env,
                               timeout=CHILD_TIMEOUT_S)
         rc, out, err = proc.returncode, proc.stdout, proc.stderr
     except subprocess.TimeoutExpired:
@@ -304,6 +305,7 @@ def _main(argv: list[str]) -> int:
     faulthandler.enable()
     sample, salt, tmp = argv[0], int(argv[1]), Path(argv[2])
     pages = argv[3].split(",") if len(argv) > 3 else list(PAGES)
+    every_file = len(argv) > 4 and argv[4] == "all"
     store, cache, home = tmp / "store", tmp / "cache", tmp / "home"
     for d in (store, cache, home):
         d.mkdir(parents=True)
@@ -313,7 +315,7 @@ def _main(argv: list[str]) -> int:
         os.environ.pop(var, None)
     rng = random.Random(f"{sample}/{salt}")
     run_id = f"{sample}-m{salt}"
-    files = mutate_run(sample, store / run_id, rng)
+    files = mutate_run(sample, store / run_id, rng, -1 if every_file else None)
     outside = {"samples": (SAMPLES, _tree(SAMPLES)), "home": (home, _tree(home))}
     result = open_everywhere(store / run_id, run_id, pages)
     for name, (where, before) in outside.items():
