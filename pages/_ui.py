@@ -111,10 +111,12 @@ def show_findings(found: list) -> None:
 
 def show_related(f) -> None:
     """The findings attached to ``f`` as its evidence (``evidence["related"]``: the same
-    event seen by another detector), one caption line each, under its card."""
+    event seen by another detector, or its consequence), one caption line each, under its card."""
     for r in f.evidence.get("related") or []:
-        st.caption(f"Same event, also seen as **{md(r.get('kind'))}** ({md(r.get('severity'))}): "
-                   f"{md(r.get('message'))}")
+        if not r.get("message"):
+            continue  # a cross-reference to a finding listed on its own
+        what = "Its consequence" if r.get("relation") == "consequence" else "Same event, also seen as"
+        st.caption(f"{what} **{md(r.get('kind'))}** ({md(r.get('severity'))}): {md(r.get('message'))}")
 
 
 def about(text: str) -> None:

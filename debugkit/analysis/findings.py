@@ -136,14 +136,29 @@ def _nonfinite_event(f: Finding) -> bool:
         f.kind == "step_failure" and f.evidence.get("capture_kind") == "nonfinite")
 
 
+def _relation(root: Finding, other: Finding) -> str:
+    """How ``other`` stands to ``root``: ``consequence`` when either names it so in its
+    ``evidence["related"]``, else ``same_event``."""
+    for f, g, rel in ((root, other, "consequence"), (other, root, "cause")):
+        for r in f.evidence.get("related") or []:
+            if isinstance(r, dict) and r.get("kind") == g.kind and r.get("relation") == rel:
+                return "consequence"
+    return "same_event"
+
+
 def attach_related(findings: list[Finding]) -> list[Finding]:
     """One fact, one finding: the findings of one non-finite step (same step and rank:
     ``nonfinite_grad``, ``nonfinite_loss``, the non-finite capture's ``step_failure``)
-    become one ``error`` finding, the first of :data:`NONFINITE_KINDS` present, with the
-    others in its ``evidence["related"]`` (each ``{"kind", "severity", "layer", "message",
-    "evidence"}``). A capture merged this way is named in the message and as
-    ``evidence["failure"]``, so the step can still be replayed from the finding. Other
-    findings, and their order, are unchanged; the input is not modified."""
+    become one ``error`` finding with the others in its ``evidence["related"]``.
+
+    The one that stays is the cause when a detector named one (a finding whose
+    ``evidence["related"]`` calls another kind its ``cause``, e.g. a loss the loss
+    computation made non-finite), else the first of :data:`NONFINITE_KINDS` present. Each
+    attached finding is ``{"kind", "step", "rank", "relation", "severity", "layer",
+    "message", "evidence"}`` (``relation``: ``consequence`` or ``same_event``). A capture
+    merged this way is named in the message and as ``evidence["failure"]``, so the step can
+    still be replayed from the finding. Other findings, and their order, are unchanged; the
+    input is not modified."""
     groups: dict[tuple, list[Finding]] = {}
     for f in findings:
         if _nonfinite_event(f) and f.step is not None:
@@ -152,11 +167,16 @@ def attach_related(findings: list[Finding]) -> list[Finding]:
     for group in groups.values():
         if len(group) < 2:
             continue
-        group = sorted(group, key=lambda f: NONFINITE_KINDS.index(f.kind))
+        causes = {r.get("kind") for f in group for r in (f.evidence.get("related") or [])
+                  if isinstance(r, dict) and r.get("relation") == "cause"}
+        group = sorted(group, key=lambda f: (f.kind not in causes, NONFINITE_KINDS.index(f.kind)))
         root, others = group[0], group[1:]
-        evidence = {**root.evidence, "related": [
-            {"kind": o.kind, "severity": o.severity, "layer": o.layer, "message": o.message,
-             "evidence": o.evidence} for o in others]}
+        kept = [r for r in root.evidence.get("related") or []
+                if not (isinstance(r, dict) and r.get("kind") in {o.kind for o in others})]
+        evidence = {**root.evidence, "related": kept + [
+            {"kind": o.kind, "step": o.step, "rank": o.rank, "relation": _relation(root, o),
+             "severity": o.severity, "layer": o.layer, "message": o.message, "evidence": o.evidence}
+            for o in others]}
         message = root.message
         capture = next((o.evidence.get("failure") for o in others if o.kind == "step_failure"), None)
         if capture and "failure" not in evidence:

@@ -59,3 +59,18 @@ def test_only_the_same_step_and_rank_merge_and_an_exception_stays_its_own_findin
 def test_a_lone_nonfinite_capture_stays_a_warning():
     (f,) = attach_related([_f("step_failure", 3, severity="warning", failure="x", capture_kind="nonfinite")])
     assert f.severity == "warning" and "related" not in f.evidence
+
+
+def test_a_named_cause_stays_and_its_consequence_is_attached():
+    """issue 30's loss-computation link: the loss (error) is the cause, the gradients (a
+    warning) its consequence; merged, the loss stays and keeps its cross-reference shape."""
+    loss = _f("nonfinite_loss", 6, origin="loss_computation", failure="cap",
+              related=[{"kind": "nonfinite_grad", "step": 6, "rank": 0, "relation": "consequence"}])
+    grad = _f("nonfinite_grad", 6, severity="warning",
+              related=[{"kind": "nonfinite_loss", "step": 6, "rank": 0, "relation": "cause"}])
+    cap = _f("step_failure", 6, severity="warning", failure="cap", capture_kind="nonfinite")
+    (f,) = attach_related([grad, loss, cap])
+    assert (f.kind, f.severity, f.evidence["origin"]) == ("nonfinite_loss", "error", "loss_computation")
+    assert [(r["kind"], r["step"], r["rank"], r["relation"], r["severity"]) for r in f.evidence["related"]] == \
+        [("nonfinite_grad", 6, 0, "consequence", "warning"), ("step_failure", 6, 0, "same_event", "warning")]
+    assert f.message == loss.message  # its capture was already its own
