@@ -34,7 +34,7 @@ from .errors import (
 from .runschema import check
 
 SCHEMA_MAJOR = 1
-SCHEMA_MINOR = 0
+SCHEMA_MINOR = 1
 SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
 
 MANIFEST = "manifest.json"
@@ -77,7 +77,7 @@ AUDITS_DIR = "audits"
 TRACES_DIR = "traces"
 
 # Per-rank tables: ranks/<rank>/<table>-<segment>.arrows (Arrow IPC streams).
-TABLES = ("scalars", "grads", "memory", "steps")
+TABLES = ("scalars", "grads", "memory", "steps", "layers")
 TABLE_SUFFIX = ".arrows"
 EVENTS_PREFIX = "events"
 EVENTS_SUFFIX = ".jsonl"
@@ -139,6 +139,17 @@ def table_schema(table: str):
                 ("rss_bytes", pa.int64()),
             ]
         ),
+        # Layer statistics of sampled steps (format 1.1; Recorder(layer_stats_every=N)).
+        "layers": pa.schema(
+            [
+                ("step", pa.int64()),
+                ("order", pa.int32()),
+                ("module", pa.string()),
+                ("module_type", pa.string()),
+                ("stat", pa.string()),
+                ("value", pa.float64()),
+            ]
+        ),
         "steps": pa.schema(
             [
                 ("step", pa.int64()),
@@ -179,7 +190,10 @@ MSG_UPDATE_NOT_OBJECT = "{path}: manifest.json is not a JSON object; not {action
 # Upgrade steps for older minor versions of the current major: {(major, minor): fn}.
 # Each takes a manifest dict and returns it at the next minor version. 1.0 is the first
 # version, so there is nothing to upgrade yet; a 1.1 writer adds its step here.
-UPGRADES: dict[tuple[int, int], Any] = {}
+UPGRADES: dict[tuple[int, int], Any] = {
+    # 1.0 -> 1.1 added the optional per-rank ``layers`` table; a 1.0 run simply has none.
+    (1, 0): lambda manifest: manifest,
+}
 
 
 def parse_version(value: Any, where: str) -> tuple[int, int]:

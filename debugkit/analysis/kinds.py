@@ -62,6 +62,7 @@ def _k(kind, area, severity, title, page, doc, also=()):
 _G = "docs/gradients.md#findings"
 _D = "docs/distributed.md#"
 _M = "docs/memory.md#"
+_L = "docs/layers.md#"
 
 #: Every kind, grouped by area, in the order ``debugkit diagnose --kinds`` prints them.
 KINDS: tuple[FindingKind, ...] = (
@@ -77,6 +78,15 @@ KINDS: tuple[FindingKind, ...] = (
     _k("dead_layer", "gradients", "warning", "Parameters whose gradient is exactly zero for many steps",
        "Gradients", _G),
     _k("loss_spike", "gradients", "warning", "A loss far above its recent median", "Gradients", _G),
+    _k("dead_units", "layers", "warning", "A ReLU-family module whose units output zero for the "
+       "whole batch, step after sampled step", "Gradients", _L + "dead_units"),
+    _k("saturation", "layers", "warning", "A tanh/sigmoid-type module whose outputs sit at their "
+       "bounds, starving the layers before it of gradient", "Gradients", _L + "saturation"),
+    _k("activation_growth", "layers", "warning", "Module outputs whose max-abs grows geometrically "
+       "along the forward pass or over steps, and the first module", "Gradients",
+       _L + "activation_growth"),
+    _k("update_ratio", "layers", "warning", "A trained parameter whose update-to-weight ratio is "
+       "far outside its usual band, with the learning rate", "Gradients", _L + "update_ratio"),
     _k("straggler", "distributed", "warning", "A rank slower than the others (steps or profiler "
        "traces)", "Distributed", _D + "straggler-from-the-steps-table"),
     _k("hang", "distributed", "error", "A rank stopped in a step (watchdog dumps or py-spy stacks) "

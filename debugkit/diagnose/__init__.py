@@ -16,6 +16,7 @@ SOURCES = [
     "failures",
     "distributed",
     "gradients",
+    "layers",
     "memory",
     "audit",
     "profiles",

@@ -399,6 +399,23 @@ class Run:
         }, copy=False)  # fresh arrays: no need for pandas to copy 10M rows again
 
     # ------------------------------------------------------------------- failures, events
+    def layer_stats(self, rank: int | None = None):
+        """Layer statistics of the sampled steps (``Recorder(layer_stats_every=N)``; format
+        1.1; a run without them gives an empty frame).
+
+        Returns
+        -------
+        DataFrame with columns ``step`` (int64), ``rank`` (int32), ``order`` (int32: the
+        module's place in the forward pass, then the parameters in model order),
+        ``module`` (a module or parameter name), ``module_type`` (the module's class, or
+        ``param``), ``stat`` (``mean``, ``std``, ``max_abs``, ``frac_zero``,
+        ``frac_nonfinite``, ``frac_saturated``, ``frac_dead_units``, ``w_q01`` ...
+        ``w_q99``, ``g_q01`` ... ``g_q99``, ``ndim``, ``update_ratio``, ``trigger_grad_norm``) and
+        ``value`` (float64). See docs/run-format.md.
+        """
+        return self._frame("layers", rank, ["step", "rank", "order", "module", "module_type",
+                                            "stat", "value"])
+
     def failures(self) -> list[dict]:
         """Failure captures, ordered by step then rank.
 

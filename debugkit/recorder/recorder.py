@@ -35,6 +35,7 @@ MSG_GUARD_ACTION = "guard_action={value!r}: expected 'raise' or 'skip'"
 MSG_SKIPPED_BODY_RAN = (
     "debugkit: the body of a step whose batch the guard skipped ran an optimizer step; "
     "with guard_action='skip' write `with rec.step(batch) as s:` then `if s.skipped: continue`")
+MSG_LAYER_STATS = "layer_stats_every={value!r}: expected None or an integer >= 1 (steps)"
 MSG_HANG_TIMEOUT = "hang_timeout_s={value!r}: expected a number of seconds > 0"
 MSG_NOT_DDP = ("rec.watch_ddp(): expected a torch.nn.parallel.DistributedDataParallel model, "
                "got {type}")
@@ -218,15 +219,26 @@ class Recorder:
         that call ``optimizer.step(closure)`` with a closure that runs the backward pass
         (Lightning) fire that hook *before* backward: they pass False and call
         :meth:`record_grads` after backward (see :mod:`debugkit.integrations`).
+    layer_stats_every : int, optional
+        Every this many steps (and the step after a layer's gradient norm leaves its
+        recent band, and the step of a failure capture), record what is inside the
+        layers: each leaf module's output mean/std/max-abs and its shares of zeros,
+        saturated and non-finite values, each trained parameter's weight and gradient
+        quantiles and its update-to-weight ratio (see :mod:`debugkit.recorder.layerstats`
+        and docs/layers.md). Off by default (None); unsampled steps carry no hooks.
     """
 
     def __init__(self, run_dir, model, optimizer=None, *, name=None, config=None,
                  model_factory=None, factory_kwargs=None, step_fn=None, num_classes=None,
                  log_every=1, flush_every_s=2.0, halt_on_nonfinite=False, hang_timeout_s=None,
                  record_memory_history=False, guard=None, guard_action="raise",
-                 grads_hook=True, tags=None):
+                 grads_hook=True, tags=None, layer_stats_every=None):
         import torch
 
+        if layer_stats_every is not None and not (
+                isinstance(layer_stats_every, int) and not isinstance(layer_stats_every, bool)
+                and layer_stats_every >= 1):
+            raise InvalidInputError(MSG_LAYER_STATS.format(value=layer_stats_every))
         if int(log_every) < 1:
             raise InvalidInputError(f"log_every={log_every!r}: expected an integer >= 1")
         if hang_timeout_s is not None and not (isinstance(hang_timeout_s, (int, float))
@@ -276,6 +288,7 @@ class Recorder:
                 "step_fn": step_fn,
                 "num_classes": num_classes,
                 "log_every": self.log_every,
+                "layer_stats_every": layer_stats_every,
                 "flush_every_s": flush_every_s,
                 "world_size": self.world_size,
                 "distributed": {k: dist[k] for k in DIST_FIELDS},
@@ -360,6 +373,13 @@ class Recorder:
         self._last_output = None
         if (not self._cuda or self.halt_on_nonfinite) and getattr(model, "_orig_mod", None) is None:
             self._hooks.append(self._module.register_forward_hook(self._keep_output))
+        self._layer_stats = None
+        if layer_stats_every is not None:
+            from .layerstats import LayerStats
+
+            self._layer_stats = LayerStats(
+                self._module, named, _inner_optimizer(optimizer) if optimizer is not None else None,
+                layer_stats_every, self._writer.add, self._cuda)
         ref = weakref.ref(self)
         self._atexit = lambda: (r := ref()) is not None and r._close_at_exit()
         atexit.register(self._atexit)
@@ -491,6 +511,8 @@ class Recorder:
         self._nonfinite.resolve_pending(block=True)
         for h in self._hooks:
             h.remove()
+        if self._layer_stats is not None:
+            self._layer_stats.close()
         if self._watchdog is not None:
             self._watchdog.stop()
         atexit.unregister(self._atexit)
@@ -666,6 +688,8 @@ class Recorder:
         if self._watchdog is not None:
             self._watchdog.step_started(st.step)
         self._specs.observe(st.step, st.batch)
+        if self._layer_stats is not None:
+            self._layer_stats.begin(st.step)
         if bad:  # guard_action="raise": a failure of this step, captured with its batch
             err = InvalidInputError(f"step {st.step}: " + format_violations(bad))
             self._end_step(st, err)
@@ -689,9 +713,13 @@ class Recorder:
     def _take_grads(self, where: str):
         st = self._cur
         self._grads_taken = True
+        if self._layer_stats is not None:
+            self._layer_stats.grads_ready(st.step)
         if st.step % self.log_every:
             return
         values = self._norms.compute()
+        if self._layer_stats is not None:
+            self._layer_stats.observe_norms(st.step, values)
         self._step_grads = (st.step, values)
         self._losses_checked = len(self._step_scalars)
         if not self._nonfinite.found:
@@ -732,6 +760,8 @@ class Recorder:
             self._opt_stepped = True
 
     def _capture(self, st: _Step, kind: str, exc, message=None, extra=None) -> str:
+        if self._layer_stats is not None:
+            self._layer_stats.on_failure(st.step)
         fid = write_capture(
             self.run_dir, kind=kind, step=st.step, rank=self.rank, world_size=self.world_size,
             device=str(self.device), exc=exc, batch=st.batch, model=self._module,
@@ -765,6 +795,8 @@ class Recorder:
                     self._memhist.dump(st.step, "failure", failure=fid)
                 except Exception as cap_err:  # never mask the user's exception
                     self._writer.event("capture_error", step=st.step, message=str(cap_err))
+            if self._layer_stats is not None:
+                self._layer_stats.end(st.step)
             self._finish_step_rows(st, t1, ok)
             if ok:
                 self._memhist.step_ok(st.step)

@@ -1,0 +1,102 @@
+"""Recorder(layer_stats_every=N): what is recorded on which step, the grad-norm trigger,
+failure steps, and reading runs of format 1.0 that have no layers table."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from debugkit import Recorder, open_run
+from debugkit import format as fmt
+from debugkit.errors import InvalidInputError
+
+from ..conftest import SAMPLE_RUNS
+
+
+def _net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.Sigmoid(),
+                         nn.Linear(16, 1))
+
+
+def _loop(run, *, steps, every, scale_at=None, fail_at=None, log_every=1):
+    m = _net()
+    opt = torch.optim.SGD(m.parameters(), lr=0.05)
+    hooks = {}
+    x = torch.randn(32, 8, generator=torch.Generator().manual_seed(0))
+    rec = Recorder(run, m, opt, layer_stats_every=every, log_every=log_every)
+    for i in range(steps):
+        try:
+            with rec.step(x):
+                hooks[i] = len(m[1]._forward_hooks)
+                loss = m(x).pow(2).mean() * (1e4 if i == scale_at else 1.0)
+                opt.zero_grad()
+                loss.backward()
+                if i == fail_at:
+                    raise RuntimeError("planted failure")
+                opt.step()
+                rec.log(loss=loss)
+        except RuntimeError:
+            pass
+    rec.close()
+    return open_run(run), hooks
+
+
+def test_only_sampled_steps_carry_hooks_and_rows(tmp_path):
+    run, hooks = _loop(tmp_path / "r", steps=12, every=5)
+    df = run.layer_stats()
+    steps = set(df["step"])
+    assert {0, 5, 10} <= steps
+    assert all(hooks[s] == 1 for s in (0, 5, 10))
+    assert all(hooks[s] == 0 for s in range(12) if s not in steps)  # no hook cost elsewhere
+    assert all(len(m._forward_hooks) == 0 for m in _net().modules())
+    at0 = df[df["step"] == 0]
+    relu = at0[at0["module"] == "1"].set_index("stat")["value"]
+    assert set(relu.index) == {"mean", "std", "max_abs", "frac_zero", "frac_nonfinite",
+                               "frac_dead_units"}
+    assert 0 < relu["frac_zero"] < 1 and relu["mean"] > 0
+    sig = at0[at0["module"] == "3"]
+    assert "frac_saturated" in set(sig["stat"]) and (sig["module_type"] == "Sigmoid").all()
+    w = at0[(at0["module"] == "0.weight")].set_index("stat")["value"]
+    qs = [w[f"w_q{q}"] for q in ("01", "05", "25", "50", "75", "95", "99")]
+    assert qs == sorted(qs) and qs[0] < 0 < qs[-1]
+    assert w["ndim"] == 2 and 0 < w["update_ratio"] < 1
+    wt = _net()[0].weight.detach()
+    assert w["w_q50"] == pytest.approx(float(wt.reshape(-1).float().quantile(0.5)), rel=1e-5)
+    assert run.manifest["layer_stats_every"] == 5
+
+
+def test_a_gradient_norm_leaving_its_band_samples_the_next_step(tmp_path):
+    run, _ = _loop(tmp_path / "r", steps=20, every=100, scale_at=14)
+    df = run.layer_stats()
+    assert 15 in set(df["step"]), sorted(set(df["step"]))
+    trig = df[(df["step"] == 15) & (df["stat"] == "trigger_grad_norm")]
+    assert len(trig) and set(trig["module"]) <= {"0.weight", "0.bias", "2.weight", "2.bias",
+                                                 "4.weight", "4.bias"}
+    assert not (set(df["step"]) - {0, 15})  # nothing else moved: nothing else sampled
+
+
+def test_a_failure_step_records_weights_and_grads_and_samples_the_next(tmp_path):
+    run, _ = _loop(tmp_path / "r", steps=10, every=100, fail_at=6)
+    df = run.layer_stats()
+    at6 = df[df["step"] == 6]
+    assert {"w_q50", "g_q50"} <= set(at6["stat"]) and (at6["module_type"] == "param").all()
+    assert 7 in set(df["step"]) and "max_abs" in set(df[df["step"] == 7]["stat"])
+    assert run.failures()
+
+
+def test_layer_stats_every_is_checked(tmp_path):
+    for bad in (0, -1, 2.5, "10", True):
+        with pytest.raises(InvalidInputError, match="layer_stats_every"):
+            Recorder(tmp_path / "r", _net(), layer_stats_every=bad)
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_format_1_0_run_reads_with_an_empty_layers_table():
+    run = open_run(SAMPLE_RUNS / "digits-mlp")
+    assert run.manifest["schema_version"] == "1.0"
+    assert run.manifest["_read_as_version"] == fmt.SCHEMA_VERSION == "1.1"
+    df = run.layer_stats()
+    assert list(df.columns) == ["step", "rank", "order", "module", "module_type", "stat", "value"]
+    assert df.empty and run.row_counts()["layers"] == 0
