@@ -160,6 +160,7 @@ def compare(config, rounds, steps, tmp, peers=()):
             counters[k] += 1
     names = list(fns)
     bg_cpu = {k: 0.0 for k in names}
+    per_round: dict[str, list[float]] = {k: [] for k in names}  # each round's median step
     for r in range(rounds):
         order = names[r % len(names):] + names[:r % len(names)]  # rotating order
         for k in order:
@@ -172,6 +173,7 @@ def compare(config, rounds, steps, tmp, peers=()):
                 times[k].append(time.perf_counter() - t0)
                 cpu[k].append(time.thread_time() - c0)
                 counters[k] += 1
+            per_round[k].append(statistics.median(times[k][-steps:]))
             b1 = bg.snapshot()
             for owner in b1:  # background work may spill into another variant's turn
                 bg_cpu[owner] += b1[owner] - b0.get(owner, 0.0)
@@ -180,9 +182,14 @@ def compare(config, rounds, steps, tmp, peers=()):
     for lg in loggers.values():
         lg.close()
     n_steps = rounds * steps
+    # Paired by round (the variants of one round ran within seconds of each other), so
+    # that load which drifts between rounds cancels: median over rounds of
+    # (debugkit - norms) / bare.
+    paired = statistics.median((d - n) / b for d, n, b in zip(
+        per_round["debugkit"], per_round["norms"], per_round["bare"]))
     return ({k: statistics.median(v) for k, v in times.items()},
             {k: statistics.median(v) for k, v in cpu.items()},
-            {k: v / n_steps for k, v in bg_cpu.items()})
+            {k: v / n_steps for k, v in bg_cpu.items()}, paired)
 
 
 class _Timer:
@@ -327,7 +334,7 @@ def main(argv=None):
     for config in configs:
         width, batch = CONFIGS[config]
         load0 = os.getloadavg()[0]
-        med, cpu, bg = compare(config, a.rounds, a.steps, tmp, peers)
+        med, cpu, bg, paired = compare(config, a.rounds, a.steps, tmp, peers)
         base = med["bare"]
         print(f"\n[{config}] model: 24 x Linear({width},{width})+ReLU, batch {batch}, CPU, "
               f"1 thread; {a.rounds} rounds x {a.steps} steps per variant, rotating order; "
@@ -349,7 +356,7 @@ def main(argv=None):
               f"(target <= 0.1); debugkit overhead = {dk_ov / base * 100:.1f}% of the bare "
               f"step (target <= 12%); norms alone = {(med['norms'] / base - 1) * 100:.1f}%; "
               f"debugkit beyond the norms = {(med['debugkit'] - med['norms']) / base * 100:.1f}%"
-              f" (target <= 3%)")
+              f" (target <= 3%); paired by round: {paired * 100:.1f}%")
         if a.no_breakdown:
             continue
         parts, rec_step = breakdown(config, a.breakdown_steps, tmp)

@@ -824,10 +824,13 @@ class Recorder:
         if self._cuda:
             import torch
 
-            m = torch.cuda.memory_stats(self.device)  # one call for the three counters
-            b.memory[i] = (step, wall, self._dev_str, m.get("allocated_bytes.all.current", 0),
-                           m.get("reserved_bytes.all.current", 0),
-                           m.get("allocated_bytes.all.peak", 0), self._rss_value)
+            try:  # one call for the three counters (memory_allocated() & co. each make it)
+                m = torch.cuda.memory_stats(self.device)
+                cuda = (m.get("allocated_bytes.all.current", 0), m.get("reserved_bytes.all.current", 0),
+                        m.get("allocated_bytes.all.peak", 0))
+            except RuntimeError:  # a broken CUDA context (device-side assert): no counters,
+                cuda = (None, None, None)  # and the step's own error is the one that propagates
+            b.memory[i] = (step, wall, self._dev_str, *cuda, self._rss_value)
         else:
             b.memory[i] = (step, wall, "cpu", None, None, None, self._rss_value)
         rows = self._step_scalars
