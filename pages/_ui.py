@@ -9,6 +9,7 @@ import logging
 import os
 import re
 import traceback
+from pathlib import Path
 
 import streamlit as st
 
@@ -59,7 +60,8 @@ def visitor_text(value) -> str:
     from debugkit.io.store import relative_to_roots
     from pages._runs import roots, store_dir
 
-    folders = [*roots(), store_dir()]
+    # the served roots, the store, and the app's own folder (its examples/, debugkit/)
+    folders = [*roots(), store_dir(), Path(__file__).resolve().parents[1]]
     try:
         folders.append(cache_dir())
     except OSError:

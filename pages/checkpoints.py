@@ -130,7 +130,7 @@ def _listing_table(listing) -> None:
         "SHA-256": listing["sha256"].str[:16],
         "source": listing["source"].map({"debugkit": "rec.checkpoint()", "file": "state_dict file"}),
         "problem": listing["problem"],
-        "path": listing["path"],
+        "path": listing["path"].map(_ui.visitor_text),  # relative to the served folders
     })
     st.dataframe(shown, hide_index=True, width="stretch",
                  column_config={"ok": st.column_config.CheckboxColumn("verified", width="small")},

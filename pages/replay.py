@@ -98,7 +98,7 @@ def _checkpoint_param() -> int | None:
         if problem:
             raise DebugkitError(f"?{problem}; replaying with the captured weights")
     except DebugkitError as exc:
-        st.warning(_ui.md(exc), icon=":material/link_off:")
+        st.warning(_ui.md(_ui.visitor_text(exc)), icon=":material/link_off:")
         return None
     return step
 
@@ -158,7 +158,7 @@ def _pick_failure(failures: list[dict]) -> dict:
         if wanted:
             index = ids.index(wanted)
     except DebugkitError as exc:
-        st.warning(_ui.md(exc), icon=":material/link_off:")
+        st.warning(_ui.md(_ui.visitor_text(exc)), icon=":material/link_off:")
     by_id = {f["id"]: f for f in failures}
     fid = st.selectbox("Failure", ids, index=index, key=f"replay_failure_{path}",
                        format_func=lambda i: f"step {by_id[i].get('step')} · rank {by_id[i].get('rank')} · "
@@ -189,7 +189,7 @@ def _show_code(idents: list[dict]) -> None:
         color, icon = STATUS_BADGE.get(i["status"], ("red", ":material/block:"))
         st.markdown(f"{_ui.code(i['spec'])} ({i['role'].replace('_', ' ')})")
         st.badge(i["status"].replace("_", " "), color=color, icon=icon)
-        lines = [f"File here: {_ui.code(i['local_file'] or 'not found')}"]
+        lines = [f"File here: {_ui.code(_ui.visitor_text(i['local_file'] or 'not found'))}"]
         if i["local_sha256"] and i["local_sha256"] == i["recorded_sha256"]:
             lines.append(f"SHA-256 {_ui.code(i['local_sha256'])}, as recorded")
         else:
@@ -198,7 +198,7 @@ def _show_code(idents: list[dict]) -> None:
         lines.append(f"Recorded at: {_ui.code(i['recorded_file'] or '—')}")
         st.caption("  \n".join(lines))
         if i["status"] != "verified":
-            st.caption(_ui.md(i["message"]))
+            st.caption(_ui.md(_ui.visitor_text(i["message"])))
 
 
 def _show_culprit(report: dict, f: dict) -> None:
@@ -407,7 +407,7 @@ def render() -> None:
                               key="replay_timeout")
     trusted = True
     if never:
-        st.error(_ui.md(never[0]["message"]), icon=":material/block:")
+        st.error(_ui.md(_ui.visitor_text(never[0]["message"])), icon=":material/block:")
     elif needs_trust and not _may_trust():
         trusted = False
         st.error("Only a signed-in user may trust a run's code on this server"
@@ -421,7 +421,7 @@ def render() -> None:
                if not is_bundled_sample(path) else "the code differs from the recorded one")
         i0 = idents[0]
         trusted = st.checkbox(
-            f"I trust this code ({why}): run {_ui.code(i0['spec'])} from {_ui.code(i0['local_file'])} "
+            f"I trust this code ({why}): run {_ui.code(i0['spec'])} from {_ui.code(_ui.visitor_text(i0['local_file']))} "
             f"(SHA-256 `{(i0['local_sha256'] or '')[:16]}…`)"
             + (" and " + ", ".join(f"`{i['spec']}`" for i in idents[1:]) if len(idents) > 1 else ""),
             key=f"replay_trust_{path}_{f['id']}")
