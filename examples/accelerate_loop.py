@@ -43,7 +43,7 @@ def train(out: str, *, data: str = "digits", corrupt_label=None, epochs: int = 2
     loader = DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
 
-    rec = Recorder(out, model, optimizer, num_classes=num_classes,
+    rec = Recorder(out, model, optimizer, name=f"accelerate-{data}", num_classes=num_classes,
                    model_factory="examples.watch_loop:build_model",
                    factory_kwargs={"n_features": n_features, "num_classes": num_classes},
                    config=accelerator_config(accelerator),

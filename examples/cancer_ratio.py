@@ -47,7 +47,7 @@ def train(out: str, *, epochs: int = 3, lr: float = 0.01, batch_size: int = 16, 
     x, y, names = load_features()
     model = build_model(x.shape[1])
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    rec = Recorder(out, model, optimizer=opt,
+    rec = Recorder(out, model, optimizer=opt, name="cancer-ratio-feature",
                    config={"lr": lr, "batch_size": batch_size, "epochs": epochs, "seed": seed,
                            "features": len(names)},
                    model_factory="examples.cancer_ratio:build_model",

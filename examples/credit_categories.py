@@ -102,7 +102,7 @@ def train(out: str, *, epochs: int = 3, lr: float = 0.01, batch_size: int = 32, 
     kwargs = {"vocab_sizes": sizes, "n_numeric": len(numeric), "dim": 4, "hidden": 32}
     model = build_model(**kwargs)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    rec = Recorder(out, model, optimizer=opt,
+    rec = Recorder(out, model, optimizer=opt, name="credit-embeddings",
                    config={"lr": lr, "batch_size": batch_size, "epochs": epochs, "seed": seed,
                            "first_stage": FIRST_STAGE},
                    model_factory="examples.credit_categories:build_model", factory_kwargs=kwargs,

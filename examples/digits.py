@@ -96,9 +96,9 @@ def train(out: str, *, epochs: int = 3, lr: float = 0.1, hidden: int = 64, batch
     everything = ConcatDataset([stage1, DigitsDataset(xb, yb)])
     model = build_model(hidden)
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    name = "digits-guarded" if guard else f"digits-mlp{'-bad-label' if corrupt_label is not None else ''}"
     extra = {"guard": batch_spec(batch_size), "guard_action": guard} if guard else {}
-    # the run's display name is its folder's (sample_runs/<id>): what the dashboard lists
-    rec = Recorder(out, model, optimizer=opt, **extra,
+    rec = Recorder(out, model, optimizer=opt, name=name, **extra,
                    config={"lr": lr, "hidden": hidden, "batch_size": batch_size, "epochs": epochs,
                            "momentum": 0.9, "seed": seed, "num_workers": num_workers},
                    model_factory="examples.digits:build_model", factory_kwargs={"hidden": hidden},

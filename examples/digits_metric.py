@@ -83,7 +83,7 @@ def train(out: str, *, epochs: int = 3, lr: float = 0.01, batch_size: int = 80, 
     y = torch.tensor(d.target, dtype=torch.long)
     model = build_model()
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    rec = Recorder(out, model, optimizer=opt,
+    rec = Recorder(out, model, optimizer=opt, name="digits-metric",
                    config={"lr": lr, "batch_size": batch_size, "epochs": epochs, "seed": seed,
                            "margin": 1.0},
                    model_factory="examples.digits_metric:build_model",

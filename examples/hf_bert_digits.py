@@ -87,7 +87,7 @@ def train(out: str, *, corrupt_label=None, missing_target=False, epochs: int = 1
             gradient_accumulation_steps=accumulation, learning_rate=1e-3,
             logging_steps=1, save_strategy="no", seed=seed, dataloader_num_workers=0,
             disable_tqdm=True)
-        cb = DebugkitCallback(out, flush_every_s=0.5,
+        cb = DebugkitCallback(out, name="hf-bert-digits", flush_every_s=0.5,
                               halt_on_nonfinite=True)
         Trainer(model=model, args=args, train_dataset=ds, callbacks=[cb]).train()
 

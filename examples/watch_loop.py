@@ -43,7 +43,7 @@ def train(out: str, *, data: str = "digits", corrupt_label=None, epochs: int = 2
     model = build_model(n_features, num_classes)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 
-    w = debugkit.watch(model, optimizer, run_dir=out,
+    w = debugkit.watch(model, optimizer, run_dir=out, name=f"watch-{data}",
                        model_factory="examples.watch_loop:build_model",
                        factory_kwargs={"n_features": n_features, "num_classes": num_classes},
                        halt_on_nonfinite=True, flush_every_s=0.5)

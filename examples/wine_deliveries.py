@@ -95,7 +95,7 @@ def train(out: str, *, epochs: int = 3, lr: float = 0.05, seed: int = 0) -> None
     ds = Deliveries(seed)
     model = build_model()
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    rec = Recorder(out, model, optimizer=opt,
+    rec = Recorder(out, model, optimizer=opt, name="wine-deliveries",
                    config={"lr": lr, "epochs": epochs, "delivery_size": DELIVERY_SIZE, "seed": seed},
                    model_factory="examples.wine_deliveries:build_model",
                    factory_kwargs={"n_features": 13, "hidden": 32}, num_classes=NUM_CLASSES,
