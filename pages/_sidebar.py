@@ -48,14 +48,17 @@ def _open_typed(path_text: str) -> None:
     st.session_state.pop("debugkit_path_error", None)
     # Remembered in the run store, so the run stays listed and its ?run= link resolves
     # after a reload (a folder: as the user named it; a .zip: its unpacked run folder).
+    listed = str(run.source if run.source.is_dir() else run.path)
     try:
-        src = run.source
-        run_store.remember_opened(str(src if src.is_dir() else run.path), store_dir())
+        run_store.remember_opened(listed, store_dir())
     except OSError as exc:
         st.session_state["debugkit_path_error"] = ("opened, but the run store is not writable, so a "
                                                    f"reload will not list it ({exc.strerror})")
     refresh_run_list()
-    select_run(str(run.path), run_id_for(str(run.path)))
+    # the run as the list names it (a TensorBoard folder: the folder, which opens through
+    # its converted copy), so ?run= names it
+    rid = run_id_for(listed)
+    select_run(listed if rid else str(run.path), rid)
 
 
 def menu(pages) -> None:

@@ -64,6 +64,14 @@ def _initial_step(failures):
     return step
 
 
+def _clip_value(text: str) -> float | None:
+    try:
+        v = float(text)
+    except ValueError:
+        return None
+    return v if 0 < v < 1e12 else None
+
+
 def _other_runs(rank: int) -> dict:
     """Other runs' gradient norms drawn over this run's lines (``?with=<id>``, repeated):
     ``{run id: GradMatrix}`` of the same rank (or the run's first)."""
@@ -262,19 +270,33 @@ def render():
                             disabled=len(ranks) == 1)
     m = mats[rank]
     tree = module_prefixes(m.layers)
+    # The layer filters and the clip travel in the URL (?module=, repeated; ?layers=<regex>;
+    # ?clip=<max_norm>), so a pasted link shows the same layers.
+    prefixes = [p for p, _, _ in tree]
+    if "grad_modules" not in st.session_state:
+        st.session_state["grad_modules"] = _query.query_choices("module", prefixes)
+    _query.from_query("grad_regex", lambda v: v[:200])
+    _query.from_query("grad_clip", _clip_value)
     with c_mod:
         modules = st.multiselect(
-            "Modules", [p for p, _, _ in tree],
+            "Modules", prefixes, key="grad_modules",
             format_func=lambda p: next(("\u2003" * (d - 1) + f"{p} ({n})" for q, d, n in tree if q == p), p),
             placeholder="all modules", help="Parameters under any chosen module (a module tree, in model order).")
     with c_rx:
-        regex = st.text_input("Layer regex", placeholder=r"e.g. attn|\.bias$",
+        regex = st.text_input("Layer regex", placeholder=r"e.g. attn|\.bias$", key="grad_regex",
                               help="Python regular expression searched in each parameter name.")
     with c_clip:
         max_norm = st.number_input("What-if clip max_norm", min_value=0.0, value=None, step=0.1,
-                                   format="%.3g", placeholder="off",
+                                   format="%.3g", placeholder="off", key="grad_clip",
                                    help="Shade the steps torch.nn.utils.clip_grad_norm_(max_norm) "
                                         "would have clipped.")
+    if modules:
+        if st.query_params.get_all("module") != list(modules):
+            st.query_params["module"] = list(modules)
+    elif "module" in st.query_params:
+        del st.query_params["module"]
+    _query.to_query("grad_regex", regex or "", "")
+    _query.to_query("grad_clip", "" if max_norm is None else f"{max_norm:g}", "")
     with c_thr:
         with st.popover("Thresholds", icon=":material/tune:"):
             ef = st.number_input("explode_factor", min_value=1.5, value=float(DEFAULTS["explode_factor"]))

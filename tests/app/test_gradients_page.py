@@ -247,3 +247,22 @@ def test_other_runs_are_drawn_over_the_lines_and_kept_in_the_url():
     again = _page("digits-compare-lr", **{"with": "digits-compare-base"})
     assert again.multiselect(key=f"grad_with_{ROOT / 'sample_runs' / 'digits-compare-lr'}").value == \
         ["digits-compare-base"]
+
+
+def test_layer_filters_and_clip_round_trip_through_the_url():
+    at = _page("digits-exploding")
+    at.multiselect(key="grad_modules").set_value(["0"]).run()
+    at.text_input(key="grad_regex").input(r"\.weight$").run()
+    at.number_input(key="grad_clip").set_value(0.5).run()
+    assert not at.exception
+    q = at.query_params
+    assert q["module"] in ("0", ["0"]) and q["grad_regex"] == r"\.weight$" and q["grad_clip"] == "0.5"
+    again = _page("digits-exploding", module="0", grad_regex=r"\.weight$", grad_clip="0.5")
+    assert again.multiselect(key="grad_modules").value == ["0"]
+    assert again.text_input(key="grad_regex").value == r"\.weight$"
+    assert again.number_input(key="grad_clip").value == 0.5
+    md = " ".join(m.value for m in again.markdown)
+    assert "1 of 14 parameters" in md  # 0.weight only
+    assert any("would have clipped" in c.value for c in again.caption)
+    bad = _page("digits-exploding", module="nope", grad_clip="-3")
+    assert bad.multiselect(key="grad_modules").value == [] and bad.number_input(key="grad_clip").value is None
