@@ -32,6 +32,7 @@ update ratio) plus a few scalars per module and parameter.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from .writer import PendingTensor
 
@@ -108,15 +109,15 @@ class LayerStats:
         self._step: int | None = None
         self._handles: list = []
         self._outs: list = []  # (order, module, cls, stat names, stats tensor)
-        self._grad_part = None
-        self._w0 = None
+        self._grad_part: Any = None
+        self._w0: Any = None
         self._ratio = None
         self._triggered: list[tuple[str, float]] = []
         self._pending: list = []  # (step, meta rows, values: PendingTensor or list)
         self._ema = None
         self._dev = None
         self._seen = 0
-        self._last_norms = None
+        self._last_norms: Any = None
         self._hooks = []
         if optimizer is not None:
             self._hooks.append(optimizer.register_step_post_hook(self._after_update))
@@ -145,7 +146,8 @@ class LayerStats:
             return
         import torch
 
-        rows, parts = [], []
+        rows: list = []
+        parts: list = []
         for name, p in self._params:
             parts.append(torch.quantile(_sample(p), self._q(p.device)))
             rows.extend((name, "param", "w_" + q) for q in Q_NAMES)
@@ -222,7 +224,8 @@ class LayerStats:
         self._step = None
         import torch
 
-        rows, parts = [], []
+        rows: list = []
+        parts: list = []
         for order, name, cls, names, t in self._outs:
             rows.extend((order, name, cls, s) for s in names)
             parts.append(t)
