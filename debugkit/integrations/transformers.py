@@ -23,6 +23,9 @@ what the Trainer tells callbacks:
   optimizer's step pre-hook, i.e. *after* the Trainer's gradient clipping
   (``max_grad_norm``); the Trainer's own pre-clipping total is kept as the ``grad_norm``
   scalar.
+- dataset indices: the train loader the Trainer hands callbacks has its batch sampler
+  tracked in place (its iterators start after ``on_train_begin``), and each training
+  forward takes the next index list, so a capture names the samples' dataset indices.
 - ``on_log``: every number the Trainer logs (``loss``, ``grad_norm``, ``learning_rate``,
   ``epoch``, evaluation metrics), at the step it was logged after.
 - failures: an exception raised in the model's forward (an out-of-range label, a shape
@@ -136,6 +139,9 @@ class DebugkitCallback(TrainerCallback):
                            model_factory=factory, factory_kwargs=fkwargs or {},
                            step_fn=self.step_fn if factory else None, num_classes=num_classes,
                            **self.recorder_kwargs)
+        loader = kwargs.get("train_dataloader")
+        if loader is not None:  # the Trainer's sampler: captures name dataset indices
+            self.watch.track_in_place(loader)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self.watch is None or not logs:

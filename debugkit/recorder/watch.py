@@ -81,6 +81,7 @@ class Watch:
         self.optimizer = optimizer
         self.recorder = Recorder(run_dir, model, optimizer, **recorder_kwargs)
         self._closed = False
+        self._index_sink = None  # track_index_lists(): the index lists a loader hands out
         # Registered after the Recorder's own post-hook, so the step is marked as
         # optimizer-stepped before it is closed.
         self._handles = [
@@ -101,10 +102,13 @@ class Watch:
             return None
         rec = self.recorder
         st = rec.current_step
+        sink = self._index_sink
+        idx = sink.popleft() if sink else None  # this micro-batch's dataset indices
         if st is None:
-            rec.begin_step(_as_batch(args, kwargs))
+            rec.begin_step(_as_batch(args, kwargs), indices=idx)
         else:
             st.batch = _as_batch(args, kwargs)  # gradient accumulation: the latest micro-batch
+            st.indices = idx
         return None
 
     def _after_forward(self, module, args, kwargs, output):
@@ -150,6 +154,15 @@ class Watch:
     def track(self, loader):
         """Wrap a DataLoader so that captures name their dataset indices."""
         return self.recorder.track(loader)
+
+    def track_in_place(self, loader) -> bool:
+        """Name dataset indices for a loader that a framework iterates itself (the HF
+        Trainer's): each training-mode forward of the model takes the next index list
+        the loader's batch sampler handed out. Returns whether it could be tracked."""
+        from .tracking import track_in_place
+
+        self._index_sink = track_in_place(loader)
+        return self._index_sink is not None
 
     def checkpoint(self, *args, **kwargs):
         """See :meth:`debugkit.Recorder.checkpoint`."""

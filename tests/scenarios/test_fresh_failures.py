@@ -133,3 +133,27 @@ def test_lightning_script_with_saved_hparams_replays_without_a_factory(lit_run):
     c = rep["culprit"]
     assert (c["input"], c["sample_index"]) == ("batch[1]", 5)
     assert "has label 7, outside [0, 4)" in c["detail"]
+
+
+# ------------------------------------------------------------ the HF Trainer's defaults
+@pytest.fixture(scope="module")
+def hf_run(tmp_path_factory):
+    return _job(tmp_path_factory, "hf_reviews", 1)
+
+
+@pytest.mark.slow
+def test_hf_trainer_capture_names_the_dataset_index_and_no_vanishing_at_init(hf_run):
+    info = json.loads(debugkit(hf_run, "info", "run", "--json").stdout)
+    (f,) = info["failures"]
+    assert (f["step"], f["error_type"]) == (17, "IndexError")
+    # the Trainer's shuffled sampler: batch 17's dataset indices, in the order it served them
+    assert f["dataset_indices"] == [175, 87, 140, 65, 203, 237, 302, 67, 20, 2, 303, 263, 152, 18, 283, 70]
+    fs = findings(hf_run)
+    assert "vanishing_grad" not in _kinds(fs)  # attention's query/key start tiny: not a finding
+    assert [(x["kind"], x["step"]) for x in fs] == [("step_failure", 17)]
+    assert fs[0]["evidence"]["batch_shows"]["dataset_index"] == 302
+    rep = replay(hf_run)
+    assert rep["reproduced"] is True
+    c = rep["culprit"]
+    assert (c["input"], c["sample_index"], c["dataset_index"]) == ("batch['labels']", 6, 302)
+    assert "sample 6 (dataset index 302) has label 3" in c["detail"]

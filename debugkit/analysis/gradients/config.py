@@ -28,6 +28,12 @@ DEFAULTS: dict[str, Any] = {
     "vanish_rel": 1e-4,
     "vanish_window": 50,
     "vanish_min_steps": 10,
+    # ... and only when it is still below them for vanish_min_steps logged steps after the
+    # first vanish_settle_steps logged steps and after the learning-rate warmup (attention
+    # query/key gradients start tiny at initialisation), and does not later grow to
+    # vanish_recover x its median over its first vanishing window.
+    "vanish_settle_steps": 20,
+    "vanish_recover": 10.0,
     # dead_layer: a gradient norm of exactly 0.0 for dead_window consecutive logged steps
     # (the whole run when it is shorter, if it has at least dead_min_steps).
     "dead_window": 20,
@@ -49,9 +55,10 @@ MSG_UNKNOWN_KEY = "gradients config: unknown key {key!r}; known keys: {known}"
 MSG_BAD_VALUE = "gradients config: {key}={value!r}: expected {expected}"
 MSG_BAD_FRAME = "{what}: missing column(s) {missing}; expected the columns of Run.{method}()"
 
-_POSITIVE = ("explode_factor", "growth_ratio", "vanish_abs", "vanish_rel", "spike_mads")
+_POSITIVE = ("explode_factor", "growth_ratio", "vanish_abs", "vanish_rel", "spike_mads",
+             "vanish_recover")
 _INTS = {"explode_window": 2, "explode_min_history": 1, "growth_steps": 2, "vanish_window": 2,
-         "vanish_min_steps": 2, "dead_window": 2, "dead_min_steps": 1, "spike_window": 3,
+         "vanish_min_steps": 2, "vanish_settle_steps": 0, "dead_window": 2, "dead_min_steps": 1, "spike_window": 3,
          "spike_min_history": 3, "max_findings": 1}
 
 

@@ -173,11 +173,30 @@ def with_lr_context(findings: list[Finding], scalars) -> list[Finding]:
     return out
 
 
-def detect_vanishing_grad(m: GradMatrix, config: dict | None = None) -> list[Finding]:
+def _warmup_end(scalars, rank: int) -> int | None:
+    """The step at which the ``lr`` scalar of ``rank`` first reaches its maximum, when it
+    rose to it (a warmup); None without a rising ``lr``."""
+    if scalars is None or not len(scalars) or "key" not in scalars.columns:
+        return None
+    lr = scalars[(scalars["key"] == "lr") & (scalars["rank"] == rank)].sort_values("step")
+    if len(lr) < 2:
+        return None
+    v = lr["value"].to_numpy(dtype=float)
+    top = int(np.nanargmax(v)) if np.isfinite(v).any() else 0
+    return int(lr["step"].iloc[top]) if top > 0 and v[top] > v[0] else None
+
+
+def detect_vanishing_grad(m: GradMatrix, config: dict | None = None, scalars=None) -> list[Finding]:
     """``vanishing_grad``: layers whose norm stays below ``vanish_abs`` or below
     ``vanish_rel`` x the largest layer's norm of each step over ``vanish_window`` logged
     steps. One finding per rank names them all (``layer``: the earliest in model order).
-    Layers that are exactly zero throughout are left to :func:`detect_dead_layers`."""
+    Layers that are exactly zero throughout are left to :func:`detect_dead_layers`.
+
+    Tiny gradients at the start are how some layers begin (attention's query and key at
+    initialisation): a layer counts only when it is still tiny for ``vanish_min_steps``
+    logged steps after the first ``vanish_settle_steps`` and after the learning-rate
+    warmup (from ``scalars``' ``lr``), and does not grow later to ``vanish_recover`` x its
+    median over its first vanishing window."""
     cfg = resolve_config(config)
     if len(m.layers) < 1:
         return []
@@ -194,7 +213,13 @@ def detect_vanishing_grad(m: GradMatrix, config: dict | None = None) -> list[Fin
     zero = fin & (v == 0)
     sustained = _sustained(tiny, w)
     dead = _sustained(zero, _effective_window(m.n_steps, cfg["dead_window"], cfg["dead_min_steps"]) or w)
-    rows = [i for i in range(len(m.layers)) if sustained[i].any()]
+    settle = min(cfg["vanish_settle_steps"], m.n_steps)
+    warm = _warmup_end(scalars, m.rank)
+    if warm is not None:
+        settle = max(settle, int(np.searchsorted(m.steps, warm)))
+    late = _sustained(tiny, cfg["vanish_min_steps"])
+    late[:, :min(m.n_steps, settle + cfg["vanish_min_steps"] - 1)] = False
+    rows = [i for i in range(len(m.layers)) if sustained[i].any() and late[i].any()]
     hits = []
     for i in rows:
         ends = np.flatnonzero(sustained[i])
@@ -203,6 +228,12 @@ def detect_vanishing_grad(m: GradMatrix, config: dict | None = None) -> list[Fin
         if not nonzero_windows:
             continue
         start = int(nonzero_windows[0]) - w + 1
+        first_med = float(np.nanmedian(np.where(fin[i, start:start + w], v[i, start:start + w], np.nan)))
+        later = np.where(fin[i, start + w:], v[i, start + w:], np.nan)
+        if later.size and np.isfinite(later).any() and first_med > 0 \
+                and float(np.nanmax(later)) >= cfg["vanish_recover"] * first_med \
+                and not tiny[i, -min(w, m.n_steps):].all():
+            continue  # it grew out of it: a start, not a vanishing layer
         sel = tiny[i] & fin[i]
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(sel, v[i] / rowmax, np.nan)
@@ -411,6 +442,6 @@ def detect_gradient_findings(grads, scalars, config: dict | None = None, *,
     for m in (pivot_grad_norms(grads) if matrices is None else matrices).values():
         out += detect_nonfinite_grad(m, scalars, cfg)
         out += with_lr_context(detect_exploding_grad(m, cfg), scalars)
-        out += detect_vanishing_grad(m, cfg)
+        out += detect_vanishing_grad(m, cfg, scalars)
         out += detect_dead_layers(m, cfg)
     return sort_findings(out)
