@@ -97,6 +97,9 @@ KINDS: tuple[FindingKind, ...] = (
        "(killed, lost node)", "Distributed", _D + "rank_crashed-and-rank_lost"),
     _k("rank_divergence", "distributed", "warning", "A rank's gradient norms part from the other ranks'",
        "Distributed", _D + "rank_divergence", also=("error",)),
+    _k("collective_mismatch", "distributed", "error", "The rank that skipped or added a collective "
+       "(per-step collective counts differ); later hangs and timeouts follow from it",
+       "Distributed", _D + "collective_mismatch"),
     _k("trace_coverage", "distributed", "info", "Which ranks have torch.profiler traces",
        "Distributed", _D + "trace_coverage-info"),
     _k("memory_leak", "memory", "warning", "Memory grows steadily across steps (a fitted leak)",

@@ -40,7 +40,36 @@ def diagnose(run, config: dict[str, Any] | None = None) -> list[Finding]:
     for name in SOURCES:
         mod = importlib.import_module(f"{__name__}.{name}")
         out.extend(mod.collect(run, config.get(name, {})))
-    return causes_first(sort_findings(attach_related(out)))
+    return causes_first(sort_findings(link_collective_mismatch(attach_related(out))))
+
+
+#: Findings that follow from a ``collective_mismatch`` when they come at or after its step.
+MISMATCH_CONSEQUENCES = ("step_failure", "hang", "rank_divergence", "straggler")
+
+
+def link_collective_mismatch(findings: list[Finding]) -> list[Finding]:
+    """Mark the failures, hangs and divergences at or after a ``collective_mismatch``'s
+    step as its consequences (``evidence["related"]`` gains ``{"kind", "step", "rank",
+    "relation": "cause"}`` and the message a first sentence that says so): the rank that
+    skipped or added a collective caused them."""
+    import dataclasses
+
+    roots = [f for f in findings if f.kind == "collective_mismatch"]
+    if not roots:
+        return findings
+    root = roots[0]
+    ranks = root.evidence.get("ranks") or [root.rank]
+    who = " and ".join(f"rank {r}" for r in ranks)
+    out = []
+    for f in findings:
+        if f.kind in MISMATCH_CONSEQUENCES and f.step is not None and f.step >= root.step:
+            rel = {"kind": root.kind, "step": root.step, "rank": root.rank, "relation": "cause"}
+            f = dataclasses.replace(
+                f, message=(f"A consequence of the collective call {who} made out of step at step "
+                            f"{root.step} (collective_mismatch): {f.message}"),
+                evidence={**f.evidence, "related": [*(f.evidence.get("related") or []), rel]})
+        out.append(f)
+    return out
 
 
 #: Findings that name the cause of other findings (listed in their ``evidence["symptoms"]``).

@@ -1,5 +1,5 @@
-"""``straggler``, ``hang``, ``rank_divergence``, ``rank_crashed`` and ``rank_lost`` findings
-of multi-rank runs.
+"""``straggler``, ``hang``, ``rank_divergence``, ``rank_crashed``, ``rank_lost`` and
+``collective_mismatch`` findings of multi-rank runs.
 
 Config keys (``{"distributed": {...}}``): ``window`` (steps per straggler window,
 default 20), ``ratio`` (busy-time ratio, 1.2), ``min_fraction`` (share of windows,
@@ -24,6 +24,13 @@ def _lost_ranks(run, times) -> list[Finding]:
         return []  # every rank closed its run: nothing to read further (large jobs stay cheap)
     return detect_lost_ranks(info, times, failures=run.failures(),
                              events=run.events(), fatal=read_fatal_stacks(run))
+
+
+def _collective_mismatch(run) -> list[Finding]:
+    from ..analysis.collectives import compute_collective_counts, detect_collective_mismatch
+
+    counts = compute_collective_counts(run.events(), run.steps())
+    return detect_collective_mismatch(counts, run.failures())
 
 
 def _trace_coverage(traces: dict) -> list[Finding]:
@@ -68,6 +75,7 @@ def collect(run, config: dict, *, times=None, grad_norms=None, windows=None,
                                          rtol=float(config.get("rtol", ad.DIVERGENCE_RTOL)),
                                          divergence=divergence)
         out += _lost_ranks(run, times)
+        out += _collective_mismatch(run)
     dumps = read_hangs(run)
     if dumps:
         out += ad.detect_hangs(dumps, events=run.events(), failures=run.failures(), ranks=ranks)

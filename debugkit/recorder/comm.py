@@ -52,6 +52,7 @@ class _CommBlock:
         self.t0 = 0.0
 
     def __enter__(self):
+        self.timer.calls += 1  # one collective entered (counted also when it never returns)
         self.t0 = time.perf_counter()
         return self
 
@@ -70,6 +71,9 @@ class CommTimer:
         self._dones: list[float] = []
         self.measuring = False
         self.hooks_installed = 0
+        # Collectives entered in the current step (rec.comm() blocks and DDP buckets): a
+        # rank whose count differs from its usual one skipped or added a collective.
+        self.calls = 0
 
     # ------------------------------------------------------------------ step bounds
     def begin_step(self) -> None:
@@ -77,6 +81,7 @@ class CommTimer:
             return
         with self._lock:
             self._blocks, self._launches, self._dones = [], [], []
+        self.calls = 0
 
     def end_step(self, t0: float, t1: float) -> float | None:
         """``comm_s`` of the step that ran from ``t0`` to ``t1`` (None: nothing measures)."""
@@ -107,6 +112,7 @@ class CommTimer:
         self.hooks_installed += 1
 
         def timed_hook(state, bucket):
+            self.calls += 1
             launched = time.perf_counter()
             with self._lock:
                 self._launches.append(launched)

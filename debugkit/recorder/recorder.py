@@ -323,6 +323,7 @@ class Recorder:
         self._writer.event("start", segment=self._writer.segment, pid=os.getpid())
         self._fatal = FatalStackFile(rank_dir, self._writer.segment)
         self._comm = CommTimer()
+        self._comm_calls = None
         self._watchdog = None
         if hang_timeout_s is not None:
             from .watchdog import HangWatchdog
@@ -812,6 +813,11 @@ class Recorder:
         i = b.n
         last = self._last_exit
         comm = self._comm.end_step(t0, t1) if self._comm.measuring else None
+        if comm is not None and self._comm.calls != self._comm_calls:
+            # The step's collective count, written when it changes: gloo and NCCL pair
+            # collectives by order, so a rank that skips or adds one is named by it.
+            self._comm_calls = self._comm.calls
+            w.event("collectives", step=step, calls=self._comm.calls)
         b.steps[i] = (step, wall, t1 - t0, None if last is None else t0 - last, comm, ok)
         if self._step_grads is not None:
             b.grads[i] = self._step_grads

@@ -63,7 +63,10 @@ def test_out_of_range_label_is_captured_in_the_forward_and_replayed(work):
     assert r["replay"]["message"] == "Target 12 is out of bounds."
     assert checks(r)["captured_state"] is True and checks(r)["labels"] is False
     assert r["culprit"]["input"] == "batch['labels']"
-    assert r["culprit"]["detail"].startswith(f"sample {r['culprit']['sample_index']} has label 12")
+    # the Trainer's sampler is tracked: the culprit names the dataset index (row 37)
+    assert r["culprit"]["dataset_index"] == 37
+    assert r["culprit"]["detail"].startswith(
+        f"sample {r['culprit']['sample_index']} (dataset index 37) has label 12")
     assert [(x["role"], x["status"]) for x in r["code"]] == [("model_factory", "verified"),
                                                             ("step_fn", "verified")]
 

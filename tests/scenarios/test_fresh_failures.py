@@ -157,3 +157,34 @@ def test_hf_trainer_capture_names_the_dataset_index_and_no_vanishing_at_init(hf_
     c = rep["culprit"]
     assert (c["input"], c["sample_index"], c["dataset_index"]) == ("batch['labels']", 6, 302)
     assert "sample 6 (dataset index 302) has label 3" in c["detail"]
+
+
+# -------------------------------------------------- the rank that added a collective
+@pytest.fixture(scope="module")
+def extra_collective_run(tmp_path_factory):
+    import sys
+
+    from tests.scenarios.test_scenarios import JOBS, _run
+
+    cwd = tmp_path_factory.mktemp("extra_collective")
+    proc = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                 "--monitor-interval", "20", str(JOBS / "extra_collective.py"), "--out", "run"], cwd)
+    assert proc.returncode != 0
+    return cwd
+
+
+@pytest.mark.slow
+def test_rank_that_called_an_extra_collective_is_named_and_the_hang_linked(extra_collective_run):
+    fs = findings(extra_collective_run)
+    assert [(f["kind"], f["step"], f["rank"]) for f in fs] == \
+        [("collective_mismatch", 12, 1), ("step_failure", 23, 1)]
+    root, failure = fs
+    ev = root["evidence"]
+    assert ev["ranks"] == [1] and ev["direction"] == {"1": "added"}
+    assert ev["calls"] == {"0": 2, "1": 3} and ev["usual_calls"] == {"0": 2, "1": 2}
+    assert ev["collective"] == "all_reduce"
+    assert "rank 1 called an extra all_reduce at step 12" in root["message"]
+    assert [c["step"] for c in ev["consequences"]] == [23]
+    assert failure["evidence"]["related"] == [{"kind": "collective_mismatch", "step": 12, "rank": 1,
+                                               "relation": "cause"}]
+    assert "straggler" not in _kinds(fs) and "rank_divergence" not in _kinds(fs)

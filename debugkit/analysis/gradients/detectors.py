@@ -368,7 +368,8 @@ def link_loss_origins(findings: list[Finding], captures: list[dict]) -> list[Fin
     the ``nonfinite_loss`` finding says so (and what to use instead), and the
     ``nonfinite_grad`` of that step becomes its consequence (a warning whose
     ``evidence["related"]`` names the loss finding), not a separate first error. A loss
-    finding is added when the loss was not logged as a scalar."""
+    finding is added when the loss was not logged as a scalar. :func:`attach_related` then
+    makes the loss finding (the named cause) the root of that step's findings."""
     origins = loss_origins(captures)
     if not origins:
         return findings
