@@ -196,7 +196,8 @@ def detect_stragglers(times, *, window: int = STRAGGLER_WINDOW, ratio: float = S
     """``straggler`` findings: ranks whose busy time stays above the others'.
 
     A rank is a straggler when its median busy time exceeds ``ratio`` times the other
-    ranks' median in more than ``min_fraction`` of the windows, and its median excess
+    ranks' median in more than ``min_fraction`` of the windows, two of them consecutive
+    (persistence: a rank slowed in scattered windows by a loaded machine is not one), and its median excess
     is at least ``min_share`` of the job's median step period (step time + data
     wait), so that sub-millisecond noise on tiny steps is not reported. The cause is the part
     of the excess that is larger: data wait (the input pipeline) or compute.
@@ -214,6 +215,11 @@ def detect_stragglers(times, *, window: int = STRAGGLER_WINDOW, ratio: float = S
     for r, g in wins.groupby("rank", sort=True):
         slow = g[g["ratio"] > ratio]
         if len(slow) <= min_fraction * n_windows:
+            continue
+        # Persistence: slow in two consecutive windows at least, not in scattered ones (a
+        # loaded machine slows one rank for a while, then another, then the first again).
+        order = g.sort_values("window_start")["ratio"].to_numpy() > ratio
+        if not (order[1:] & order[:-1]).any():
             continue
         mine = times[times["rank"] == r]
         rest = times[times["rank"] != r]

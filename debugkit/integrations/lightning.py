@@ -24,7 +24,9 @@ What the callback does, hook by hook (each a call into :class:`debugkit.Recorder
 - ``on_train_batch_end``: logs what the module passed to ``self.log`` during the step
   (and the step's ``loss``), then ``rec.end_step()`` (step time, memory, learning rate).
 - ``on_exception``: ``rec.end_step(exception)`` captures the failing step's batch, model
-  and optimizer state, RNG state and dataset indices, then closes the run as failed.
+  and optimizer state, RNG state and dataset indices, then closes the run as failed. An
+  exception the train loader raised while fetching or collating a batch becomes a
+  ``data_loading`` capture (its dataset indices, each sample re-read).
 - ``on_train_end``: closes the run.
 
 Replay (``debugkit replay RUN``) rebuilds the module with ``ModuleClass(**hparams)`` and
@@ -231,9 +233,17 @@ class DebugkitCallback(pl.Callback):
         self._in_step = False
         if rec is None:
             return
+        from ..recorder.dataload import raised_by_data_loader
+
+        loader = getattr(trainer, "train_dataloader", None)
+        if raised_by_data_loader(exception) and loader is not None:
+            # fetching or collating the next batch failed: its index list is the next one
+            from ..recorder.tracking import failed_batch_indices
+
+            rec.capture_data_failure(exception, failed_batch_indices(exception, self._sink), loader)
         if rec.current_step is not None:  # captured here, unless the Recorder raised it
             rec.end_step(exception)
-        else:
+        elif not getattr(exception, "_debugkit_captured", False):
             rec.event("error", error_type=type(exception).__name__,
                       message=str(exception)[:2000], step=None)
         self._unwrap_log()

@@ -29,6 +29,18 @@ ADVICE_FETCH = ("reading the sample itself raised: fix the dataset's __getitem__
                 "(a missing file, a bad row), or skip and log such samples when the dataset is built")
 
 
+def raised_by_data_loader(exc: BaseException) -> bool:
+    """Whether ``exc`` left a DataLoader's iterator (fetching or collating a batch, in this
+    process or re-raised from a worker): a frame of ``torch/utils/data/dataloader.py`` is
+    on its traceback."""
+    tb = getattr(exc, "__traceback__", None)
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.replace("\\", "/").endswith("torch/utils/data/dataloader.py"):
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def _leaves(obj: Any, path: str = "", depth: int = 0, out: list | None = None) -> list:
     """``(path, type, shape, dtype)`` of each leaf of a sample."""
     out = [] if out is None else out

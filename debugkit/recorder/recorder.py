@@ -482,7 +482,7 @@ class Recorder:
         of a few sampled items into ``data.json`` (see :mod:`debugkit.recorder.datafp`).
         """
         self._record_dataset(getattr(loader, "dataset", None))
-        return track_loader(loader, self._set_next_indices, self._data_failure)
+        return track_loader(loader, self._set_next_indices, self.capture_data_failure)
 
     def checkpoint(self, step=None, extra=None, *, keep_last=None) -> dict | None:
         """Write the model's (and optimizer's) state into ``checkpoints/`` atomically.
@@ -571,9 +571,12 @@ class Recorder:
     def _set_next_indices(self, idx):
         self._next_indices = idx
 
-    def _data_failure(self, exc, indices, loader) -> str | None:
+    def capture_data_failure(self, exc, indices, loader) -> str | None:
         """Capture a failure raised while ``loader`` fetched or collated the batch of the
-        next step (``indices``: its dataset indices): the samples re-read one by one."""
+        next step (``indices``: its dataset indices) as a ``data_loading`` capture: the
+        samples re-read one by one from ``loader.dataset``. :meth:`track` does it on its
+        own; framework callbacks call it. Returns the capture's id (None when it was
+        already captured, or the capture failed)."""
         if getattr(exc, "_debugkit_captured", False) or self._closed:
             return None
         step = self._step_no

@@ -8,6 +8,59 @@ import warnings
 from ..errors import DebugkitWarning
 
 
+class IndexSink(collections.deque):
+    """The index lists a tracked batch sampler handed out, oldest first (consumers pop
+    them as batches arrive), plus ``recent``: the last :data:`RECENT` ``(position in the
+    epoch, index list)`` pairs, to find the batch a failed fetch was building."""
+
+    RECENT = 256
+
+    def __init__(self):
+        super().__init__()
+        self.recent: collections.deque = collections.deque(maxlen=self.RECENT)
+
+    def record(self, pos: int, idx: list) -> None:
+        self.append(idx)
+        self.recent.append((pos, idx))
+
+    def at(self, pos: int) -> list | None:
+        """The index list drawn at ``pos`` in the current epoch, if still remembered."""
+        return next((idx for p, idx in self.recent if p == pos), None)
+
+    def reset(self) -> None:
+        self.clear()
+        self.recent.clear()
+
+
+def failed_batch_position(exc: BaseException) -> int | None:
+    """The position in its epoch of the batch a DataLoader iterator failed to build: the
+    number of batches that iterator had yielded (``_num_yielded`` of the iterator whose
+    ``__next__`` is on the traceback), or None."""
+    tb = getattr(exc, "__traceback__", None)
+    found = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.replace("\\", "/").endswith("torch/utils/data/dataloader.py"):
+            it = tb.tb_frame.f_locals.get("self")
+            n = getattr(it, "_num_yielded", None)
+            if isinstance(n, int):
+                found = n
+        tb = tb.tb_next
+    return found
+
+
+def failed_batch_indices(exc: BaseException, sink) -> list | None:
+    """The dataset indices of the batch whose fetch raised ``exc``, from a tracked
+    loader's sink (by its position in the epoch; else the oldest unconsumed list)."""
+    if sink is None:
+        return None
+    pos = failed_batch_position(exc)
+    if pos is not None and isinstance(sink, IndexSink):
+        idx = sink.at(pos)
+        if idx is not None:
+            return idx
+    return sink[0] if sink else None
+
+
 class _TrackingBatchSampler:
     """Wraps a batch sampler and remembers every index list it hands out, in order."""
 
@@ -16,9 +69,9 @@ class _TrackingBatchSampler:
         self.sink = sink
 
     def __iter__(self):
-        self.sink.clear()  # index lists drawn for an epoch that was cut short
-        for idx in self.inner:
-            self.sink.append([int(i) for i in idx])
+        self.sink.reset()  # index lists drawn for an epoch that was cut short
+        for pos, idx in enumerate(self.inner):
+            self.sink.record(pos, [int(i) for i in idx])
             yield idx
 
     def __len__(self):
@@ -40,7 +93,7 @@ class TrackedLoader:
         self._on_error = on_error
 
     def __iter__(self):
-        self._sink.clear()
+        self._sink.reset()
         it = iter(self.loader)
         while True:
             try:
@@ -77,7 +130,7 @@ def track_loader(loader, on_batch, on_error=None):
         warnings.warn("debugkit: this loader's dataset indices cannot be tracked; "
                       "captures will not name dataset indices", DebugkitWarning, stacklevel=3)
         return loader
-    sink: collections.deque = collections.deque()
+    sink = IndexSink()
     kwargs = dict(
         batch_sampler=_TrackingBatchSampler(loader.batch_sampler, sink),
         num_workers=loader.num_workers,
@@ -99,9 +152,9 @@ def track_loader(loader, on_batch, on_error=None):
 
 def _tracking_iter(self):
     sink = type(self)._debugkit_sink
-    sink.clear()  # index lists drawn for an epoch that was cut short
-    for idx in super(type(self), self).__iter__():
-        sink.append([int(i) for i in idx])
+    sink.reset()  # index lists drawn for an epoch that was cut short
+    for pos, idx in enumerate(super(type(self), self).__iter__()):
+        sink.record(pos, [int(i) for i in idx])
         yield idx
 
 
@@ -127,7 +180,7 @@ def track_in_place(loader) -> collections.deque | None:
     bs = loader.batch_sampler
     if hasattr(type(bs), "_debugkit_sink"):
         return type(bs)._debugkit_sink
-    sink: collections.deque = collections.deque()
+    sink = IndexSink()
     cls = type(bs)
     bs.__class__ = type(f"Tracking{cls.__name__}", (cls,),
                         {"__iter__": _tracking_iter, "_debugkit_sink": sink,

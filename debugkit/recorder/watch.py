@@ -81,7 +81,8 @@ class Watch:
         self.optimizer = optimizer
         self.recorder = Recorder(run_dir, model, optimizer, **recorder_kwargs)
         self._closed = False
-        self._index_sink = None  # track_index_lists(): the index lists a loader hands out
+        self._index_sink = None  # track_in_place(): the index lists a loader hands out
+        self._index_loader = None
         # Registered after the Recorder's own post-hook, so the step is marked as
         # optimizer-stepped before it is closed.
         self._handles = [
@@ -127,6 +128,14 @@ class Watch:
         if getattr(exc, "_debugkit_captured", False):
             return
         rec = self.recorder
+        if self._index_loader is not None:
+            from .dataload import raised_by_data_loader
+
+            if raised_by_data_loader(exc):  # the tracked loader failed to build a batch
+                from .tracking import failed_batch_indices
+
+                rec.capture_data_failure(exc, failed_batch_indices(exc, self._index_sink),
+                                         self._index_loader)
         if rec.current_step is not None:
             rec.end_step(exc)
         else:
@@ -162,6 +171,7 @@ class Watch:
         from .tracking import track_in_place
 
         self._index_sink = track_in_place(loader)
+        self._index_loader = loader if self._index_sink is not None else None
         return self._index_sink is not None
 
     def checkpoint(self, *args, **kwargs):

@@ -69,6 +69,20 @@ def test_balanced_ranks_and_tiny_excess_are_not_stragglers():
     assert [f.rank for f in ad.detect_stragglers(t, min_share=0.0)] == [1]
 
 
+def test_straggler_in_scattered_windows_is_not_persistent():
+    # 60 steps, 3 windows: rank 1 slow in the first and the last (2 of 3, more than half)
+    # but never in two windows in a row: a loaded machine, not a straggler
+    df = _steps(n_steps=61, ranks=2, slow=1, slow_data=0.03)
+    df.loc[(df["rank"] == 1) & (df["step"] > 20) & (df["step"] <= 40), "data_wait_s"] = 0.001
+    t = ad.compute_rank_step_times(df)
+    wins = ad.compute_straggler_windows(t)
+    assert wins[wins["rank"] == 1]["ratio"].gt(ad.STRAGGLER_RATIO).tolist() == [True, False, True]
+    assert ad.detect_stragglers(t) == []
+    df2 = _steps(n_steps=61, ranks=2, slow=1, slow_data=0.03)
+    df2.loc[(df2["rank"] == 1) & (df2["step"] > 40), "data_wait_s"] = 0.001  # slow, slow, fast
+    assert [f.rank for f in ad.detect_stragglers(ad.compute_rank_step_times(df2))] == [1]
+
+
 def test_straggler_in_one_window_only_is_not_persistent():
     df = _steps(slow=3, slow_data=0.03)
     df.loc[(df["rank"] == 3) & (df["step"] >= 20), "data_wait_s"] = 0.001

@@ -188,3 +188,22 @@ def test_rank_that_called_an_extra_collective_is_named_and_the_hang_linked(extra
     assert failure["evidence"]["related"] == [{"kind": "collective_mismatch", "step": 12, "rank": 1,
                                                "relation": "cause"}]
     assert "straggler" not in _kinds(fs) and "rank_divergence" not in _kinds(fs)
+
+
+@pytest.fixture(scope="module")
+def lit_tokens_run(tmp_path_factory):
+    return _job(tmp_path_factory, "lit_tokens", 1)
+
+
+@pytest.mark.slow
+def test_lightning_collate_failure_is_a_capture_naming_the_long_sequence(lit_tokens_run):
+    fs = findings(lit_tokens_run)
+    assert [(f["kind"], f["step"], f["rank"]) for f in fs] == [("step_failure", 6, 0)]
+    ev = fs[0]["evidence"]
+    assert ev["capture_kind"] == "data_loading" and ev["dataset_indices"] == list(range(48, 56))
+    assert (ev["data_loading"]["odd_positions"], ev["data_loading"]["odd_dataset_indices"]) == ([5], [53])
+    assert "pad_sequence" in fs[0]["message"]
+    rep = replay(lit_tokens_run)
+    assert rep["reproduced"] is True and rep["same_error"] is True
+    assert (rep["culprit"]["sample_index"], rep["culprit"]["dataset_index"]) == (5, 53)
+    assert "[0]: Tensor [17] int64" in rep["culprit"]["detail"]
