@@ -372,9 +372,12 @@ def render() -> None:
                 icon=":material/check:")
         return
     f = _pick_failure(failures)
+    # A data-loading capture replays by collating its samples again with torch's own
+    # collate function: none of the run's code runs.
+    data_only = f.get("kind") == "data_loading"
     try:
-        idents = _identities(path, _data.signature(path), f["id"],
-                             tuple(str(r) for r in _code_roots(path)))
+        idents = [] if data_only else _identities(path, _data.signature(path), f["id"],
+                                                  tuple(str(r) for r in _code_roots(path)))
     except DebugkitError as exc:
         _ui.show_error(exc)
         idents = []
@@ -385,6 +388,9 @@ def render() -> None:
     with right:
         st.subheader("Code the replay runs")
         _show_code(idents)
+        if data_only:
+            st.caption("None of the run's code: the DataLoader failed to build this batch, and the "
+                       "replay collates the captured samples again with torch's collate function.")
 
     never = [i for i in idents if i["status"] in NEVER]
     needs_trust = code_needs_trust(path, idents)
@@ -431,7 +437,7 @@ def render() -> None:
     # value), so a rerun that page_guard() triggers does not lose it.
     request = f"{path}|{f['id']}|{checkpoint}"
     st.button("Replay", type="primary", icon=":material/replay:", key="replay_button",
-              disabled=bool(never) or not idents or not trusted,
+              disabled=bool(never) or (not idents and not data_only) or not trusted,
               on_click=lambda: st.session_state.__setitem__(REQUEST, request))
     if st.session_state.pop(REQUEST, None) == request:
         _run_replay(f, device, allow=needs_trust and trusted, timeout=float(timeout),

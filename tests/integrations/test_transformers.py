@@ -83,5 +83,7 @@ def test_nan_target_is_captured_before_the_optimizer_step_and_replayed(work):
     assert checks(r)["captured_state"] is True
     assert checks(r)["finite_inputs"] is False
     assert r["culprit"]["input"] == "batch['labels']"
-    assert r["culprit"]["detail"] == f"sample {r['culprit']['sample_index']} of batch['labels'] holds NaN"
+    assert r["culprit"]["dataset_index"] == 37  # the Trainer's sampler is tracked
+    assert r["culprit"]["detail"] == \
+        f"sample {r['culprit']['sample_index']} (dataset index 37) of batch['labels'] holds NaN"
     assert r["reproduced"] is True

@@ -207,3 +207,20 @@ def test_lightning_collate_failure_is_a_capture_naming_the_long_sequence(lit_tok
     assert rep["reproduced"] is True and rep["same_error"] is True
     assert (rep["culprit"]["sample_index"], rep["culprit"]["dataset_index"]) == (5, 53)
     assert "[0]: Tensor [17] int64" in rep["culprit"]["detail"]
+
+
+@pytest.mark.slow
+def test_collate_failure_shows_and_replays_on_the_dashboard(audio_run, monkeypatch):
+    from tests.app._apptest import open_page
+
+    monkeypatch.setenv("DEBUGKIT_ROOTS", str(audio_run))
+    over = open_page("overview", run="run")
+    assert not over.exception
+    assert {m.label: m.value for m in over.metric}.get("Failures") == "1"
+    at = open_page("replay", timeout=240, run="run")
+    assert not at.exception
+    at.button(key="replay_button").click().run()
+    assert not at.exception, at.exception
+    metrics = {m.label: m.value for m in at.metric}
+    assert (metrics["Reproduced"], metrics["Sample"], metrics["Dataset index"]) == ("yes", "5", "77")
+    assert any("return the same structure for every index" in w.value for w in at.warning)
