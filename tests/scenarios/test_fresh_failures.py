@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.scenarios.test_scenarios import _job, debugkit, findings, replay
+from tests.scenarios.test_scenarios import _job, _kinds, debugkit, findings, replay
 
 
 # ---------------------------------------------------------------------- saturation
