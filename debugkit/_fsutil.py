@@ -110,7 +110,7 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     import hashlib
 
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with path.open("rb") if _is_upath(path) else open(path, "rb") as f:  # type: ignore[union-attr]
         while True:
             b = f.read(chunk)
             if not b:
@@ -147,7 +147,7 @@ def read_bytes_capped(path, max_bytes: int, what: str = "this file") -> bytes:
 
     ``path`` may be a local path or a ``UPath`` (fsspec URL).
     """
-    local = isinstance(path, (str, os.PathLike)) and type(path).__module__.split(".")[0] != "upath"
+    local = not _is_upath(path)
     if local:
         size = check_regular_file(path)
     else:
@@ -160,6 +160,11 @@ def read_bytes_capped(path, max_bytes: int, what: str = "this file") -> bytes:
         raise FileLimitError(MSG_FILE_TOO_BIG.format(path=path, size=f"more than {max_bytes}",
                                                      limit=max_bytes, what=what))
     return data
+
+
+def _is_upath(path) -> bool:
+    """A ``UPath`` (a file in an object store; see :mod:`debugkit.location`)."""
+    return type(path).__module__.split(".")[0] == "upath"
 
 
 def read_json(path, *, max_bytes: int = MAX_JSON_BYTES) -> Any:

@@ -31,6 +31,7 @@ from ._fsutil import atomic_write_json, in_run
 from ._fsutil import fsync_dir as _fsync_dir
 from .errors import DebugkitError, DebugkitWarning, InvalidInputError, OutsideRunError, RunDirError
 from .format import CHECKPOINTS_DIR
+from .location import as_path, is_local, load_safetensors, open_binary
 from .runschema import read_run_json
 
 # The folder's name is the format's; ``DIR`` stays as the public name users and
@@ -51,7 +52,7 @@ class CheckpointWarning(DebugkitWarning):
 
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_binary(path) as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
@@ -67,7 +68,7 @@ def _fsync_file(path: Path) -> None:
 
 def read_index(run_dir) -> list[dict]:
     """The entries of ``checkpoints/index.json`` (``[]`` when there is none)."""
-    p = Path(run_dir) / DIR / INDEX
+    p = as_path(run_dir) / DIR / INDEX
     if not p.exists():
         return []
     try:
@@ -134,7 +135,7 @@ def checkpoint_dir(run_dir, entry: dict) -> Path:
     """The folder of an index entry, inside the run's ``checkpoints/``
     (:class:`~debugkit.errors.OutsideRunError` for a ``dir`` that leads out of the run:
     ``"../../etc"``, ``"/etc"``, a link)."""
-    return in_run(run_dir, DIR, entry.get("dir"), what="checkpoint folder")
+    return in_run(as_path(run_dir), DIR, entry.get("dir"), what="checkpoint folder")
 
 
 def verify(run_dir, entry: dict) -> str | None:
@@ -142,6 +143,7 @@ def verify(run_dir, entry: dict) -> str | None:
 
     A folder or file name that leads outside the run is a problem too (it is neither
     opened nor hashed)."""
+    run_dir = as_path(run_dir)
     try:
         checkpoint_dir(run_dir, entry)
     except OutsideRunError as exc:
@@ -168,13 +170,15 @@ def verify(run_dir, entry: dict) -> str | None:
 def _load_user_file(path: Path):
     """A user's state_dict file, loaded safely (safetensors or weights_only)."""
     try:
+        local = is_local(path)
         if path.suffix == ".safetensors":
-            from safetensors.torch import load_file
+            return load_safetensors(path)
+        import io
 
-            return load_file(str(path))
         import torch
 
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path if local else io.BytesIO(path.read_bytes()), map_location="cpu",
+                          weights_only=True)
     except Exception as exc:  # torch's unpickler raises many types for hostile input
         raise InvalidInputError(MSG_UNLOADABLE.format(path=path, detail=str(exc).splitlines()[0][:200])) from None
 
@@ -193,7 +197,7 @@ def list_checkpoints(run_dir, folder=None):
     import pandas as pd
 
     rows = []
-    run_dir = Path(run_dir)
+    run_dir = as_path(run_dir)
     for e in read_index(run_dir):
         problem = verify(run_dir, e) or ""
         files = e.get("files") if isinstance(e.get("files"), dict) else {}
@@ -207,7 +211,7 @@ def list_checkpoints(run_dir, folder=None):
                                       and isinstance(m.get("bytes"), int))),
                      "sha256": str(model.get("sha256", "")) if isinstance(model, dict) else "",
                      "ok": not problem, "source": "debugkit", "problem": problem})
-    where = Path(folder) if folder is not None else run_dir
+    where = as_path(folder) if folder is not None else run_dir
     for p in sorted(where.iterdir()) if where.is_dir() else []:
         if not p.is_file() or p.is_symlink() or p.suffix not in USER_SUFFIXES:
             continue
@@ -233,17 +237,16 @@ def resume_latest(run_dir, model, optimizer=None) -> int | None:
     naming the file, so a restarted job continues from the last good state.
     """
     import torch
-    from safetensors.torch import load_file
 
     for e in sorted(read_index(run_dir), key=lambda e: e["step"], reverse=True):
         problem = verify(run_dir, e)
-        d = Path(run_dir) / DIR if problem else checkpoint_dir(run_dir, e)
+        d = as_path(run_dir) / DIR if problem else checkpoint_dir(run_dir, e)
         if problem:
             warnings.warn(MSG_CORRUPT.format(path=d, step=e["step"], detail=problem),
                           CheckpointWarning, stacklevel=2)
             continue
         try:
-            state = load_file(str(d / "model.safetensors"))
+            state = load_safetensors(d / "model.safetensors")
         except Exception as exc:
             warnings.warn(MSG_CORRUPT.format(path=d, step=e["step"], detail=exc), CheckpointWarning,
                           stacklevel=2)
@@ -281,7 +284,7 @@ def load_weights(path) -> dict:
     InvalidInputError
         The file does not load as a state_dict (or holds no tensors).
     """
-    p = Path(path)
+    p = as_path(path)
     if p.is_dir():
         p = p / "model.safetensors"
     if not p.is_file():
@@ -321,7 +324,7 @@ def read_weight_stats(checkpoints, *, max_checkpoints: int = 60):
     rows = []
     prev: dict | None = None
     for order, (step, path) in enumerate(zip(ok["step"], ok["path"])):
-        label = f"step {int(step)}" if step == step else Path(path).name
+        label = f"step {int(step)}" if step == step else as_path(path).name
         w = load_weights(path)
         for name, v in w.items():
             v = v.detach()

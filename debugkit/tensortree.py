@@ -142,14 +142,14 @@ def save_tree(obj: Any, tensor_path: Path, structure_path: Path) -> dict:
 
 def load_tree(tensor_path: Path, structure_path: Path) -> Any:
     """Load what :func:`save_tree` wrote (safetensors + JSON only; no pickle)."""
-    from safetensors.torch import load_file
+    from .location import as_path, load_safetensors
 
     try:
-        structure = read_run_json(Path(structure_path), "batch.json")
+        structure = read_run_json(as_path(structure_path), "batch.json")
     except (OSError, ValueError) as exc:
         raise InvalidInputError(f"{structure_path}: unreadable batch structure ({exc})") from exc
     try:
-        tensors = load_file(str(tensor_path))
+        tensors = load_safetensors(tensor_path)
     except Exception as exc:  # safetensors raises its own error types
         raise InvalidInputError(f"{tensor_path}: unreadable safetensors file ({exc})") from exc
     return unflatten_tree(structure, tensors)

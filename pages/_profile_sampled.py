@@ -3,12 +3,11 @@ function table, and the comparison with another profile."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import streamlit as st
 
 from debugkit.analysis.profile import display_path
 from debugkit.errors import DebugkitError
+from debugkit.location import as_path
 from pages import _data, _query, _runs, _ui
 from pages._profile_load import original_bytes, read_profile
 
@@ -85,7 +84,7 @@ def _other_profiles(roots_key: tuple[str, ...], here: str) -> list[tuple[str, st
     from debugkit.io.run import open_run
 
     out = []
-    for e in store.find_runs([Path(r) for r in roots_key]):
+    for e in store.find_runs([as_path(r) for r in roots_key]):
         if str(e.path) == here:
             continue
         try:
@@ -327,7 +326,7 @@ def _compare(path: str, entry: dict, prof, threads):
     st.caption("This profile against a baseline: what takes a larger or smaller share of the samples.")
     here = [(None, path, p["id"], describe(p)) for p in _data.read_profiles(path)
             if p["kind"] == "sampled" and p["id"] != entry["id"]]
-    others = _other_profiles(tuple(str(r) for r in _runs.roots()), str(Path(path)))
+    others = _other_profiles(tuple(str(r) for r in _runs.roots()), str(path))
     choices = here + [(rid, rp, pid, f"{rid} / {label}") for rid, rp, pid, label in others]
     if not choices:
         st.caption("Record a second profile (e.g. after a change) with `debugkit profile RUN_DIR "

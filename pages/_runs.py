@@ -10,6 +10,7 @@ import streamlit as st
 
 from debugkit.errors import DebugkitError
 from debugkit.io import store as run_store
+from debugkit.io.fs import as_path, is_url
 from pages._ui import md, visitor_text
 
 SESSION_RUN = "debugkit_run_path"
@@ -27,8 +28,6 @@ def roots() -> list[Path]:
 
 @st.cache_data(ttl=5, max_entries=64, show_spinner=False)
 def _find(roots_key: tuple[str, ...]):
-    from debugkit.io.fs import as_path
-
     return [(e.id, str(e.path)) for e in run_store.find_runs([as_path(r) for r in roots_key])]
 
 
@@ -52,7 +51,8 @@ def select_run(path: str | None, run_id: str | None = None) -> None:
 
 def run_id_for(path: str) -> str | None:
     for rid, p in run_entries():
-        if os.path.realpath(p) == os.path.realpath(path):
+        if p == path or (not is_url(p) and not is_url(path)
+                         and os.path.realpath(p) == os.path.realpath(path)):
             return rid
     return None
 
@@ -89,8 +89,6 @@ def current_run_path() -> str | None:
 
 def _exists(path: str) -> bool:
     """Whether a run path (local, or an fsspec URL such as ``s3://...``) still exists."""
-    from debugkit.io.fs import as_path
-
     try:
         return as_path(path).exists()
     except (DebugkitError, OSError, ValueError):

@@ -4,11 +4,11 @@ between them, NaN/Inf in weights, two checkpoints compared, replay from one.
 Deep link: ``?run=<id>&a=<step>&b=<step>`` opens the comparison of those two checkpoints.
 """
 
-from pathlib import Path
 
 import streamlit as st
 
 from debugkit.errors import DebugkitError, InvalidInputError
+from debugkit.location import as_path
 from pages import _data, _query, _routing, _runs, _ui
 
 _routing.page_guard()
@@ -71,7 +71,7 @@ def _folder_signature(folder: str | None) -> tuple:
         return ()
     try:
         return tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns)
-                            for p in Path(folder).iterdir() if p.is_file()))
+                            for p in as_path(folder).iterdir() if p.is_file()))
     except OSError:
         return ()
 
@@ -79,8 +79,8 @@ def _folder_signature(folder: str | None) -> tuple:
 # ----------------------------------------------------------------------------- helpers
 def _label(row) -> str:
     step = row["step"]
-    name = f"step {int(step)}" if step == step else Path(row["path"]).name
-    return name + ("" if row["source"] == "debugkit" else f" ({Path(row['path']).name})"
+    name = f"step {int(step)}" if step == step else as_path(row["path"]).name
+    return name + ("" if row["source"] == "debugkit" else f" ({as_path(row['path']).name})"
                    if step == step else "")
 
 
@@ -107,7 +107,7 @@ def _pick_folder() -> None:
                     st.rerun()
                 try:
                     folder = check_allowed(text.strip())
-                    if not Path(folder).is_dir():
+                    if not as_path(folder).is_dir():
                         raise InvalidInputError(f"{text.strip()}: not a folder")
                 except DebugkitError as exc:
                     st.session_state["ckpt_folder_error"] = str(exc)

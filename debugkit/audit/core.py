@@ -16,6 +16,7 @@ import numpy as np
 
 from ..analysis.findings import Finding
 from ..errors import InvalidInputError, RunDirError
+from ..location import as_path, load_safetensors
 from . import fairness as fx
 from .attribution import attribution_flags, compute_associations, mean_abs, mean_by_group
 from .explain import explain
@@ -96,7 +97,7 @@ def _find_checkpoint(run_dir: Path, adapter: ModelAdapter) -> dict | None:
     if adapter.kind != "torch":
         return None
     try:
-        from safetensors.torch import load_file
+        import safetensors.torch  # noqa: F401
     except ImportError:
         return None
     want = torch_state_fingerprint(adapter.estimator.state_dict())
@@ -111,7 +112,7 @@ def _find_checkpoint(run_dir: Path, adapter: ModelAdapter) -> dict | None:
         try:
             if p.stat().st_size > (2 << 30):
                 continue
-            state = load_file(str(p))
+            state = load_safetensors(p)
         except Exception:  # noqa: BLE001 - not a state_dict file; skip it
             continue
         if torch_state_fingerprint(state) == want:
@@ -150,7 +151,7 @@ class Auditor:
         :func:`debugkit.audit.store.server_audits_dir`)."""
         s = self.settings
         self._tick(0.0, "Checking the model and the data")
-        run_dir = Path(run_dir)
+        run_dir = as_path(run_dir)
         from ..io.run import open_run
 
         if not run_dir.is_dir():

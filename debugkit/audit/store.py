@@ -30,6 +30,7 @@ from typing import Any
 from .._fsutil import MAX_JSON_BYTES, in_run, is_in_run, loads_capped, read_bytes_capped, sha256_file
 from ..errors import AuditError, InvalidInputError, OutsideRunError, RunDirError
 from ..format import AUDITS_DIR
+from ..location import as_path, open_binary
 from ..runschema import check as check_schema
 from ..runschema import read_run_json
 
@@ -85,7 +86,7 @@ def content_id(doc: dict) -> str:
 
 def audits_dir(run_dir) -> Path:
     # a run read in place at an fsspec URL is a UPath already: keep it (Path() would fail)
-    base = run_dir if hasattr(run_dir, "joinpath") else Path(run_dir)
+    base = as_path(run_dir)
     return base / AUDITS_DIR
 
 
@@ -140,8 +141,8 @@ def write_audit(run_dir, doc: dict, rows, *, base=None) -> Audit:
     is written as ``rows.parquet`` (zstd). ``base``: the folder to store it in (default
     the run's ``audits/``; a server passes :func:`server_audits_dir`'s).
     """
-    run_dir = Path(run_dir)
-    base = Path(base) if base is not None else audits_dir(run_dir)
+    run_dir = as_path(run_dir)
+    base = as_path(base) if base is not None else audits_dir(run_dir)
     base.mkdir(parents=True, exist_ok=True)
     tmp = base / f".tmp-{uuid.uuid4().hex[:12]}"
     tmp.mkdir()
@@ -201,7 +202,7 @@ class Audit:
     """
 
     def __init__(self, path: Path, doc: dict, raw: bytes):
-        self.path = Path(path)
+        self.path = as_path(path)
         self.doc = doc
         self._raw = raw
         self._rows = None
@@ -248,7 +249,8 @@ class Audit:
             except DecompressionLimitError as exc:
                 raise AuditError(MSG_UNREADABLE.format(id=self.id, file=ROWS_FILE, detail=exc)) from None
             try:
-                self._rows = pd.read_parquet(in_run(self.path, ROWS_FILE, what="audit file"))
+                with open_binary(in_run(self.path, ROWS_FILE, what="audit file")) as f:
+                    self._rows = pd.read_parquet(f)
             except Exception as exc:  # noqa: BLE001 - pyarrow raises several types
                 raise AuditError(MSG_UNREADABLE.format(id=self.id, file=ROWS_FILE, detail=exc)) from exc
         return self._rows

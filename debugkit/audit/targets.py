@@ -32,6 +32,7 @@ from typing import Any
 
 from .._fsutil import atomic_write_json
 from ..errors import AuditError, DebugkitError, InvalidInputError
+from ..location import as_path
 from ..runschema import read_run_json
 
 TARGETS_FILE = "audit_targets.json"
@@ -111,7 +112,7 @@ def _allowed(spec: str) -> bool:
 
 def write_targets(run_dir, targets: list[dict]) -> Path:
     """Write ``audit_targets.json`` (checked as :func:`read_targets` would)."""
-    path = Path(run_dir) / TARGETS_FILE
+    path = as_path(run_dir) / TARGETS_FILE
     doc = {"targets": [dict(t) for t in targets]}
     _validate(doc, path)
     atomic_write_json(path, doc)
@@ -124,7 +125,7 @@ def read_targets(run_dir) -> list[dict]:
     Each is ``{"name", "title", "loader", "kwargs", "allowed"}``; ``allowed`` says
     whether this server may call its loader.
     """
-    path = Path(run_dir) / TARGETS_FILE
+    path = as_path(run_dir) / TARGETS_FILE
     if not path.is_file():
         return []
     try:
@@ -184,7 +185,7 @@ def load_target(run_dir, name: str) -> dict[str, Any]:
     except (ImportError, AttributeError) as exc:
         raise AuditError(f"audit target {name!r}: cannot import {t['loader']} ({exc})") from exc
     try:
-        args = fn(Path(run_dir), **kwargs)
+        args = fn(as_path(run_dir), **kwargs)
     except (DebugkitError, MemoryError):
         raise  # its own refusal (check_bounds, a bad run file), or the worker's memory cap
     except Exception as exc:  # noqa: BLE001 - the loader is user code; report what it raised

@@ -66,6 +66,8 @@ def app_config_flags(app: Path, cwd: Path) -> list[str]:
 
 
 def run(args) -> int:
+    from ..io.fs import as_path, is_local
+
     app = app_path()
     if not app.is_file():
         raise InvalidInputError(f"{app}: the dashboard's app.py is missing from this install")
@@ -78,8 +80,15 @@ def run(args) -> int:
     if args.paths:
         roots = []
         for p in args.paths:
-            path = Path(p).expanduser().resolve()
-            if not path.exists():
+            # a URL (s3://bucket/runs) stays a URL: Path() would make it a local "s3:/" folder
+            path = as_path(p)
+            if is_local(path):
+                path = path.resolve()
+            try:
+                exists = path.exists()
+            except OSError as exc:  # an object store that refuses (credentials, endpoint)
+                raise InvalidInputError(f"{p}: cannot be listed ({exc})") from None
+            if not exists:
                 raise InvalidInputError(f"{p}: no such file or directory")
             check_allowed(path)  # a folder outside DEBUGKIT_ALLOWED_ROOTS is not served
             roots.append(str(path))

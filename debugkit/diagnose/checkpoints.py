@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..analysis.findings import Finding
+from ..location import as_path, load_safetensors
 
 DEFAULTS = {"max_checkpoints": 50}
 
@@ -18,15 +19,12 @@ def _weights(path: Path) -> dict:
     costs seconds, the most of a cold Home page's diagnosis). bfloat16, which numpy lacks,
     is read through torch and widened to float32 (finiteness and equality are kept)."""
     try:
-        from safetensors.numpy import load_file
-
-        return load_file(str(path / "model.safetensors"))
+        return load_safetensors(path / "model.safetensors", numpy=True)
     except (TypeError, ValueError, KeyError):
         import torch
-        from safetensors.torch import load_file as load_torch
 
         return {k: (v.float() if v.dtype == torch.bfloat16 else v).numpy()
-                for k, v in load_torch(str(path / "model.safetensors")).items()}
+                for k, v in load_safetensors(path / "model.safetensors").items()}
 
 
 def collect(run, config: dict) -> list[Finding]:
@@ -54,7 +52,7 @@ def collect(run, config: dict) -> list[Finding]:
     prev = None
     nonfinite_done = False
     for step, path in zip(df["step"].astype(int), df["path"]):
-        w = _weights(Path(path))
+        w = _weights(as_path(path))
         if first is None:
             first = {k: True for k in w}
         if not nonfinite_done:

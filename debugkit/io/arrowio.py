@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..errors import MSG_TABLE_INVALID, RunDirError
+from ..location import as_path
 from .decompress import DecompressionLimitError, check_ipc_stream
 
 
@@ -50,8 +50,7 @@ def read_stream(path: str | os.PathLike, schema=None) -> StreamRead:
     """
     import pyarrow as pa
 
-    if not hasattr(path, "open"):  # a str or os.PathLike; fsspec UPaths are used as they are
-        path = Path(path)
+    path = as_path(path)  # a str may be a URL (a run in an object store)
     size = path.stat().st_size
     if size == 0:
         return StreamRead(schema.empty_table() if schema is not None else None, False)

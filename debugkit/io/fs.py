@@ -13,75 +13,21 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
-from urllib.parse import unquote
 
-from ..errors import MSG_BAD_TYPED_PATH, InvalidInputError, MissingDependencyError, RunDirError
-
-_URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*)://")
-MSG_BAD_URL = "{url}: cannot open this URL ({detail})"
-#: The longest path (characters) and path component that a typed path may have (Linux's
-#: PATH_MAX and NAME_MAX); longer is refused before the file system sees it.
-MAX_PATH_CHARS = 4096
-MAX_NAME_CHARS = 255
-
-
-def check_path_text(value: str) -> str:
-    """Return a path typed by a person (or sent in a form) if the OS could take it;
-    :class:`InvalidInputError` for NUL or control characters, or an overlong path or
-    component, with the value shortened (the message never carries 5,000 characters)."""
-    short = value if len(value) <= 80 else value[:60] + f"… ({len(value)} characters)"
-    if any(ord(c) < 32 or c == "\x7f" for c in value):
-        raise InvalidInputError(MSG_BAD_TYPED_PATH.format(value=short, why="it contains a NUL or "
-                                                          "control character"))
-    if len(value) > MAX_PATH_CHARS:
-        raise InvalidInputError(MSG_BAD_TYPED_PATH.format(
-            value=short, why=f"longer than {MAX_PATH_CHARS} characters"))
-    if any(len(part) > MAX_NAME_CHARS for part in value.split("/")):
-        raise InvalidInputError(MSG_BAD_TYPED_PATH.format(
-            value=short, why=f"a component is longer than {MAX_NAME_CHARS} characters"))
-    return value
-
-
-def is_remote(value) -> bool:
-    """True for ``scheme://...`` strings other than ``file://``: a location that opening
-    would fetch (the allow-list, :mod:`debugkit.io.access`, checks these as text first)."""
-    m = _URL.match(value) if isinstance(value, str) else None
-    return bool(m) and m.group("scheme").lower() != "file"
-
-
-def as_path(value):
-    """A path object for ``value``: :class:`Path` for local paths and ``file://`` URLs,
-    a ``UPath`` for other fsspec URLs. Path-like objects are returned unchanged."""
-    if not isinstance(value, str):
-        if _is_upath(value) and not isinstance(value, Path):
-            return value
-        return Path(value).expanduser()
-    check_path_text(value)
-    m = _URL.match(value)
-    if not m:
-        return Path(value).expanduser()
-    scheme = m.group("scheme").lower()
-    if scheme == "file":
-        return Path(unquote(value[len("file://"):]) or "/")
-    try:
-        from upath import UPath
-    except ImportError:
-        raise MissingDependencyError("universal_pathlib", f"opening {value}",
-                                     "universal-pathlib fsspec") from None
-    try:
-        return UPath(value)
-    except (ImportError, ValueError) as exc:
-        raise RunDirError(MSG_BAD_URL.format(url=value, detail=exc)) from exc
-
-
-def _is_upath(value) -> bool:
-    return type(value).__module__.startswith("upath")
-
-
-def is_local(path) -> bool:
-    """True when ``path`` is a plain local path (os functions work on it)."""
-    return isinstance(path, Path) and not _is_upath(path)
+from ..location import (  # noqa: F401  (the one path helper, re-exported for io's readers)
+    BACKENDS,
+    MAX_NAME_CHARS,
+    MAX_PATH_CHARS,
+    MSG_BAD_URL,
+    STORAGE_OPTIONS,
+    as_path,
+    check_path_text,
+    is_local,
+    is_remote,
+    is_url,
+    is_url_path,
+    open_binary,
+)
 
 
 def split_roots(text: str) -> list[str]:

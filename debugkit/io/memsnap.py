@@ -31,10 +31,10 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from operator import itemgetter, methodcaller
-from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidInputError
+from ..location import as_path
 from . import memsnap_cache
 from .safepickle import load_plain
 
@@ -474,7 +474,7 @@ def read_snapshot(path: str | os.PathLike, *, cache: bool = True) -> MemorySnaps
         Missing file, a pickle that asks for any global (refused, never run), a corrupt
         pickle, or data that is not a snapshot.
     """
-    p = Path(path)
+    p = as_path(path)
     if not p.is_file():
         raise InvalidInputError(f"{p}: no such file")
     entry = memsnap_cache.entry_for(p, PARSE_VERSION) if cache else None

@@ -15,6 +15,7 @@ from typing import Any
 from .. import format as fmt
 from .._fsutil import atomic_write_json, fsync_dir, is_in_run, sha256_file
 from ..errors import InvalidInputError, RunDirError
+from ..location import as_path
 from ..runschema import read_run_json
 from .memsnap import read_snapshot, summarize
 
@@ -31,7 +32,7 @@ def list_snapshots(run_path: str | os.PathLike) -> list[dict]:
     None), ``time``, ``size_bytes``, ``source`` plus whatever the sidecar adds. A pickle
     without a sidecar (copied in by hand) is listed with what its name tells.
     """
-    d = Path(run_path) / fmt.MEMORY_SNAPSHOTS_DIR
+    d = as_path(run_path) / fmt.MEMORY_SNAPSHOTS_DIR
     if not d.is_dir():
         return []
     out = []

@@ -14,11 +14,11 @@ from __future__ import annotations
 import os
 import re
 import zlib
-from pathlib import Path
 from typing import Any
 
-from .._fsutil import check_regular_file
 from ..errors import ProfileFileError
+from ..location import as_path
+from ..location import open_binary as _open_file
 from .decompress import GZIP_MAGIC, check_not_refused, file_key, wrap_maybe_gzip  # noqa: F401  (GZIP_MAGIC: profile_store reads it here)
 
 # Message templates (tests match on these).
@@ -50,13 +50,13 @@ def open_binary(path: str | os.PathLike):
     """A binary file object over the file's (gunzipped) bytes, for streaming readers.
 
     A gzip file is inflated as it is read, within :mod:`debugkit.io.decompress`'s limits
-    (:class:`~debugkit.io.decompress.DecompressionLimitError` past them)."""
-    p = Path(path)
+    (:class:`~debugkit.io.decompress.DecompressionLimitError` past them). ``path`` may be a
+    URL (a run in an object store)."""
+    p = as_path(path)
     try:
-        check_regular_file(p)  # a FIFO would block open() forever
         key = file_key(p)
         check_not_refused(key)  # refused before: refused again at once, not inflated again
-        f = open(p, "rb")
+        f = _open_file(p)  # a local FIFO is refused (it would block open() forever)
     except FileNotFoundError as exc:
         raise ProfileFileError(f"{p}: no such file") from exc
     except IsADirectoryError as exc:

@@ -15,10 +15,11 @@ from pathlib import Path
 from .. import format as fmt
 from .._fsutil import MAX_JSON_BYTES, in_run, loads_capped, process_start_ticks, read_bytes_capped
 from ..errors import MSG_TABLE_UNREADABLE, OutsideRunError, RunDirError, TruncatedRecordWarning
+from ..location import as_path
 from ..runschema import check as check_schema
 from ..runschema import read_run_json
 from .arrowio import read_stream
-from .fs import files_signature, is_local
+from .fs import files_signature
 from .resolve import resolve_run_path
 
 
@@ -193,8 +194,6 @@ class Run:
         source, problem]`` (see :func:`debugkit.checkpoints.list_checkpoints`)."""
         from ..checkpoints import list_checkpoints
 
-        if not is_local(self.path):
-            raise RunDirError(f"{self.path}: checkpoints are listed for local runs only")
         return list_checkpoints(self.path, folder)
 
     # ------------------------------------------------------------------- tables
@@ -551,7 +550,7 @@ class Run:
             segs = sorted(self._rank_dir(r).glob(fmt.RANK_BATCH_SPEC.replace("{segment:03d}", "*")),
                           reverse=True)
             candidates += [(p, f"rank {r}") for p in segs]
-        candidates += [(Path(f["path"]) / fmt.BATCH_SPEC_FILE, f"failure {f['id']}")
+        candidates += [(as_path(f["path"]) / fmt.BATCH_SPEC_FILE, f"failure {f['id']}")
                        for f in self.failures()]
         for path, source in candidates:
             try:

@@ -9,12 +9,12 @@ import time
 import uuid
 import warnings
 import weakref
-from pathlib import Path
 from typing import Any
 
 from .. import format as fmt
 from .._fsutil import atomic_write_json
 from ..errors import DebugkitWarning, InvalidInputError, NonFiniteError
+from ..location import as_path, is_url
 from .capture import describe_callable, take_rng_state, write_capture
 from .comm import CommTimer
 from .dist import process_group_info
@@ -31,6 +31,9 @@ from .spec_sampler import SpecSampler
 from .tracking import track_loader
 from .writer import BLOCK_STEPS, PendingTensor, RankWriter
 
+MSG_URL_RUN_DIR = ("{value}: the Recorder writes to a folder on this machine, not to a URL; "
+                   "record to a local folder and copy it up with `debugkit sync RUN {value} "
+                   "--every 10` (see docs/distributed.md)")
 MSG_GUARD_ACTION = "guard_action={value!r}: expected 'raise' or 'skip'"
 MSG_SKIPPED_BODY_RAN = (
     "debugkit: the body of a step whose batch the guard skipped ran an optimizer step; "
@@ -253,7 +256,10 @@ class Recorder:
         self._skipped = 0
         self._skipping = False
         self._warned_skipped_body = False
-        self.run_dir = Path(run_dir)
+        if is_url(run_dir) and not str(run_dir).lower().startswith("file://"):
+            # never Path("s3://b/r"): that silently records into a local folder "s3:/b/r"
+            raise InvalidInputError(MSG_URL_RUN_DIR.format(value=run_dir))
+        self.run_dir = as_path(run_dir)
         self.model = model
         self._module = _unwrap(model)
         self.optimizer = optimizer

@@ -12,10 +12,12 @@ This package imports neither torch nor streamlit; the child does the torch work.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 
 from ..errors import CodeRefusedError, InvalidInputError, ReplayError
+from ..location import as_path, local_copy
 from .code import CodeIdentity, identify_capture, require_runnable
 from .loading import factory_kwargs, select_failure, verify_files
 from .policy import check_plain_kwargs, cli_code_roots
@@ -183,12 +185,27 @@ def replay(run, failure_id: str | None = None, *, device: str = "auto", allow_co
     if not isinstance(run, Run):
         run = open_run(run)
     record = select_failure(run, failure_id)
-    if record.get("kind") == "data_loading":  # no model step: collate the samples again
-        from .dataload import replay_data_loading
+    with contextlib.ExitStack() as stack:
+        # a run in an object store: the child process replays a local copy of the capture
+        # (and of the checkpoint's weights); a local run is used in place
+        record = dict(record, path=str(stack.enter_context(local_copy(record["path"]))))
+        if record.get("kind") == "data_loading":  # no model step: collate the samples again
+            from .dataload import replay_data_loading
 
-        verify_files(record)
-        cap = int(memory_mb * (1 << 20)) if memory_mb is not None else default_memory_cap()
-        return replay_data_loading(record, timeout_s=t, cap=cap, progress=progress)
+            verify_files(record)
+            cap = int(memory_mb * (1 << 20)) if memory_mb is not None else default_memory_cap()
+            return replay_data_loading(record, timeout_s=t, cap=cap, progress=progress)
+        state_file = None
+        if checkpoint is not None:
+            state_file = str(stack.enter_context(local_copy(checkpoint_weights(run, checkpoint))))
+        return _replay(run, record, t, device=device, allow_code=allow_code,
+                       memory_mb=memory_mb, progress=progress, search_path=search_path,
+                       cross_check=cross_check, checkpoint=checkpoint, code_roots=code_roots,
+                       code_hint=code_hint, state_file=state_file, import_roots=import_roots)
+
+
+def _replay(run, record, t, *, device, allow_code, memory_mb, progress, search_path,
+            cross_check, checkpoint, code_roots, code_hint, state_file, import_roots) -> dict:
     parts = verify_files(record)
     roots = cli_code_roots() if code_roots is None else list(code_roots)
     idents = plan_identities(run, record, search_path, roots, code_hint, import_roots)
@@ -196,9 +213,8 @@ def replay(run, failure_id: str | None = None, *, device: str = "auto", allow_co
     check_plain_kwargs(factory_kwargs(record, run.manifest), record["path"])
     cap = int(memory_mb * (1 << 20)) if memory_mb is not None else default_memory_cap()
     code = [i.to_dict() for i in idents]
-    state_file, weights = None, {"from": "capture"}
+    weights = {"from": "capture"}
     if checkpoint is not None:
-        state_file = checkpoint_weights(run, checkpoint)
         weights = {"from": "checkpoint", "step": int(checkpoint), "path": state_file}
     kw = dict(allow_code=allow_code, timeout_s=t, cap=cap, progress=progress, state_file=state_file,
               code_roots=roots)
@@ -241,8 +257,6 @@ def replay(run, failure_id: str | None = None, *, device: str = "auto", allow_co
 def checkpoint_weights(run, step) -> str:
     """The verified ``model.safetensors`` of the run's checkpoint at ``step`` (``run``: a
     Run or a run directory); a :class:`ReplayError` saying why when there is none."""
-    from pathlib import Path
-
     from ..checkpoints import DIR, read_index, verify
 
     if not hasattr(run, "path"):
@@ -262,4 +276,4 @@ def checkpoint_weights(run, step) -> str:
     problem = verify(run.path, match[0])
     if problem:
         raise ReplayError(MSG_BAD_CHECKPOINT.format(value=step, problem=problem))
-    return str(Path(run.path) / DIR / str(match[0]["dir"]) / "model.safetensors")
+    return str(as_path(run.path) / DIR / str(match[0]["dir"]) / "model.safetensors")

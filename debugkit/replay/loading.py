@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from .._fsutil import in_run, sha256_file
 from ..errors import InvalidInputError, ReplayError, RunDirError
+from ..location import as_path
 
 MSG_NO_CAPTURES = ("{run}: no failure captures (failures/ is empty): nothing to replay; "
                    "a step that raises inside `with rec.step(batch):` is captured automatically")
@@ -53,12 +53,12 @@ def select_failure(run, failure_id: str | None = None) -> dict:
                                                  known=", ".join(f["id"] for f in failures)))
 
 
-def capture_file(record_or_dir, name: str) -> Path:
+def capture_file(record_or_dir, name: str):
     """The file ``name`` of a failure capture (its record or its folder), refused with
     :class:`~debugkit.errors.OutsideRunError` when it would lead outside the capture's
     folder (an absolute or ``..`` name, a link to ``/etc/passwd``)."""
     d = record_or_dir["path"] if isinstance(record_or_dir, dict) else record_or_dir
-    return in_run(Path(d), name, what="capture file")
+    return in_run(as_path(d), name, what="capture file")
 
 
 def verify_files(record: dict) -> dict[str, bool]:
@@ -67,7 +67,7 @@ def verify_files(record: dict) -> dict[str, bool]:
     Returns ``{part: present}`` for the parts replay uses. A required part that is
     missing, or any present file whose digest differs, raises :class:`ReplayError`.
     """
-    d = Path(record["path"])
+    d = as_path(record["path"])
     digests = record.get("sha256") or {}
     files = record.get("files") or {}
     errors = record.get("capture_errors") or {}

@@ -20,6 +20,7 @@ import zipfile
 from pathlib import Path
 
 from ..errors import ReplayError
+from ..location import as_path
 from .code import MISSING, NEVER, CodeIdentity
 from .loading import capture_file, factory_kwargs
 
@@ -220,7 +221,7 @@ def build_repro(run, record: dict, identities: list[CodeIdentity], report: dict 
         if ident.status in NEVER:
             raise ReplayError(f"cannot export a repro: {ident.message}")
     fid = record["id"]
-    d = Path(record["path"])
+    d = as_path(record["path"])
     roles = {i.role: i for i in identities}
     mode = (report or {}).get("ran", {}) or {}
     num_classes = record.get("num_classes", run.manifest.get("num_classes"))
@@ -255,8 +256,8 @@ def build_repro(run, record: dict, identities: list[CodeIdentity], report: dict 
         z.writestr(f"{top}/repro.py", script)
         for name in CAPTURE_FILES:
             p = capture_file(d, name)
-            if p.is_file():
-                z.write(p, f"{top}/{name}")
+            if p.is_file():  # a local file, or one in an object store (its bytes)
+                z.writestr(f"{top}/{name}", p.read_bytes())
         seen = set()
         for ident in identities:
             if ident.status == MISSING or not ident.local_file:
