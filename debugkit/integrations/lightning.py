@@ -82,7 +82,8 @@ class DebugkitCallback(pl.Callback):
     Parameters
     ----------
     run_dir : str or Path
-        Where the run is written (all ranks write into it).
+        Where the run is written (all ranks write into it). A URL (``s3://bucket/runs/x``) is
+        recorded through a local spool and uploaded after every flush (see ``Recorder``).
     num_classes : int, optional
         Classes of the classification target, for replay's label check (default:
         ``hparams["num_classes"]`` when the module has it).

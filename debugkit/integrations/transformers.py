@@ -87,7 +87,8 @@ class DebugkitCallback(TrainerCallback):
     Parameters
     ----------
     run_dir : str or Path
-        Where the run is written.
+        Where the run is written. A URL (``s3://bucket/runs/x``) is
+        recorded through a local spool and uploaded after every flush (see ``Recorder``).
     num_classes : int, optional
         Classes of the target, for replay's label check (default: ``config.num_labels``
         for single-label classification models).

@@ -28,12 +28,10 @@ from .norms import GradNormComputer
 from .pipcheck import AFTER_STEPS as PIP_CHECK_AFTER_STEPS
 from .pipcheck import PipCheck
 from .spec_sampler import SpecSampler
+from .spool import Uploader, check_url, refuse_multi_node, spool_dir
 from .tracking import track_loader
 from .writer import BLOCK_STEPS, PendingTensor, RankWriter
 
-MSG_URL_RUN_DIR = ("{value}: the Recorder writes to a folder on this machine, not to a URL; "
-                   "record to a local folder and copy it up with `debugkit sync RUN {value} "
-                   "--every 10` (see docs/distributed.md)")
 MSG_GUARD_ACTION = "guard_action={value!r}: expected 'raise' or 'skip'"
 MSG_SKIPPED_BODY_RAN = (
     "debugkit: the body of a step whose batch the guard skipped ran an optimizer step; "
@@ -161,6 +159,9 @@ class Recorder:
     ----------
     run_dir : str or Path
         Where the run is written (created if missing; an existing run gets a new segment).
+        A URL (``s3://bucket/runs/x``: any fsspec URL) records to a local spool and
+        uploads every flush in the background, finishing on :meth:`close`
+        (:mod:`debugkit.recorder.spool`; ``rec.url`` is the URL, ``rec.run_dir`` the spool).
     model : torch.nn.Module
         The model being trained (DDP/FSDP/compile wrappers are looked through).
     optimizer : torch.optim.Optimizer, optional
@@ -256,9 +257,18 @@ class Recorder:
         self._skipped = 0
         self._skipping = False
         self._warned_skipped_body = False
-        if is_url(run_dir) and not str(run_dir).lower().startswith("file://"):
-            # never Path("s3://b/r"): that silently records into a local folder "s3:/b/r"
-            raise InvalidInputError(MSG_URL_RUN_DIR.format(value=run_dir))
+        dist = _dist_info()
+        #: The URL the run is recorded to (``s3://...``), or None for a local folder. A URL
+        #: run is written to a local spool (``run_dir``) and uploaded by a helper process
+        #: after every flush (debugkit.recorder.spool). Never Path("s3://b/r"): that would
+        #: silently record into a local folder named "s3:".
+        self.url = str(run_dir) if is_url(run_dir) and not str(run_dir).lower().startswith(
+            "file://") else None
+        self._uploader = None
+        if self.url is not None:
+            check_url(self.url)
+            refuse_multi_node(self.url, dist.get("node_rank"))
+            run_dir = spool_dir(self.url)
         self.run_dir = as_path(run_dir)
         self.model = model
         self._module = _unwrap(model)
@@ -266,7 +276,6 @@ class Recorder:
         self.log_every = int(log_every)
         self.halt_on_nonfinite = bool(halt_on_nonfinite)
         self.num_classes = num_classes
-        dist = _dist_info()
         self.rank, self.world_size = dist["rank"], dist["world_size"]
 
         named = [(n, p) for n, p in self._module.named_parameters() if p.requires_grad]
@@ -310,6 +319,9 @@ class Recorder:
             manifest = fmt.update_manifest(self.run_dir, lambda old: _resumed(manifest, old, now),
                                            unreadable="replace")
             self.run_id = manifest["run_id"]
+            if self.url is not None:
+                self._uploader = Uploader(self.run_dir, self.url, float(flush_every_s))
+                self._uploader.first_pass()  # a bucket that cannot be written fails here
             # From the cache now, or started after the first steps (see .pipcheck).
             self._pip_check = PipCheck(self.run_dir, env.get("distributions") or {})
 
@@ -327,6 +339,8 @@ class Recorder:
             "segment": self._writer.segment, **memory_capacity(self.device),
         })
         self._writer.event("start", segment=self._writer.segment, pid=os.getpid())
+        if self._uploader is not None:
+            self._uploader.start()  # after the heartbeat: it uploads until the run ends
         self._fatal = FatalStackFile(rank_dir, self._writer.segment)
         self._comm = CommTimer()
         self._comm_calls = None
@@ -533,6 +547,10 @@ class Recorder:
         self._writer.close(state)
         self._rss.close()
         self._fatal.close()
+        if self._uploader is not None:
+            problem = self._uploader.finish()  # the last pass: the bucket holds the whole run
+            if problem:
+                warnings.warn(problem, DebugkitWarning, stacklevel=2)
 
     def comm(self):
         """Context manager around a blocking collective; its time counts as ``comm_s``.

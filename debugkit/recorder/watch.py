@@ -221,7 +221,8 @@ def watch(model, optimizer, run_dir, *, capture_uncaught: bool = True, **recorde
         The optimizer the loop steps (one ``optimizer.step()`` is one recorded step).
         Accelerate's prepared optimizer is accepted.
     run_dir : str or Path
-        Where the run is written.
+        Where the run is written. A URL (``s3://bucket/runs/x``) is
+        recorded through a local spool and uploaded after every flush (see ``Recorder``).
     capture_uncaught : bool
         Chain a ``sys.excepthook`` that captures an exception ending the script.
     **recorder_kwargs

@@ -1,0 +1,198 @@
+"""Benchmark: a store of runs in a real S3 server behind a network delay, next to the same
+store on local disk.
+
+Starts SeaweedFS (``weed mini``, tests/s3server.py) on loopback, uploads N runs (real
+sample runs in turn, ``run00000``...) into a bucket, and puts a latency-injecting TCP proxy
+in front of its S3 port: every request waits ``--latency-ms`` (default 40 ms, a real
+region is 20-80 ms) before it is forwarded. Then, each in a fresh process (imports
+included), with the credentials and the proxy's address only in the environment
+(``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` / ``AWS_ENDPOINT_URL``):
+
+- ``list cold``: the run list (every run found and summarised) with an empty index;
+- ``list indexed``: the same in a new process once the index is filled;
+- ``Home cold`` / ``Home indexed``: the Home page rendered (Streamlit's AppTest of app.py)
+  with an empty index / with the index filled;
+- ``Overview``: one run's Overview page (AppTest, a new process, that run not yet read);
+
+and the same five on a local copy of the store. It prints seconds (median of
+``--repeat``) and the number of HTTP requests the proxy forwarded.
+
+    python bench/object_store.py [--runs 200] [--latency-ms 40] [--repeat 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SAMPLES = ["digits-mlp", "digits-bad-label", "digits-vanishing", "memory-leak",
+           "wine-missing-feature"]
+
+LIST = """
+import time, sys
+t0 = time.perf_counter()
+from debugkit.diagnose import index
+from debugkit.io import store
+rows = index.summarize_runs(store.find_runs([store.as_path(sys.argv[1])]))
+assert len(rows) == int(sys.argv[2]), len(rows)
+assert not any(r["error"] for r in rows), [r["error"] for r in rows if r["error"]][:3]
+print(time.perf_counter() - t0)
+"""
+
+HOME = """
+import time, sys, os
+t0 = time.perf_counter()
+from streamlit.testing.v1 import AppTest
+at = AppTest.from_file(sys.argv[1], default_timeout=600)
+at.run()
+assert not at.exception, [e.value for e in at.exception]
+table = at.table[0].value
+assert len(table) == int(sys.argv[2]), len(table)
+print(time.perf_counter() - t0)
+"""
+
+OVERVIEW = """
+import time, sys
+t0 = time.perf_counter()
+from streamlit.testing.v1 import AppTest
+at = AppTest.from_file(sys.argv[1], default_timeout=600)
+at.query_params["run"] = sys.argv[3]
+at.switch_page("pages/overview.py")
+at.run()
+assert not at.exception, [e.value for e in at.exception]
+assert not at.error, [e.value for e in at.error]
+print(time.perf_counter() - t0)
+"""
+
+
+class DelayProxy:
+    """A TCP proxy on loopback that holds each request ``delay_s`` before forwarding it.
+
+    A request is what a client sends after the last response (or on a new connection):
+    the first bytes from the client after bytes went the other way wait ``delay_s``.
+    ``requests`` counts them."""
+
+    def __init__(self, target_port: int, delay_s: float):
+        self.target_port, self.delay_s = target_port, delay_s
+        self.requests = 0
+        self.port = None
+        self._loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        threading.Thread(target=self._run, args=(ready,), daemon=True).start()
+        ready.wait()
+
+    def _run(self, ready):
+        asyncio.set_event_loop(self._loop)
+
+        async def start():
+            server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+            self.port = server.sockets[0].getsockname()[1]
+            ready.set()
+            await server.serve_forever()
+
+        self._loop.run_until_complete(start())
+
+    async def _handle(self, creader, cwriter):
+        sreader, swriter = await asyncio.open_connection("127.0.0.1", self.target_port)
+        state = {"last": "server"}
+
+        async def pipe(reader, writer, side):
+            try:
+                while data := await reader.read(1 << 16):
+                    if side == "client" and state["last"] == "server":
+                        self.requests += 1
+                        await asyncio.sleep(self.delay_s)
+                    state["last"] = side
+                    writer.write(data)
+                    await writer.drain()
+            except (ConnectionError, asyncio.IncompleteReadError):
+                pass
+            finally:
+                try:
+                    writer.close()
+                except Exception:  # noqa: BLE001
+                    pass
+
+        await asyncio.gather(pipe(creader, swriter, "client"), pipe(sreader, cwriter, "server"))
+
+
+def timed(code: str, args, env, repeat: int, fresh_cache=None) -> float:
+    times = []
+    for _ in range(repeat):
+        if fresh_cache is not None:
+            shutil.rmtree(fresh_cache, ignore_errors=True)
+        out = subprocess.run([sys.executable, "-c", code, *map(str, args)], env=env, cwd=ROOT,
+                             capture_output=True, text=True, timeout=1800)
+        if out.returncode != 0:
+            raise SystemExit(f"failed: {out.stderr[-3000:]}")
+        times.append(float(out.stdout.strip().splitlines()[-1]))
+    return statistics.median(times)
+
+
+def measure(root: str, n: int, env: dict, cache: Path, repeat: int, proxy=None) -> dict:
+    env = dict(env, DEBUGKIT_CACHE=str(cache), DEBUGKIT_ROOTS=root,
+               DEBUGKIT_STORE=str(cache.parent / "empty-store"), PYTHONPATH=str(ROOT))
+    app = ROOT / "app.py"
+    out = {}
+
+    def run(name, code, args, fresh):
+        before = proxy.requests if proxy else 0
+        out[name] = (timed(code, args, env, repeat, cache if fresh else None),
+                     (proxy.requests - before) // repeat if proxy else None)
+
+    run("list cold (empty index)", LIST, [root, n], True)
+    run("list indexed (new process)", LIST, [root, n], False)
+    run("Home cold (empty index)", HOME, [app, n], True)
+    run("Home indexed (new process)", HOME, [app, n], False)
+    run("Overview of one run (new process)", OVERVIEW, [app, n, "run00001"], False)
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--latency-ms", type=float, default=40.0)
+    ap.add_argument("--repeat", type=int, default=1)
+    args = ap.parse_args(argv)
+
+    from tests.s3server import start_s3_server
+
+    tmp = Path(tempfile.mkdtemp(prefix="dk-bench-s3-"))
+    server = start_s3_server(tmp / "s3")
+    try:
+        local = tmp / "local" / "runs"
+        local.mkdir(parents=True)
+        for i in range(args.runs):
+            shutil.copytree(ROOT / "sample_runs" / SAMPLES[i % len(SAMPLES)], local / f"run{i:05d}")
+        bucket = server.new_bucket("bench")
+        server.filesystem().put(f"{local}/", f"{bucket}/runs/", recursive=True)
+        port = int(server.endpoint.rsplit(":", 1)[1])
+        proxy = DelayProxy(port, args.latency_ms / 1000)
+        env = dict(os.environ, **server.env())
+        env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{proxy.port}"
+        s3 = measure(f"s3://{bucket}/runs", args.runs, env, tmp / "cache-s3" / "c", args.repeat, proxy)
+        disk = measure(str(local), args.runs, dict(os.environ), tmp / "cache-disk" / "c", args.repeat)
+    finally:
+        server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{args.runs} runs; S3 (SeaweedFS) behind +{args.latency_ms:g} ms per request, "
+          f"vs the same runs on local disk; seconds, median of {args.repeat}")
+    print(f"{'':<36} {'S3 +lat':>9} {'requests':>9} {'local':>8}")
+    for k in s3:
+        print(f"{k:<36} {s3[k][0]:>9.2f} {s3[k][1]:>9} {disk[k][0]:>8.2f}")
+
+
+if __name__ == "__main__":
+    main()
