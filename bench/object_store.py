@@ -31,7 +31,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,7 +57,7 @@ from streamlit.testing.v1 import AppTest
 at = AppTest.from_file(sys.argv[1], default_timeout=600)
 at.run()
 assert not at.exception, [e.value for e in at.exception]
-table = at.table[0].value
+table = at.dataframe[0].value
 assert len(table) == int(sys.argv[2]), len(table)
 print(time.perf_counter() - t0)
 """

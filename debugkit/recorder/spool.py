@@ -87,7 +87,7 @@ class Uploader:
                 url=self.url, detail=f"no answer in {FIRST_PASS_TIMEOUT_S:g} s",
                 spool=self.spool)) from None
         if done.returncode != 0:
-            detail = (done.stderr.strip().splitlines() or ["exit status %d" % done.returncode])[-1]
+            detail = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
             raise DebugkitError(MSG_FIRST_UPLOAD.format(url=self.url, detail=detail[:400],
                                                         spool=self.spool))
 

@@ -39,15 +39,18 @@ def _rendered(page, root, monkeypatch, **query) -> str:
     return _texts(_open(page, **query)).replace(str(root), "R")
 
 
-def test_home_and_the_picker_list_the_buckets_runs(served):
+def test_home_and_the_picker_list_the_buckets_runs(s3, s3_samples, monkeypatch):
+    monkeypatch.setenv("DEBUGKIT_ROOTS", str(SAMPLE_RUNS))
+    local = _open("home").dataframe[0].value
+    monkeypatch.setenv("DEBUGKIT_ROOTS", s3_samples)
     at = _open("home")
     assert not at.error, [e.value for e in at.error]
-    table = at.table[0].value.reset_index()
+    table = at.dataframe[0].value
     ids = sorted(p.name for p in SAMPLE_RUNS.iterdir() if p.is_dir())
-    assert sorted(table["id"]) == ids
-    rows = {r["id"]: r for r in table.to_dict("records")}
+    assert sorted(table["run"]) == ids
+    assert table.reset_index(drop=True).equals(local.reset_index(drop=True))
+    rows = {r["run"]: r for r in table.to_dict("records")}
     assert rows["digits-bad-label"]["status"] == "failed" and rows["digits-bad-label"]["failures"] == 1
-    assert rows["digits-bad-label"]["most severe finding"].startswith("step_failure: Step 75")
     picker = [s for s in at.sidebar.selectbox if "run" in s.label.lower()]
     assert picker and set(ids) <= {str(o) for o in picker[0].options}
 
