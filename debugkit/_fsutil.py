@@ -162,11 +162,6 @@ def read_bytes_capped(path, max_bytes: int, what: str = "this file") -> bytes:
     return data
 
 
-def _is_upath(path) -> bool:
-    """A ``UPath`` (a file in an object store; see :mod:`debugkit.location`)."""
-    return type(path).__module__.split(".")[0] == "upath"
-
-
 def read_json(path, *, max_bytes: int = MAX_JSON_BYTES) -> Any:
     """Parse a JSON file, at most ``max_bytes`` of it (:data:`MAX_JSON_BYTES`).
 

@@ -30,7 +30,7 @@ from .. import format as fmt
 from .._fsutil import atomic_write_json
 from .._version import __version__
 from ..errors import MSG_RUN_UNEXPECTED, DebugkitError
-from ..io.fs import as_path, is_local
+from ..io.fs import as_path, is_local, list_tree, stamp_of
 
 log = logging.getLogger(__name__)
 
@@ -78,20 +78,60 @@ def store_signatures(root) -> dict[str, tuple]:
                     continue
                 sig.append((os.path.join(rest, name) if rest else name, st.st_size, st.st_mtime_ns))
         return {k: tuple(v) for k, v in out.items()}
-    fs, base = root.fs, root.path.rstrip("/")
-    try:
-        found = fs.find(base, detail=True)
-    except (OSError, FileNotFoundError):
-        return {}
-    for name, info in sorted(found.items()):
-        rel = name[len(base):].lstrip("/") if name.startswith(base) else name
+    for rel, info in sorted(list_tree(root).items()):  # the listing find_runs made
         top, _, rest = rel.partition("/")
         if not rest:
             continue
-        stamp = next((info.get(k) for k in ("mtime", "LastModified", "updated", "created", "ETag",
-                                            "etag", "generation") if info.get(k) is not None), None)
-        out.setdefault(top, []).append((rest, int(info.get("size") or 0), str(stamp)))
+        out.setdefault(top, []).append((rest, int(info.get("size") or 0), stamp_of(info)))
     return {k: tuple(v) for k, v in out.items()}
+
+
+#: Files a mirror of a run in an object store leaves out: the analyses that read them
+#: (checkpoint weights, profiles) read them in place, once, when they run.
+MIRROR_MAX_FILE_BYTES = 64 << 20
+
+
+def mirror_runs(entries, sigs: dict[str, tuple]) -> dict[str, Path]:
+    """Local copies of runs in an object store, for analysing them: every small file of
+    every run fetched at once, concurrently (one batched ``cat`` of fsspec: S3 requests
+    overlap instead of one round trip per file), into ``$DEBUGKIT_CACHE/mirror/``.
+    ``{run url: local folder}``; files over :data:`MIRROR_MAX_FILE_BYTES` are not
+    copied. A run changed in the bucket has another signature, so it is fetched again."""
+    from .._fsutil import cache_dir
+
+    todo, out = {}, {}
+    fs = None
+    for e in entries:
+        sig = sigs.get(str(e.path))
+        if sig is None or is_local(e.path):
+            continue
+        fs = e.path.fs
+        base = e.path.path.rstrip("/")
+        local = cache_dir() / "mirror" / signature_digest((str(e.path),) + tuple(sig))
+        out[str(e.path)] = local
+        if (local / ".complete").is_file():
+            continue
+        for rel, size, _stamp in sig:
+            if size <= MIRROR_MAX_FILE_BYTES and ".." not in rel.split("/"):
+                todo[f"{base}/{rel}"] = local / rel
+    failed = set()
+    if todo and fs is not None:
+        got = fs.cat(list(todo), on_error="return")
+        for name, dest in todo.items():
+            data = got.get(name)
+            if not isinstance(data, bytes):
+                failed.add(str(dest))
+                continue
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(data)
+    done = {}
+    for url, local in out.items():
+        if any(f.startswith(str(local) + os.sep) for f in failed):
+            continue  # a file could not be fetched: analysed in place instead
+        local.mkdir(parents=True, exist_ok=True)
+        (local / ".complete").touch()
+        done[url] = local
+    return done
 
 
 def _entry_file(folder: Path, path: str) -> Path:
@@ -123,12 +163,17 @@ def findings_counts(found) -> dict:
             "top_layer": worst.layer if worst else None}
 
 
-def _analyse(entry) -> dict:
+def _analyse(entry, mirror: Path | None = None) -> dict:
     from ..io import store
     from ..io.run import open_run
     from . import diagnose
 
-    row = store.summarize(entry)
+    if mirror is not None:  # a run in an object store, read from its local copy
+        row = store.summarize(store.RunEntry(entry.id, mirror, entry.root))
+        row["path"] = str(entry.path)
+        entry = store.RunEntry(entry.id, mirror, entry.root)
+    else:
+        row = store.summarize(entry)
     row.update({"errors": None, "warnings": None, "top": "", "top_kind": None, "top_step": None,
                 "top_layer": None})
     if row["error"] is not None:
@@ -145,7 +190,8 @@ def _analyse(entry) -> dict:
     return row
 
 
-def summarize_run(entry, sig: tuple | None = None, *, folder: Path | None = None) -> dict:
+def summarize_run(entry, sig: tuple | None = None, *, folder: Path | None = None,
+                  mirror: Path | None = None) -> dict:
     """The run-list row of one run, from the index when the run's files are unchanged.
 
     Parameters
@@ -157,6 +203,8 @@ def summarize_run(entry, sig: tuple | None = None, *, folder: Path | None = None
         for a whole root at once.
     folder : Path, optional
         The index folder (default: :func:`index_dir`).
+    mirror : Path, optional
+        A local copy of a run in an object store (:func:`mirror_runs`) to analyse.
 
     Returns
     -------
@@ -178,7 +226,7 @@ def summarize_run(entry, sig: tuple | None = None, *, folder: Path | None = None
         if row.get("status") == fmt.STATE_RUNNING:
             row["status"] = _live_status(entry, row["status"])
         return row
-    row = _analyse(entry)
+    row = _analyse(entry, mirror)
     try:
         atomic_write_json(file, {"version": INDEX_VERSION, "debugkit": __version__,
                                  "path": str(entry.path), "signature": digest,
@@ -202,16 +250,27 @@ def summarize_runs(entries, *, folder: Path | None = None) -> list[dict]:
     :func:`debugkit.io.store.find_runs` returns), reading each root's signatures once."""
     by_root: dict[str, dict] = {}
     rows = []
+    sigs: dict[str, tuple] = {}
     for e in entries:
-        sig = None
         root = e.root
         if root is not None and str(e.path) != str(root):
             key = str(root)
             if key not in by_root:
                 by_root[key] = store_signatures(root)
-            sig = by_root[key].get(Path(str(e.path)).name)
+            sig = by_root[key].get(e.path.name if hasattr(e.path, "name") else str(e.path))
+            if sig is not None:
+                sigs[str(e.path)] = sig
+    # runs in an object store that the index does not hold as they are now: fetched at
+    # once, concurrently, and analysed from local copies (not one round trip per file)
+    index = index_dir() if folder is None else folder
+    stale = [e for e in entries if not is_local(e.path) and str(e.path) in sigs
+             and _read_entry(_entry_file(index, str(e.path)), str(e.path),
+                             signature_digest(sigs[str(e.path)])) is None]
+    mirrors = mirror_runs(stale, sigs) if stale else {}
+    for e in entries:
+        sig = sigs.get(str(e.path))
         try:
-            rows.append(summarize_run(e, sig, folder=folder))
+            rows.append(summarize_run(e, sig, folder=folder, mirror=mirrors.get(str(e.path))))
         except Exception as exc:  # noqa: BLE001 - one bad run is one error row
             log.exception("listing run %s", e.id)
             msg = MSG_RUN_UNEXPECTED.format(run=e.id, type=type(exc).__name__, detail=exc)

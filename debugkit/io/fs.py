@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import re
+import threading
+import time
 
 from ..location import (  # noqa: F401  (the one path helper, re-exported for io's readers)
     BACKENDS,
@@ -83,3 +85,47 @@ def files_signature(path) -> tuple:
         rel = name[len(base):].lstrip("/") if name.startswith(base) else name
         sig.append((rel, int(info.get("size") or 0), str(stamp)))
     return tuple(sig)
+
+
+#: How long one listing of a URL root is reused (seconds): the run list, the index's
+#: signatures and a page's run lookup in one rerun share it, and a run added to the bucket
+#: shows within this time (the pages' own run-list cache is 5 s).
+LISTING_TTL_S = 2.0
+_LISTINGS: dict[str, tuple[float, dict]] = {}
+_LISTINGS_LOCK = threading.Lock()
+
+
+def list_tree(root) -> dict[str, dict]:
+    """``{relative name: info}`` of every object under a URL ``root``, from one flat
+    listing (``ListObjectsV2`` without a delimiter on S3: one request per 1,000 objects,
+    not one per run), reused for :data:`LISTING_TTL_S` seconds. ``{}`` when it cannot be
+    listed. ``info`` has ``size`` and the backend's modification stamp."""
+    root = as_path(root) if isinstance(root, str) else root
+    key = str(root).rstrip("/")
+    now = time.monotonic()
+    with _LISTINGS_LOCK:
+        hit = _LISTINGS.get(key)
+        if hit is not None and now - hit[0] < LISTING_TTL_S:
+            return hit[1]
+    fs, base = root.fs, root.path.rstrip("/")
+    try:
+        found = fs.find(base, detail=True)
+    except (OSError, FileNotFoundError, ValueError):
+        found = {}
+    out = {}
+    for name, info in found.items():
+        rel = name[len(base):].lstrip("/") if name.startswith(base) else name
+        if rel:
+            out[rel] = info
+    with _LISTINGS_LOCK:
+        _LISTINGS[key] = (now, out)
+        if len(_LISTINGS) > 64:
+            _LISTINGS.pop(next(iter(_LISTINGS)))
+    return out
+
+
+def stamp_of(info: dict) -> str:
+    """The modification stamp an fsspec listing gives for an object."""
+    return str(next((info.get(k) for k in ("mtime", "LastModified", "updated", "created",
+                                           "ETag", "etag", "generation")
+                     if info.get(k) is not None), None))

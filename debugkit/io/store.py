@@ -11,7 +11,7 @@ from pathlib import Path
 from .. import format as fmt
 from ..errors import MSG_RUN_UNEXPECTED, DebugkitError, InvalidInputError
 from .access import allowed_roots, is_allowed
-from .fs import as_path, is_local, split_roots
+from .fs import as_path, is_local, list_tree, split_roots
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 OPENED_FILE = ".debugkit-opened.json"
@@ -142,7 +142,17 @@ def find_runs(roots: list[Path]) -> list[RunEntry]:
         root = as_path(root) if isinstance(root, str) else root
         candidates = []  # (id, folder)
         prefix = root.name
-        if is_run_dir(root):
+        if not is_local(root):
+            # an object store: one flat listing of the root (list_tree), not a request per run
+            listed = list_tree(root)
+            if fmt.MANIFEST in listed:
+                candidates.append((root.name, root))
+                prefix = root.parent.name or root.name
+            else:
+                runs = sorted({rel.split("/", 1)[0] for rel in listed
+                               if rel.count("/") == 1 and rel.endswith("/" + fmt.MANIFEST)})
+                candidates = [(name, root / name) for name in runs if not name.startswith(".")]
+        elif is_run_dir(root):
             candidates.append((root.name, root))
             prefix = root.parent.name or root.name
         elif root.is_dir():

@@ -162,3 +162,36 @@ def test_a_missing_s3fs_says_what_to_install(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_s3fs)
     with pytest.raises(MissingDependencyError, match=r"pip install 'debugkit\[s3\]'"):
         as_path("s3://bucket/runs/r1")
+
+
+def test_the_run_list_rereads_a_run_changed_in_the_bucket(s3, tmp_path, monkeypatch):
+    """One flat listing of the root finds the runs and their signatures; a run whose files
+    change in the bucket is analysed again (its cached row is keyed on the listing), one
+    added is listed, and the rows equal the local runs' rows."""
+    import time
+
+    from debugkit.diagnose import index
+    from debugkit.io import fs as fsmod
+    from debugkit.io import store
+
+    monkeypatch.setattr(fsmod, "LISTING_TTL_S", 0.0)
+    bucket = s3.new_bucket()
+    fs = s3.filesystem()
+    fs.put(f"{SAMPLE_RUNS / 'digits-mlp'}/", f"{bucket}/runs/a/", recursive=True)
+    root = f"s3://{bucket}/runs"
+    (row,) = index.summarize_runs(store.find_runs([root]))
+    assert (row["id"], row["status"], row["failures"], row["cached"]) == ("a", "finished", 0, False)
+    assert row["path"] == f"{root}/a"
+    (again,) = index.summarize_runs(store.find_runs([root]))
+    assert again["cached"] is True
+    # the run changes in the bucket: it becomes digits-bad-label (a failure capture more)
+    fs.rm(f"{bucket}/runs/a", recursive=True)
+    time.sleep(1.1)  # object stores stamp to the second
+    fs.put(f"{SAMPLE_RUNS / 'digits-bad-label'}/", f"{bucket}/runs/a/", recursive=True)
+    fs.put(f"{SAMPLE_RUNS / 'digits-mlp'}/", f"{bucket}/runs/b/", recursive=True)
+    rows = {r["id"]: r for r in index.summarize_runs(store.find_runs([root]))}
+    assert sorted(rows) == ["a", "b"]
+    assert (rows["a"]["status"], rows["a"]["failures"], rows["a"]["cached"]) == ("failed", 1, False)
+    local = index.summarize_runs([store.RunEntry("a", SAMPLE_RUNS / "digits-bad-label", None)])[0]
+    assert {k: rows["a"][k] for k in ("errors", "warnings", "top", "steps")} == \
+        {k: local[k] for k in ("errors", "warnings", "top", "steps")}
