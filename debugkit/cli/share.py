@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from ..errors import InvalidInputError
+from ..location import is_local
 
 DEFAULT_BASE_URL = "http://localhost:8501"
 MSG_BASE_FROM_CONFIG = ("debugkit: the link's address {base} is the one Streamlit's settings give "
@@ -35,9 +36,12 @@ def server_run_id(path: Path) -> tuple[str, bool]:
     """The id the dashboard serves ``path`` under, and whether it serves it at all."""
     from ..io.store import find_runs, served_roots
 
-    real = os.path.realpath(path)
+    def place(p) -> str:  # a run in a bucket is its URL; a local one its real path
+        return os.path.realpath(p) if is_local(p) else str(p).rstrip("/")
+
+    real = place(path)
     for e in find_runs(served_roots()):
-        if os.path.realpath(e.path) == real:
+        if place(e.path) == real:
             return e.id, True
     name = path.name
     return (name if re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$", name)
@@ -89,8 +93,9 @@ def run(args) -> int:
     from ..audit.store import load_audit
     from ..io.run import open_run
     from ..io.store import default_roots, resolve_run, served_roots
+    from ..location import as_path
 
-    target = Path(args.run).expanduser()
+    target = as_path(args.run)  # a run in a bucket stays a URL
     if not target.exists() and re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$", args.run):
         target = resolve_run(args.run, served_roots()).path
     run_ = open_run(target)

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from ..errors import InvalidInputError
-from ..io.access import check_allowed
+from ..io.access import allowed_roots, check_allowed
 
 
 def register(sub) -> None:
@@ -84,13 +84,18 @@ def run(args) -> int:
             path = as_path(p)
             if is_local(path):
                 path = path.resolve()
+            elif allowed_roots() is not None:
+                # the allow-list is checked as text, before a request goes out; without
+                # one, a URL the operator names here is a served (so allowed) root
+                check_allowed(path)
             try:
                 exists = path.exists()
             except OSError as exc:  # an object store that refuses (credentials, endpoint)
                 raise InvalidInputError(f"{p}: cannot be listed ({exc})") from None
             if not exists:
                 raise InvalidInputError(f"{p}: no such file or directory")
-            check_allowed(path)  # a folder outside DEBUGKIT_ALLOWED_ROOTS is not served
+            if is_local(path):
+                check_allowed(path)  # a folder outside DEBUGKIT_ALLOWED_ROOTS is not served
             roots.append(str(path))
         env["DEBUGKIT_ROOTS"] = os.pathsep.join(roots)
     if args.share_only:

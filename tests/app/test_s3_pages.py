@@ -112,3 +112,48 @@ def test_compare_page_offers_the_buckets_runs_as_base(served):
     at = _open("compare", run="digits-compare-lr")
     base = [s for s in at.selectbox if "base" in s.label.lower()]
     assert base and "digits-compare-base" in {str(o) for o in base[0].options}
+
+
+def test_a_share_link_made_on_one_server_opens_on_another(s3, s3_samples, tmp_path, monkeypatch):
+    """Two dashboards serve one bucket, each with its own machine's store (no shared
+    disk); the share secret comes from configuration (DEBUGKIT_SECRET). A link made with
+    `debugkit share` on the first machine opens the audit alone on the second; with
+    another secret (a per-machine one) it is refused."""
+    import os
+    import subprocess
+    import sys
+    import urllib.parse
+    from pathlib import Path
+
+    from debugkit.audit.store import list_audits
+
+    audit_id = list_audits(SAMPLE_RUNS / "credit-audit")[0]["id"]
+    secret = "a-secret-the-operator-configures-for-every-server"
+    env = dict(os.environ, **s3.env(), DEBUGKIT_SECRET=secret, DEBUGKIT_ROOTS=s3_samples,
+               DEBUGKIT_STORE=str(tmp_path / "machine-a-store"), PYTHONPATH=str(ROOT))
+    made = subprocess.run([str(Path(sys.executable).with_name("debugkit")), "share",
+                           f"{s3_samples}/credit-audit", "--audit", audit_id,
+                           "--base-url", "http://machine-a:8501"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr
+    query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(made.stdout.strip()).query))
+    assert (query["run"], query["audit"]) == ("credit-audit", audit_id)
+
+    def open_on_machine_b(secret_b):
+        monkeypatch.setenv("DEBUGKIT_ROOTS", s3_samples)
+        monkeypatch.setenv("DEBUGKIT_STORE", str(tmp_path / "machine-b-store"))
+        if secret_b:
+            monkeypatch.setenv("DEBUGKIT_SECRET", secret_b)
+        else:
+            monkeypatch.delenv("DEBUGKIT_SECRET", raising=False)
+        at = new_app(**query)
+        at.switch_page("pages/audit.py")
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        return at
+
+    at = open_on_machine_b(secret)
+    assert at.session_state["debugkit_pages"] == {"pages/audit.py"}
+    assert f"Shared read-only view of audit `{audit_id}`" in _texts(at)
+    refused = open_on_machine_b(None)  # machine B's own per-machine secret
+    assert f"Shared read-only view of audit `{audit_id}`" not in _texts(refused)

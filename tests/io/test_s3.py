@@ -195,3 +195,41 @@ def test_the_run_list_rereads_a_run_changed_in_the_bucket(s3, tmp_path, monkeypa
     local = index.summarize_runs([store.RunEntry("a", SAMPLE_RUNS / "digits-bad-label", None)])[0]
     assert {k: rows["a"][k] for k in ("errors", "warnings", "top", "steps")} == \
         {k: local[k] for k in ("errors", "warnings", "top", "steps")}
+
+
+def test_ui_serves_a_bucket_given_on_the_command_line(s3, s3_samples, tmp_path):
+    """`debugkit ui s3://bucket/runs` exited 2 ("no such file or directory"); it serves now."""
+    import os
+    import signal
+    import socket
+    import urllib.request
+
+    from .._polling import wait_for
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = _env(s3)
+    proc = subprocess.Popen([str(CONSOLE), "ui", s3_samples, "--port", str(port), "--host",
+                             "127.0.0.1", "--headless"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def healthy():
+        assert proc.poll() is None, proc.stdout.read()
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    try:
+        wait_for(healthy, "the dashboard to serve the bucket", timeout_s=120, interval_s=0.5)
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(30)
+    missing = dk("ui", f"{s3_samples}/no-such-folder", env=env, cwd=tmp_path, timeout=120)
+    assert missing.returncode == 2 and "no such file or directory" in missing.stderr
+    # an allow-list that does not name the bucket refuses it (issue 28's rule)
+    refused = dk("ui", s3_samples, env=dict(env, DEBUGKIT_ALLOWED_ROOTS=str(tmp_path)),
+                 cwd=tmp_path, timeout=120)
+    assert refused.returncode == 2 and "outside the folders this server may open" in refused.stderr
