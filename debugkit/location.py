@@ -60,7 +60,7 @@ def is_remote(value) -> bool:
     """True for ``scheme://...`` strings other than ``file://``: a location that opening
     would fetch (the allow-list, :mod:`debugkit.io.access`, checks these as text first)."""
     m = _URL.match(value) if isinstance(value, str) else None
-    return bool(m) and m.group("scheme").lower() != "file"
+    return m is not None and m.group("scheme").lower() != "file"
 
 
 def as_path(value):
