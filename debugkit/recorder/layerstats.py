@@ -9,7 +9,8 @@ On a sampled step the Recorder asks this module to
   of units, i.e. features or channels, that are zero for every sample of the batch);
 * take quantiles (1/5/25/50/75/95/99 %) of every trained parameter's weights and
   gradients when the gradients are ready (the optimizer's step pre-hook, or the end of
-  the step), from at most :data:`QUANTILE_SAMPLE` evenly strided elements, and its
+  the step), read from :data:`QUANTILE_SAMPLE` evenly spaced elements of each (all
+  parameters' samples sorted in one batched sort), and its
   number of dimensions (stat ``ndim``);
 * measure each parameter's update-to-weight ratio ``||w_after - w_before|| / ||w_before||``
   (that is ``||lr * update|| / ||w||``) around the optimizer step.
@@ -39,8 +40,9 @@ from .writer import PendingTensor
 #: Quantile levels of weights and gradients; stat names ``w_q01`` ... ``g_q99``.
 QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
 Q_NAMES = tuple(f"q{round(q * 100):02d}" for q in QUANTILES)
-#: At most this many elements (evenly strided) of a tensor go into its quantiles.
-QUANTILE_SAMPLE = 1 << 16
+#: The quantiles of a tensor are read from this many of its elements, evenly spaced (one
+#: batched sort of every parameter's sample per sampled step).
+QUANTILE_SAMPLE = 1024
 OUTPUT_STATS = ("mean", "std", "max_abs", "frac_zero", "frac_nonfinite")
 #: Modules whose output is bounded: (low, high) of the output, or None to read them from
 #: the module (hardtanh's ``min_val``/``max_val``).
@@ -69,14 +71,18 @@ def _bounds(module, cls: str):
     return b
 
 
-def _sample(t):
+def _spaced(t, idx_cache):
+    """``QUANTILE_SAMPLE`` evenly spaced elements of ``t`` (elements repeat when it is
+    smaller), so every tensor's sample has one length and all sort together."""
     import torch
 
     flat = t.detach().reshape(-1)
-    n = flat.numel()
-    if n > QUANTILE_SAMPLE:
-        flat = flat[:: -(-n // QUANTILE_SAMPLE)]
-    return flat.to(torch.float32)
+    key = (flat.numel(), flat.device)
+    idx = idx_cache.get(key)
+    if idx is None:
+        idx = idx_cache[key] = torch.linspace(0, flat.numel() - 1, QUANTILE_SAMPLE,
+                                              device=flat.device).round().long()
+    return flat.index_select(0, idx).to(torch.float32)
 
 
 class LayerStats:
@@ -147,13 +153,18 @@ class LayerStats:
         import torch
 
         rows: list = []
-        parts: list = []
+        samples: list = []
+        cache = self.__dict__.setdefault("_idx", {})
         for name, p in self._params:
-            parts.append(torch.quantile(_sample(p), self._q(p.device)))
+            samples.append(_spaced(p, cache))
             rows.extend((name, "param", "w_" + q) for q in Q_NAMES)
             if p.grad is not None:
-                parts.append(torch.quantile(_sample(p.grad), self._q(p.device)))
+                samples.append(_spaced(p.grad, cache))
                 rows.extend((name, "param", "g_" + q) for q in Q_NAMES)
+        parts: list = []
+        if samples:
+            srt = torch.stack(samples).sort(dim=1).values
+            parts.append(srt.index_select(1, self._q(srt.device)).reshape(-1))
         if self._params:
             nd = self.__dict__.get("_ndims")
             if nd is None or nd.device != self._params[0][1].device:
@@ -265,11 +276,13 @@ class LayerStats:
 
     # ------------------------------------------------------------------ internals
     def _q(self, device):
+        """Positions of :data:`QUANTILES` in a sorted sample (nearest rank)."""
         import torch
 
         cache = self.__dict__.setdefault("_qcache", {})
         if device not in cache:
-            cache[device] = torch.tensor(QUANTILES, dtype=torch.float32, device=device)
+            cache[device] = torch.tensor([round(q * (QUANTILE_SAMPLE - 1)) for q in QUANTILES],
+                                         dtype=torch.long, device=device)
         return cache[device]
 
     def _param_index(self, name: str) -> int:

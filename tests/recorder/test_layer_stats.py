@@ -63,7 +63,9 @@ def test_only_sampled_steps_carry_hooks_and_rows(tmp_path):
     assert qs == sorted(qs) and qs[0] < 0 < qs[-1]
     assert w["ndim"] == 2 and 0 < w["update_ratio"] < 1
     wt = _net()[0].weight.detach()
-    assert w["w_q50"] == pytest.approx(float(wt.reshape(-1).float().quantile(0.5)), rel=1e-5)
+    for q in (0.05, 0.5, 0.95):  # read from 1,024 evenly spaced elements of the 2,048
+        full = float(wt.reshape(-1).quantile(q))
+        assert w[f"w_q{round(q * 100):02d}"] == pytest.approx(full, abs=0.02 * float(wt.std()))
     assert run.manifest["layer_stats_every"] == 5
 
 

@@ -1,0 +1,189 @@
+"""Cost of the layer statistics (``Recorder(layer_stats_every=N)``) against its peers.
+
+Model: 24 x (Linear(W, W) + ReLU) + Linear(W, 10), CPU, one torch thread, two configs:
+
+- ``small``: W=128, batch 32 (a ~2-3 ms bare step on a quiet machine)
+- ``large``: W=256, batch 1024 (a ~30 ms bare step)
+
+Variants, each with its own model, run in interleaved rounds (rotating order) so machine
+noise hits all alike; per-step time of a round is the training thread's CPU time (and
+wall time) / steps, medians over rounds are printed:
+
+- bare:           forward, backward, SGD step
+- recorder:       bare inside ``rec.step`` with ``rec.log(loss=...)`` (norms every step)
+- recorder+layers: the same with ``layer_stats_every=N``
+- tb histograms:  bare + ``SummaryWriter.add_histogram`` of every weight and gradient
+                  every N steps (TensorBoard's way to look inside the layers)
+- wandb.watch:    bare + ``wandb.watch(model, log="all", log_freq=N)`` offline (skipped
+                  with a note when wandb is not installed; bench/requirements-peers.txt)
+
+Prints the overheads against bare, the layer statistics' own cost (recorder+layers
+against recorder) against the issue's targets (<= 2 % of the small step, <= 1 % of the
+large one at the default N), and the cost of one sampled step.
+
+    python bench/layer_stats.py [--config small|large|both] [--every 100] [--rounds 9] [--steps 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+CONFIGS = {"small": (128, 32), "large": (256, 1024)}
+
+
+def _model(width):
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(24):
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(width, 10))
+
+
+class Variant:
+    def __init__(self, name, width, batch, tmp, every, kind):
+        self.name = name
+        self.model = _model(width)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3)
+        g = torch.Generator().manual_seed(1)
+        self.x = torch.randn(batch, width, generator=g)
+        self.y = torch.randint(0, 10, (batch,), generator=g)
+        self.kind, self.every, self.i = kind, every, 0
+        self.rec = self.tb = self.wb = None
+        if kind in ("recorder", "layers"):
+            from debugkit import Recorder
+
+            self.rec = Recorder(Path(tmp) / name, self.model, self.opt,
+                                layer_stats_every=every if kind == "layers" else None)
+        elif kind == "tb":
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(str(Path(tmp) / name))
+        elif kind == "wandb":
+            import wandb
+
+            self.wb = wandb.init(project="bench", mode="offline", dir=str(tmp))
+            self.wb.watch(self.model, log="all", log_freq=every)
+
+    def _body(self):
+        loss = F.cross_entropy(self.model(self.x), self.y)
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+        return loss
+
+    def step(self):
+        if self.rec is not None:
+            with self.rec.step(None):
+                self.rec.log(loss=self._body())
+        else:
+            loss = self._body()
+            if self.tb is not None and self.i % self.every == 0:
+                for n, p in self.model.named_parameters():
+                    self.tb.add_histogram("w/" + n, p, self.i)
+                    self.tb.add_histogram("g/" + n, p.grad, self.i)
+            if self.wb is not None:
+                self.wb.log({"loss": loss.item()})
+        self.i += 1
+
+    def close(self):
+        if self.rec is not None:
+            self.rec.close()
+        if self.tb is not None:
+            self.tb.close()
+        if self.wb is not None:
+            self.wb.finish()
+
+
+def run(config, every, rounds, steps):
+    width, batch = CONFIGS[config]
+    kinds = [("bare", "bare"), ("recorder", "recorder"), ("recorder+layers", "layers"),
+             ("tb histograms", "tb")]
+    try:
+        import wandb  # noqa: F401
+
+        kinds.append(("wandb.watch", "wandb"))
+    except ImportError:
+        print("note: wandb is not installed: wandb.watch(log='all') skipped "
+              "(pip install -r bench/requirements-peers.txt)")
+    with tempfile.TemporaryDirectory() as tmp:
+        vs = [Variant(n, width, batch, tmp, every, k) for n, k in kinds]
+        for v in vs:  # warm up, and start every variant's step counter off a sample
+            for _ in range(3):
+                v.step()
+            v.i = 0
+        times = {v.name: [] for v in vs}
+        cpu = {v.name: [] for v in vs}
+        for r in range(rounds):
+            order = vs[r % len(vs):] + vs[:r % len(vs)]
+            for v in order:
+                t0, c0 = time.perf_counter(), time.thread_time()
+                for _ in range(steps):
+                    v.step()
+                times[v.name].append((time.perf_counter() - t0) / steps)
+                cpu[v.name].append((time.thread_time() - c0) / steps)
+        for v in vs:
+            v.close()
+    wall = {k: statistics.median(t) for k, t in times.items()}
+    med = {k: statistics.median(t) for k, t in cpu.items()}
+    bare = med["bare"]
+    print(f"\nconfig {config} (W={width}, batch {batch}), every={every}, {rounds} rounds x "
+          f"{steps} steps, median per step (training-thread CPU time, which preemption on a "
+          "loaded machine does not inflate; wall time beside it):")
+    for k, t in med.items():
+        extra = "" if k == "bare" else f"  {100 * (t / bare - 1):+6.2f} % vs bare"
+        print(f"  {k:16s} {1e3 * t:8.3f} ms CPU{extra}   (wall {1e3 * wall[k]:.3f} ms)")
+    own = med["recorder+layers"] / med["recorder"] - 1
+    target = 0.02 if config == "small" else 0.01
+    print(f"  layer statistics beyond the recorder: {100 * own:+.2f} % "
+          f"(target <= {100 * target:.0f} %: {'met' if own <= target else 'NOT met'})")
+    for peer in ("tb histograms", "wandb.watch"):
+        if peer in med:
+            print(f"  {peer} beyond bare: {100 * (med[peer] / bare - 1):+.2f} %")
+    return med
+
+
+def sampled_step_cost(config, reps=20):
+    """The time of one sampled step over an unsampled one (every=1 vs off)."""
+    width, batch = CONFIGS[config]
+    with tempfile.TemporaryDirectory() as tmp:
+        on = Variant("on", width, batch, tmp, 1, "layers")
+        off = Variant("off", width, batch, tmp, 1, "recorder")
+        t = {"on": [], "off": []}
+        for _ in range(reps):
+            for v, k in ((on, "on"), (off, "off")):
+                t0 = time.thread_time()
+                v.step()
+                t[k].append(time.thread_time() - t0)
+        on.close()
+        off.close()
+    a, b = statistics.median(t["on"]), statistics.median(t["off"])
+    print(f"  one sampled step: {1e3 * a:.3f} ms CPU vs {1e3 * b:.3f} ms unsampled "
+          f"(+{1e3 * (a - b):.3f} ms)")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", choices=["small", "large", "both"], default="small")
+    p.add_argument("--every", type=int, default=100)
+    p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--steps", type=int, default=200)
+    a = p.parse_args(argv)
+    torch.set_num_threads(1)
+    for c in (["small", "large"] if a.config == "both" else [a.config]):
+        run(c, a.every, a.rounds, a.steps)
+        sampled_step_cost(c)
+
+
+if __name__ == "__main__":
+    main()
