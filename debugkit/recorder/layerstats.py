@@ -6,7 +6,8 @@ On a sampled step the Recorder asks this module to
   other steps), and reduce each floating-point output to ``mean``, ``std``, ``max_abs``,
   ``frac_zero``, ``frac_nonfinite``, plus ``frac_saturated`` for bounded activations
   (tanh, sigmoid, hardtanh, ...) and ``frac_dead_units`` for the ReLU family (the share
-  of units, i.e. features or channels, that are zero for every sample of the batch);
+  of units, i.e. features or channels, that are zero for every sample of the batch),
+  from at most :data:`OUTPUT_ROWS` samples of the batch (evenly strided);
 * take quantiles (1/5/25/50/75/95/99 %) of every trained parameter's weights and
   gradients when the gradients are ready (the optimizer's step pre-hook, or the end of
   the step), read from :data:`QUANTILE_SAMPLE` evenly spaced elements of each (all
@@ -43,6 +44,8 @@ Q_NAMES = tuple(f"q{round(q * 100):02d}" for q in QUANTILES)
 #: The quantiles of a tensor are read from this many of its elements, evenly spaced (one
 #: batched sort of every parameter's sample per sampled step).
 QUANTILE_SAMPLE = 1024
+#: Output statistics read at most this many samples (evenly strided along the batch axis).
+OUTPUT_ROWS = 256
 OUTPUT_STATS = ("mean", "std", "max_abs", "frac_zero", "frac_nonfinite")
 #: Modules whose output is bounded: (low, high) of the output, or None to read them from
 #: the module (hardtanh's ``min_val``/``max_val``).
@@ -311,6 +314,8 @@ class LayerStats:
         if not isinstance(y, torch.Tensor) or not y.is_floating_point() or y.numel() == 0:
             return
         y = y.detach()
+        if y.dim() >= 2 and y.shape[0] > OUTPUT_ROWS:  # a bounded cost for large batches
+            y = y[:: -(-y.shape[0] // OUTPUT_ROWS)]
         yf = y.float()
         finite = torch.isfinite(yf)
         z = torch.where(finite, yf, torch.zeros((), dtype=yf.dtype, device=yf.device))
