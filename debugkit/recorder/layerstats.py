@@ -118,6 +118,7 @@ class LayerStats:
         self._step: int | None = None
         self._handles: list = []
         self._outs: list = []  # (order, module, cls, stat names, stats tensor)
+        self._measured: set = set()  # modules measured in the open step (first forward only)
         self._grad_part: Any = None
         self._w0: Any = None
         self._ratio = None
@@ -142,6 +143,7 @@ class LayerStats:
         self._forced.discard(step)
         self._step = step
         self._outs = []
+        self._measured = set()
         self._grad_part = None
         self._w0 = None
         self._ratio = None
@@ -309,6 +311,9 @@ class LayerStats:
     def _measure(self, order, name, cls, y, bounds, relu):
         import torch
 
+        if order in self._measured:  # a later forward of the step (accumulation, eval, reuse)
+            return
+
         if isinstance(y, (tuple, list)) and y:
             y = y[0]
         if not isinstance(y, torch.Tensor) or not y.is_floating_point() or y.numel() == 0:
@@ -338,6 +343,7 @@ class LayerStats:
                 dead = zero
             vals.append(dead.float().mean())
             names = names + ("frac_dead_units",)
+        self._measured.add(order)
         self._outs.append((order, name, cls, names, torch.stack(vals)))
 
     def _after_update(self, optimizer, args, kwargs):

@@ -102,3 +102,22 @@ def test_a_format_1_0_run_reads_with_an_empty_layers_table():
     df = run.layer_stats()
     assert list(df.columns) == ["step", "rank", "order", "module", "module_type", "stat", "value"]
     assert df.empty and run.row_counts()["layers"] == 0
+
+
+def test_watch_records_layer_stats_once_per_module_and_step(tmp_path):
+    import torch.nn.functional as F
+
+    import debugkit
+
+    m = _net()
+    opt = torch.optim.SGD(m.parameters(), lr=0.05)
+    with debugkit.watch(m, opt, run_dir=tmp_path / "w", layer_stats_every=2):
+        for _ in range(5):
+            opt.zero_grad()
+            for _j in range(2):  # two micro-batches per optimizer step
+                F.mse_loss(m(torch.randn(16, 8)), torch.zeros(16, 1)).backward()
+            opt.step()
+    df = open_run(tmp_path / "w").layer_stats()
+    assert {0, 2, 4} <= set(df["step"])
+    assert not df.duplicated(["step", "module", "stat"]).any()  # the first forward only
+    assert (df[df["stat"] == "update_ratio"]["value"] > 0).all()
