@@ -268,3 +268,29 @@ def _update_ratio(df, rank, cfg, scalars, ndims=None):
             evidence={"median_ratio": med, "ratios": [(int(s), v) for s, v in pairs][:50],
                       "lr": lr, "band": [cfg["update_low"], cfg["update_high"]]}))
     return found
+
+
+# ------------------------------------------------------------------ for the charts
+def layer_stat_matrix(stats, stat: str, rank: int = 0):
+    """One statistic as a module x step matrix: ``(modules, steps, values)`` with modules
+    in forward order (then parameters in model order), steps ascending and ``values`` a
+    float array of shape (modules, steps), NaN where a module has no value at a step."""
+    import numpy as np
+
+    df = stats[(stats["rank"] == rank) & (stats["stat"] == stat)]
+    if not len(df):
+        return [], [], np.zeros((0, 0))
+    order = df.groupby("module", sort=False)["order"].min().sort_values()
+    wide = df.pivot_table(index="module", columns="step", values="value", aggfunc="first")
+    wide = wide.reindex(list(order.index))
+    return list(wide.index), [int(s) for s in wide.columns], wide.to_numpy(dtype=float)
+
+
+def quantile_bands(stats, param: str, which: str = "w", rank: int = 0):
+    """The quantiles of one parameter's weights (``which="w"``) or gradients (``"g"``) over
+    the sampled steps: a DataFrame indexed by step with columns ``q01 ... q99``."""
+    df = stats[(stats["rank"] == rank) & (stats["module"] == param)
+               & stats["stat"].str.startswith(which + "_q")]
+    wide = df.pivot_table(index="step", columns="stat", values="value", aggfunc="first")
+    wide.columns = [c.split("_", 1)[1] for c in wide.columns]
+    return wide.sort_index()[sorted(wide.columns)]

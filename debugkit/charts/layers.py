@@ -1,0 +1,60 @@
+"""Figures of the layer statistics: a module x step heatmap of one statistic and a
+quantile fan chart of one parameter's weights or gradients over the sampled steps.
+
+Both take what :mod:`debugkit.analysis.layer_health` computed and only draw it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: (outer quantile, inner quantile, opacity) of the fan's bands, widest first.
+FAN_BANDS = (("q01", "q99", 0.15), ("q05", "q95", 0.25), ("q25", "q75", 0.4))
+FAN_COLOR = "31, 119, 180"
+
+
+def build_layer_stat_heatmap_figure(modules, steps, values, *, stat: str, log: bool = False):
+    """Heatmap of ``stat``: modules (rows, forward order) x sampled steps (columns).
+
+    ``log`` draws log10 of the absolute value (for ``max_abs`` and the quantiles);
+    NaN cells (no value) stay empty.
+    """
+    import plotly.graph_objects as go
+
+    z = np.asarray(values, dtype=float)
+    if log:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = np.log10(np.abs(z))
+        z[~np.isfinite(z)] = np.nan
+    fig = go.Figure(go.Heatmap(
+        z=z, x=[str(s) for s in steps], y=list(modules), colorscale="Viridis",
+        colorbar={"title": f"log10 |{stat}|" if log else stat},
+        hovertemplate="step %{x}<br>%{y}<br>" + stat + " %{z:.4g}<extra></extra>"))
+    fig.update_layout(title=f"{stat} by module and sampled step", xaxis_title="step",
+                      yaxis={"autorange": "reversed", "title": "module"},
+                      height=max(320, 22 * len(modules) + 140))
+    return fig
+
+
+def build_quantile_fan_figure(bands, *, param: str, which: str = "w"):
+    """Fan chart of a parameter's quantiles over sampled steps: 1-99 %, 5-95 % and
+    25-75 % bands around the median (``bands``: :func:`quantile_bands`' frame)."""
+    import plotly.graph_objects as go
+
+    label = "weights" if which == "w" else "gradients"
+    x = [int(s) for s in bands.index]
+    fig = go.Figure()
+    for lo, hi, alpha in FAN_BANDS:
+        if lo not in bands or hi not in bands:
+            continue
+        fig.add_trace(go.Scatter(x=x, y=bands[hi].tolist(), mode="lines", line={"width": 0},
+                                 showlegend=False, hoverinfo="skip"))
+        fig.add_trace(go.Scatter(x=x, y=bands[lo].tolist(), mode="lines", line={"width": 0},
+                                 fill="tonexty", fillcolor=f"rgba({FAN_COLOR}, {alpha})",
+                                 name=f"{lo[1:]}-{hi[1:]} %"))
+    if "q50" in bands:
+        fig.add_trace(go.Scatter(x=x, y=bands["q50"].tolist(), mode="lines+markers",
+                                 line={"color": f"rgb({FAN_COLOR})"}, name="median"))
+    fig.update_layout(title=f"{param}: {label} quantiles over sampled steps", xaxis_title="step",
+                      yaxis_title=label)
+    return fig
