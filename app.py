@@ -30,6 +30,7 @@ PAGES = [
     ("pages/overview.py", "Overview", ":material/dashboard:", "overview"),
     ("pages/scalars.py", "Scalars", ":material/show_chart:", "scalars"),
     ("pages/gradients.py", "Gradients", ":material/ssid_chart:", "gradients"),
+    ("pages/layers.py", "Layers", ":material/stacked_bar_chart:", "layers"),
     ("pages/memory.py", "Memory", ":material/memory:", "memory"),
     ("pages/profiler.py", "Profiler", ":material/speed:", "profiler"),
     ("pages/distributed.py", "Distributed", ":material/lan:", "distributed"),

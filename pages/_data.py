@@ -153,3 +153,14 @@ def render_live(path: str, render, every_s: float) -> None:
         st.fragment(render, run_every=every_s)()
     else:
         render()
+
+
+@st.cache_data(**CACHE, show_spinner=False)
+def _layer_stats(path: str, sig: tuple):
+    return _open(path).layer_stats()
+
+
+def read_layer_stats(path: str):
+    """:meth:`debugkit.Run.layer_stats` (DataFrame ``step, rank, order, module, module_type,
+    stat, value``), cached."""
+    return _layer_stats(path, signature(path))

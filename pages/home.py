@@ -205,6 +205,7 @@ PAGES = [
     ("pages/overview.py", "Overview", "status, loss curve and failures of one run"),
     ("pages/scalars.py", "Scalars", "every logged scalar and the learning rate, smoothed, several at once"),
     ("pages/gradients.py", "Gradients", "which layer's gradient went NaN, exploded or vanished, and when"),
+    ("pages/layers.py", "Layers", "dead units, saturation, activation growth and update ratios inside the layers"),
     ("pages/memory.py", "Memory", "memory timelines, leaks, and who holds memory (snapshots)"),
     ("pages/profiler.py", "Profiler", "where the step's time goes: py-spy and torch.profiler"),
     ("pages/distributed.py", "Distributed", "stragglers, hangs and collectives across ranks"),

@@ -20,6 +20,7 @@ RUN_PAGES = {
     "overview": None,  # the loss curve is there; checked below
     "scalars": None,  # the loss curve (the default pick) is there too
     "gradients": "This run has no gradient norms yet.",
+    "layers": "This run has no layer statistics.",
     "memory": "No memory rows yet",
     "profiler": "This run holds no profiles yet.",
     "distributed": "This run has a single rank.",

@@ -47,11 +47,11 @@ def test_home_lists_the_sample_runs(app):
     assert not [b for b in at.button if b.label.startswith("Open ")]
     # and it leads to every page
     links = {p.label.split("**")[1] for p in at.main.get("page_link")}
-    assert links == {"Overview", "Scalars", "Gradients", "Memory", "Profiler", "Distributed", "Checkpoints", "Replay",
+    assert links == {"Overview", "Scalars", "Gradients", "Layers", "Memory", "Profiler", "Distributed", "Checkpoints", "Replay",
                      "Bias audit", "Compare"}
     # The sidebar's menu (drawn by the app: Streamlit's own is off, docs/security.md)
     menu = [p.label for p in at.sidebar.get("page_link")]
-    assert menu == ["Home", "Overview", "Scalars", "Gradients", "Memory", "Profiler", "Distributed",
+    assert menu == ["Home", "Overview", "Scalars", "Gradients", "Layers", "Memory", "Profiler", "Distributed",
                     "Checkpoints", "Replay", "Compare", "Bias audit"]
 
 
