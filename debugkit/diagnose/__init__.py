@@ -62,7 +62,8 @@ def link_collective_mismatch(findings: list[Finding]) -> list[Finding]:
     who = " and ".join(f"rank {r}" for r in ranks)
     out = []
     for f in findings:
-        if f.kind in MISMATCH_CONSEQUENCES and f.step is not None and f.step >= root.step:
+        if f.kind in MISMATCH_CONSEQUENCES and f.step is not None and root.step is not None \
+                and f.step >= root.step:
             rel = {"kind": root.kind, "step": root.step, "rank": root.rank, "relation": "cause"}
             f = dataclasses.replace(
                 f, message=(f"A consequence of the collective call {who} made out of step at step "
