@@ -58,6 +58,8 @@ def link_collective_mismatch(findings: list[Finding]) -> list[Finding]:
     if not roots:
         return findings
     root = roots[0]
+    if root.step is None:  # no step to measure "after" from
+        return findings
     ranks = root.evidence.get("ranks") or [root.rank]
     who = " and ".join(f"rank {r}" for r in ranks)
     out = []
