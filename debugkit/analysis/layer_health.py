@@ -53,6 +53,11 @@ def _series(out, module, stat):
     return s["step"].tolist(), s["value"].tolist()
 
 
+def _share_range(run) -> str:
+    lo, hi = f"{min(run):.0%}", f"{max(run):.0%}"
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
 def _fmt(x: float) -> str:
     return f"{x:.3g}"
 
@@ -102,7 +107,7 @@ def _dead_units(df, rank, cfg):
         cls = sub[sub["module"] == module]["module_type"].iloc[0]
         found.append(Finding(
             kind="dead_units", step=int(first), rank=rank, layer=module, severity="warning",
-            message=(f"{module} ({cls}): {min(run):.0%}-{max(run):.0%} of its units output zero "
+            message=(f"{module} ({cls}): {_share_range(run)} of its units output zero "
                      f"for every sample of the batch on {n} sampled steps in a row from step "
                      f"{first}: dead units pass no gradient and stop learning. Check the "
                      "initialisation (Kaiming for ReLU) and the learning rate, or use a "
@@ -149,7 +154,7 @@ def _saturation(df, rank, cfg):
                          f"where it was {_fmt(g0)} at step {steps[0]}.")
         found.append(Finding(
             kind="saturation", step=int(first), rank=rank, layer=module, severity="warning",
-            message=(f"{module} ({cls}): {min(run):.0%}-{max(run):.0%} of its outputs sit at the "
+            message=(f"{module} ({cls}): {_share_range(run)} of its outputs sit at the "
                      f"bounds on {n} sampled steps in a row from step {first}; saturated units "
                      f"have a near-zero derivative, so little gradient flows back.{extra} Scale "
                      "the inputs or the initialisation down, add normalisation before it, or "

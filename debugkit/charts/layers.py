@@ -30,8 +30,11 @@ def build_layer_stat_heatmap_figure(modules, steps, values, *, stat: str, log: b
         z=z, x=[str(s) for s in steps], y=list(modules), colorscale="Viridis",
         colorbar={"title": f"log10 |{stat}|" if log else stat},
         hovertemplate="step %{x}<br>%{y}<br>" + stat + " %{z:.4g}<extra></extra>"))
-    fig.update_layout(title=f"{stat} by module and sampled step", xaxis_title="step",
-                      yaxis={"autorange": "reversed", "title": "module"},
+    # Categories: module names such as "0", "3" (nn.Sequential) and step labels are names,
+    # not numbers to space on a linear axis.
+    fig.update_layout(title=f"{stat} by module and sampled step",
+                      xaxis={"title": "step", "type": "category"},
+                      yaxis={"autorange": "reversed", "title": "module", "type": "category"},
                       height=max(320, 22 * len(modules) + 140))
     return fig
 

@@ -20,6 +20,7 @@ def test_heatmap_and_fan_chart_of_a_recorded_run(tmp_path):
     fig = build_layer_stat_heatmap_figure(modules, steps, values, stat="frac_dead_units")
     (hm,) = fig.data
     assert list(hm.y) == modules and list(hm.x) == [str(s) for s in steps]
+    assert fig.layout.yaxis.type == "category" and fig.layout.xaxis.type == "category"
     m2, s2, v2 = layer_stat_matrix(stats, "max_abs")
     assert m2[:5] == ["0", "1", "2", "3", "4"]  # forward order
     logfig = build_layer_stat_heatmap_figure(m2, s2, v2, stat="max_abs", log=True)
