@@ -30,7 +30,9 @@ def test_info_json_of_the_crashed_sample():
     assert info["manifest"]["schema_version"] == "1.0"
     assert info["manifest"]["model_factory"] == "examples.digits:build_model"
     # loss, epoch and lr per completed step; the failing step logged only its lr
-    assert info["row_counts"] == {"scalars": 75 * 3 + 1, "grads": 75 * 7, "memory": 76, "steps": 76}
+    # "layers": the run format 1.1 table (issue 33); this sample recorded none
+    assert info["row_counts"] == {"scalars": 75 * 3 + 1, "grads": 75 * 7, "memory": 76, "steps": 76,
+                                  "layers": 0}
     (f,) = info["failures"]
     assert f["error_type"] == "IndexError" and f["step"] == 75 and 1474 in f["dataset_indices"]
 
