@@ -4,7 +4,7 @@ The dashboard runs in the folder ``debugkit ui`` was started from, exactly as th
 does: the default store ``./runs``, ``.streamlit/secrets.toml`` and the share-link
 secret (``<store>/.debugkit-secret``) are the same ones ``debugkit share`` uses there,
 and nothing is written inside the installed package. The app's own
-``.streamlit/config.toml`` (upload cap, XSRF, theme) is passed as command-line options,
+``.streamlit/config.toml`` (upload cap, XSRF, toolbar) is passed as command-line options,
 except where the folder's own config sets them. The process *becomes* Streamlit
 (``exec``), so SIGTERM or one Ctrl-C stops the server and frees its port.
 """

@@ -17,7 +17,8 @@ def test_app_config_is_passed_from_another_folder(tmp_path):
     assert f["--server.maxUploadSize"] == "2048"
     assert f["--server.enableXsrfProtection"] == "true"
     assert f["--client.toolbarMode"] == "viewer"
-    assert f["--theme.base"] == "light"
+    # no theme is forced: it follows the visitor (issue 35)
+    assert not any(k.startswith("--theme.") for k in f)
 
 
 def test_the_folders_own_config_wins(tmp_path):
@@ -92,7 +93,8 @@ def test_ui_serves_through_the_preloading_launcher(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "execve", fake_exec)
     monkeypatch.chdir(tmp_path)
-    args = argparse.Namespace(paths=[str(tmp_path)], port=8600, host=None, headless=True)
+    args = argparse.Namespace(paths=[str(tmp_path)], port=8600, host=None, headless=True,
+                              share_only=False)
     try:
         ui.run(args)
     except SystemExit:
