@@ -16,20 +16,26 @@ FAN_COLOR = "31, 119, 180"
 def build_layer_stat_heatmap_figure(modules, steps, values, *, stat: str, log: bool = False):
     """Heatmap of ``stat``: modules (rows, forward order) x sampled steps (columns).
 
-    ``log`` draws log10 of the absolute value (for ``max_abs`` and the quantiles);
-    NaN cells (no value) stay empty.
+    ``log`` draws log10 of the absolute value (for ``max_abs`` and the quantiles); an
+    exact zero (a dead module's output) is drawn at the bottom of the colour scale, one
+    decade under the smallest non-zero value, never left blank; the hover shows the real
+    value. NaN cells (no value) stay empty.
     """
     import plotly.graph_objects as go
 
-    z = np.asarray(values, dtype=float)
+    raw = np.asarray(values, dtype=float)
+    z = raw.copy()
     if log:
         with np.errstate(divide="ignore", invalid="ignore"):
-            z = np.log10(np.abs(z))
+            z = np.log10(np.abs(raw))
+        finite = z[np.isfinite(z)]
+        floor = (finite.min() - 1.0) if finite.size else -1.0
+        z[raw == 0] = floor
         z[~np.isfinite(z)] = np.nan
     fig = go.Figure(go.Heatmap(
-        z=z, x=[str(s) for s in steps], y=list(modules), colorscale="Viridis",
+        z=z, x=[str(s) for s in steps], y=list(modules), colorscale="Viridis", customdata=raw,
         colorbar={"title": f"log10 |{stat}|" if log else stat},
-        hovertemplate="step %{x}<br>%{y}<br>" + stat + " %{z:.4g}<extra></extra>"))
+        hovertemplate="step %{x}<br>%{y}<br>" + stat + " %{customdata:.4g}<extra></extra>"))
     # Categories: module names such as "0", "3" (nn.Sequential) and step labels are names,
     # not numbers to space on a linear axis.
     fig.update_layout(title=f"{stat} by module and sampled step",

@@ -33,3 +33,18 @@ def test_heatmap_and_fan_chart_of_a_recorded_run(tmp_path):
     names = [t.name for t in fan.data if t.showlegend is not False]
     assert names == ["01-99 %", "05-95 %", "25-75 %", "median"]
     assert list(fan.data[-1].y) == bands["q50"].tolist()
+
+
+def test_a_dead_modules_zero_output_is_drawn_on_a_log_heatmap():
+    """An exact zero (a dead ReLU's max_abs) was log10 -inf and left blank: the module the
+    dead_units finding names showed no colour at all. It is the lowest cell now, and its
+    hover reads the real value; a missing value stays empty."""
+    import numpy as np
+
+    values = np.array([[2.0, 3.0], [0.0, 0.0], [0.5, np.nan]])
+    fig = build_layer_stat_heatmap_figure(["0", "1", "2"], [0, 10], values, stat="max_abs", log=True)
+    z = np.asarray(fig.data[0].z, dtype=float)
+    assert np.isfinite(z[1]).all() and (z[1] < np.nanmin(np.delete(z, 1, axis=0))).all()
+    assert np.isnan(z[2, 1])
+    assert np.asarray(fig.data[0].customdata, dtype=float)[1, 0] == 0.0
+    assert "customdata" in fig.data[0].hovertemplate
