@@ -66,6 +66,8 @@ def read_stream(path: str | os.PathLike, schema=None) -> StreamRead:
     except (pa.ArrowInvalid, OSError, ValueError) as exc:
         # Not even a whole schema message: a file cut off at its very start, or not Arrow.
         return StreamRead(schema.empty_table() if schema is not None else None, True, str(exc))
+    except pa.ArrowException as exc:  # a whole schema pyarrow cannot read (e.g. a 128-bit int)
+        raise RunDirError(MSG_TABLE_INVALID.format(path=path, batch="(schema)", detail=exc)) from None
     batches, truncated, detail = [], False, ""
     while True:
         try:
@@ -75,6 +77,9 @@ def read_stream(path: str | os.PathLike, schema=None) -> StreamRead:
         except (pa.ArrowInvalid, OSError, ValueError) as exc:
             truncated, detail = True, str(exc)
             break
+        except pa.ArrowException as exc:  # not a torn tail: a batch pyarrow cannot read at all
+            raise RunDirError(MSG_TABLE_INVALID.format(path=path, batch=len(batches),
+                                                       detail=exc)) from None
         try:
             batch.validate(full=True)
         except (pa.ArrowException, ValueError) as exc:

@@ -530,6 +530,16 @@ class Recorder:
             return
         self._closed = True
         self._nonfinite.resolve_pending(block=True)
+        st = self._cur
+        if st is not None:
+            # A step left open: an error raised from a hook (halt_on_nonfinite in the
+            # optimizer's pre-step hook under the HF Trainer) that no end_step followed.
+            # Its rows, the failing step's gradient norms among them, are written as a
+            # failed step instead of being dropped with the unpublished block slot.
+            try:
+                self._finish_step_rows(st, time.perf_counter(), False)
+            except Exception as err:  # noqa: BLE001 - closing must go on
+                self._writer.event("capture_error", step=st.step, message=str(err)[:2000])
         for h in self._hooks:
             h.remove()
         if self._layer_stats is not None:

@@ -9,6 +9,7 @@ import shutil
 import pytest
 
 from debugkit.errors import InvalidInputError, ProfileFileError, RunDirError
+from debugkit.format import SCHEMA_VERSION
 from debugkit.io import profile_store as ps
 from debugkit.io.run import open_run
 
@@ -73,7 +74,7 @@ def test_a_folder_without_manifest_becomes_a_minimal_run(tmp_path, raw_file):
     e = ps.add_profile(tmp_path / "new", raw_file)
     assert e["created_run"] is True
     run = open_run(tmp_path / "new")
-    assert run.manifest["schema_version"] == "1.0" and len(run.profiles()) == 1
+    assert run.manifest["schema_version"] == SCHEMA_VERSION and len(run.profiles()) == 1
 
 
 @pytest.mark.parametrize("name, match", [("../x", "profile name '../x'"), ("a b", "profile name 'a b'"),
