@@ -104,3 +104,23 @@ def require_run(what: str) -> str:
                 icon=":material/arrow_back:")
         st.stop()
     return path
+
+
+def overlay_picker(path, key: str, *, placeholder: str, help: str) -> tuple[dict, list[str]]:
+    """The "Overlay runs" picker of Scalars and Gradients: other served runs to draw over
+    this one, kept in the URL as ``?with=<id>`` (repeated). Returns ``({run id: entry},
+    the picked ids)``; ``key`` names the widget's state for this run."""
+    from pages import _query
+
+    entries = dict(run_entries())
+    here = run_id_for(path)
+    choices = [rid for rid in entries if rid != here]
+    if key not in st.session_state:
+        st.session_state[key] = _query.query_choices("with", choices)
+    picked = st.multiselect("Overlay runs", choices, key=key, placeholder=placeholder, help=help)
+    if picked:
+        if st.query_params.get_all("with") != picked:
+            st.query_params["with"] = picked
+    elif "with" in st.query_params:
+        del st.query_params["with"]
+    return entries, picked

@@ -75,19 +75,8 @@ def _clip_value(text: str) -> float | None:
 def _other_runs(rank: int) -> dict:
     """Other runs' gradient norms drawn over this run's lines (``?with=<id>``, repeated):
     ``{run id: GradMatrix}`` of the same rank (or the run's first)."""
-    entries = dict(_runs.run_entries())
-    here = _runs.run_id_for(path)
-    choices = [rid for rid in entries if rid != here]
-    key = f"grad_with_{path}"
-    if key not in st.session_state:
-        st.session_state[key] = _query.query_choices("with", choices)
-    picked = st.multiselect("Overlay runs", choices, key=key, placeholder="other runs, drawn dashed",
-                            help="The same layers of other runs, dashed, as `<layer> · <run>`")
-    if picked:
-        if st.query_params.get_all("with") != picked:
-            st.query_params["with"] = picked
-    elif "with" in st.query_params:
-        del st.query_params["with"]
+    entries, picked = _runs.overlay_picker(path, f"grad_with_{path}", placeholder="other runs, drawn dashed",
+                                           help="The same layers of other runs, dashed, as `<layer> · <run>`")
     out = {}
     for rid in picked:
         try:

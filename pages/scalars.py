@@ -51,19 +51,8 @@ def _smoothing_value(text: str) -> float | None:
 
 def _other_runs() -> tuple:
     """The runs drawn over this one (``?with=<id>``, repeated): ``(id, path, signature)``."""
-    entries = dict(_runs.run_entries())
-    here = _runs.run_id_for(path)
-    choices = [rid for rid in entries if rid != here]
-    key = f"scalars_with_{path}"
-    if key not in st.session_state:
-        st.session_state[key] = _query.query_choices("with", choices)
-    picked = st.multiselect("Overlay runs", choices, key=key, placeholder="other runs, drawn over this one",
-                            help="The same scalars of other runs on the chart, as `<key> · <run>`")
-    if picked:
-        if st.query_params.get_all("with") != picked:
-            st.query_params["with"] = picked
-    elif "with" in st.query_params:
-        del st.query_params["with"]
+    entries, picked = _runs.overlay_picker(path, f"scalars_with_{path}", placeholder="other runs, drawn over this one",
+                                           help="The same scalars of other runs on the chart, as `<key> · <run>`")
     out = []
     for rid in picked:
         try:
