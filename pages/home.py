@@ -194,11 +194,18 @@ if len(rows) >= 2 and _routing.has_page("pages/compare.py"):
     st.caption("What differs between a run and the one that worked, and where they part.")
     ids = [r["id"] for r in rows]
     c1, c2, c3 = st.columns([2, 2, 1], vertical_alignment="bottom")
+    # Both pickers offer every run, so choosing one never changes the other's options (a
+    # changed option list made Streamlit rebuild the base picker and drop its choice when the
+    # rerun of the first pick landed after the second pick).
     a = c1.selectbox("Run to check", ids, key="home_compare_run")
-    b = c2.selectbox("Base (the run that worked)", [i for i in ids if i != a], key="home_compare_base")
-    if c3.button("Compare", key="home_compare", width="stretch", icon=":material/compare_arrows:"):
+    b = c2.selectbox("Base (the run that worked)", ids, index=1, key="home_compare_base")
+    same = a == b
+    if c3.button("Compare", key="home_compare", width="stretch", icon=":material/compare_arrows:",
+                 disabled=same):
         _runs.select_run(next(r["path"] for r in rows if r["id"] == a), a)
         st.switch_page("pages/compare.py", query_params={"run": a, "base": b})
+    if same:
+        st.caption("Pick a base other than the run to check.")
 
 st.subheader("Where to look")
 PAGES = [

@@ -117,3 +117,16 @@ def test_extra_runs_and_the_layer_round_trip_through_the_url(app):
     grad = json.loads(again.get("plotly_chart")[1].proto.spec)
     assert grad["layout"]["yaxis"]["title"]["text"] == f"grad norm: {other}"
     assert "digits-compare-unlabelled" in [t.get("name") for t in grad["data"]]
+
+
+def test_home_compare_keeps_the_base_when_the_run_changes_and_refuses_the_same_run(app):
+    at = app()
+    at.run()
+    at.selectbox(key="home_compare_base").set_value("digits-compare-base").run()
+    # Picking the run to check afterwards leaves the base as chosen (its options do not change).
+    at.selectbox(key="home_compare_run").set_value("digits-compare-lr").run()
+    assert at.selectbox(key="home_compare_base").value == "digits-compare-base"
+    assert not at.button(key="home_compare").disabled
+    at.selectbox(key="home_compare_run").set_value("digits-compare-base").run()
+    assert at.button(key="home_compare").disabled
+    assert "Pick a base other than the run to check." in [c.value for c in at.caption]
