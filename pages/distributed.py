@@ -9,7 +9,9 @@ from pages import _data, _query, _routing, _runs, _ui
 _routing.page_guard()
 path = _runs.require_run("its ranks")
 
-TABS = ["Step time", "Data wait vs compute", "Hangs", "Gradient divergence", "Profiler traces"]
+#: The tabs, by their URL value (``?tab=``).
+TABS = {"step-time": "Step time", "split": "Data wait vs compute", "hangs": "Hangs",
+        "divergence": "Gradient divergence", "traces": "Profiler traces"}
 METRICS = {"step time": "step_time_s", "own work (data wait + compute)": "busy_s",
            "data wait": "data_wait_s", "compute": "compute_s", "waiting in collectives": "comm_s"}
 
@@ -91,7 +93,8 @@ def _step_time_tab(a, stragglers):
     # *step time* is the shortest (the others wait for it inside their collectives), so
     # the step-time view would make it look fastest.
     default = "own work (data wait + compute)" if stragglers else "step time"
-    _query.from_query("dist_metric", lambda v: v if v in METRICS else None)
+    _query.from_query("dist_metric", lambda v: v if v in METRICS else None,
+                      expected="one of " + ", ".join(repr(m) for m in METRICS))
     if st.session_state.get("_dist_metric_for") != path:
         st.session_state["_dist_metric_for"] = path
         if st.query_params.get("dist_metric") not in METRICS:
@@ -268,7 +271,7 @@ def render():
                          and f["rank"] is not None})
     # A hung run opens on its Hangs tab.
     hung = any(f["kind"] == "hang" for f in a["findings"])
-    tabs = st.tabs(TABS, default="Hangs" if hung else None)
+    tabs = _query.tabs(TABS, "dist_tab", default="hangs" if hung else None, run_path=path)
     with tabs[0]:
         _step_time_tab(a, stragglers)
     with tabs[1]:

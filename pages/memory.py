@@ -14,6 +14,11 @@ path = _runs.require_run("its memory")
 
 SERIES_LABELS = {"allocated_bytes": "allocated (GPU)", "reserved_bytes": "reserved (GPU)",
                  "peak_bytes": "peak allocated (GPU)", "rss_bytes": "RSS (host)"}
+#: The snapshot's tabs, by their URL value (``?tab=``).
+SNAPSHOT_TABS = {"timeline": "Active memory over time", "segments": "Segments",
+                 "largest": "Largest at the peak", "leaks": "Alive at the end (leaks)"}
+#: The moments of the segments view, by their URL value (``?moment=``).
+MOMENTS = {"end": "at the end (exact)", "peak": "at the peak", "event": "at an event"}
 KIND_TITLES = {"memory_leak": "Memory leak", "memory_pressure": "Memory pressure",
                "fragmentation": "Fragmentation"}
 
@@ -71,28 +76,58 @@ def _segments_view(key: tuple, device: int, depth: int, user_code: bool, seq):
 
 
 # ---------------------------------------------------------------------------- pieces
+#: URL values (``?ranks=``) of the rank layouts.
+LAYOUTS = {"overlay": "overlay", "side": "side by side"}
+GPU_WARN, HOST_WARN = 0.80, 0.75
+
+
 def _controls(mem):
+    """The timeline's view: series, x axis, rank layout, capacity scale and warning
+    thresholds, each kept in the URL (``?series=`` repeated, ``?x=time``, ``?ranks=side``,
+    ``?capacity=1``, ``?gpu_warn=``, ``?host_warn=``; a default is left out)."""
     has_gpu = any(mem[c].notna().any() for c in ("allocated_bytes", "reserved_bytes", "peak_bytes"))
     available = [c for c in SERIES_LABELS if mem[c].notna().any()]
     ranks = sorted(int(r) for r in mem["rank"].unique())
+    ss = st.session_state
+    if not set(ss.get("mem_series") or []) <= set(available):
+        ss["mem_series"] = available  # the series of another run
+    ss.setdefault("mem_series", available)
+    ss.setdefault("mem_x", "step")
+    ss.setdefault("mem_layout", "overlay")
+    ss.setdefault("mem_capacity", False)
+    ss.setdefault("mem_gpu_thr", GPU_WARN)
+    ss.setdefault("mem_host_thr", HOST_WARN)
+    _query.list_from_query("mem_series", available, name="series",
+                           expected="one of this run's series (" + ", ".join(available) + ")")
+    _query.from_query("mem_x", lambda v: v if v in ("step", "time") else None, name="x",
+                      expected="'step' or 'time'")
+    _query.from_query("mem_layout", LAYOUTS.get, name="ranks", expected="'overlay' or 'side'")
+    _query.from_query("mem_capacity", _query.flag, name="capacity", expected="0 or 1")
+    share = _query.number_in(0.5, 0.99, step=0.01)
+    _query.from_query("mem_gpu_thr", share, name="gpu_warn", expected="a share from 0.5 to 0.99")
+    _query.from_query("mem_host_thr", share, name="host_warn", expected="a share from 0.5 to 0.99")
     c = st.columns([3, 2, 2, 2])
-    chosen = c[0].multiselect("Series", available, default=available,
-                              format_func=SERIES_LABELS.get, key="mem_series")
-    x = c[1].segmented_control("X axis", ["step", "time"], default="step", key="mem_x") or "step"
+    chosen = c[0].multiselect("Series", available, format_func=SERIES_LABELS.get, key="mem_series")
+    x = c[1].segmented_control("X axis", ["step", "time"], key="mem_x") or "step"
     layout = "overlay"
     if len(ranks) > 1:
-        layout = c[2].segmented_control("Ranks", ["overlay", "side by side"], default="overlay",
-                                        key="mem_layout") or "overlay"
-    show_cap = c[3].toggle("Scale to capacity", value=False, key="mem_capacity",
+        layout = c[2].segmented_control("Ranks", list(LAYOUTS.values()), key="mem_layout") or "overlay"
+    show_cap = c[3].toggle("Scale to capacity", key="mem_capacity",
                            help="Fit the y axis to the device's and host's capacity and the "
                                 "warning bands. Off: it fits the data, and a capacity far above "
                                 "it is named at the top of the chart.")
     with st.expander("Thresholds", expanded=False):
         t = st.columns(2)
-        gpu = t[0].slider("Warn above this share of GPU memory", 0.5, 0.99, 0.80, 0.01,
+        gpu = t[0].slider("Warn above this share of GPU memory", 0.5, 0.99, step=0.01,
                           key="mem_gpu_thr", disabled=not has_gpu, format="%.2f")
-        host = t[1].slider("Warn above this share of host memory", 0.5, 0.99, 0.75, 0.01,
+        host = t[1].slider("Warn above this share of host memory", 0.5, 0.99, step=0.01,
                            key="mem_host_thr", format="%.2f")
+    _query.list_to_query("mem_series", chosen, available, name="series")
+    _query.to_query("mem_x", x, "step", name="x")
+    _query.to_query("mem_layout", "side" if layout == "side by side" else "overlay", "overlay", name="ranks")
+    _query.to_query("mem_capacity", "1" if show_cap else "0", "0", name="capacity")
+    _query.to_query("mem_gpu_thr", f"{gpu:g}", f"{GPU_WARN:g}", name="gpu_warn")
+    _query.to_query("mem_host_thr", f"{host:g}", f"{HOST_WARN:g}", name="host_warn")
     return chosen, ("wall_time" if x == "time" else "step"), layout, show_cap, gpu, host
 
 
@@ -199,19 +234,32 @@ def _snapshot_section(snapshots):
     rec = by_id[sid]
     key = _snap_key(rec["path"])
     c = st.columns([2, 2, 3])
-    depth = c[0].slider("Frames per site", 1, 4, 1, key="mem_depth",
+    st.session_state.setdefault("mem_depth", 1)
+    st.session_state.setdefault("mem_user_code", True)
+    _query.from_query("mem_depth", _query.number_in(1, 4, whole=True), name="frames",
+                      expected="a number of frames from 1 to 4")
+    _query.from_query("mem_user_code", _query.flag, name="user_code", expected="0 or 1")
+    depth = c[0].slider("Frames per site", 1, 4, key="mem_depth",
                         help="How many stack frames name an allocation site.")
-    user_code = c[1].toggle("Your code only", value=True, key="mem_user_code",
+    user_code = c[1].toggle("Your code only", key="mem_user_code",
                             help="Name sites by the first frame outside site-packages, the "
                                  "standard library and torch.")
+    _query.to_query("mem_depth", str(depth), "1", name="frames")
+    _query.to_query("mem_user_code", "1" if user_code else "0", "1", name="user_code")
     try:
         with st.spinner(f"Reading the snapshot ({fmt_bytes(rec.get('size_bytes'))})…"):
             snap = _snapshot(key)
             devices = snap.devices or [0]
         device = devices[0]
         if len(devices) > 1:
+            if st.session_state.get("mem_device") not in devices:
+                st.session_state["mem_device"] = devices[0]
+            _query.from_query("mem_device", lambda v: int(v) if v.isdigit() and int(v) in devices else None,
+                              name="device", expected="one of this snapshot's devices "
+                              + ", ".join(map(str, devices)))
             device = c[2].selectbox("Device", devices, format_func=lambda d: f"cuda:{d}",
                                     key="mem_device")
+            _query.to_query("mem_device", str(device), str(devices[0]), name="device")
         with st.spinner("Aggregating…"):
             v = _snapshot_views(key, int(device), int(depth), bool(user_code))
     except DebugkitError as exc:
@@ -234,8 +282,7 @@ def _snapshot_section(snapshots):
                    + (f" at step {rec['step']}" if isinstance(rec.get("step"), int) else "") + ".")
     if v["format"] == "legacy":
         st.caption("PyTorch 2.0 format (history on blocks).")
-    tabs = st.tabs(["Active memory over time", "Segments", "Largest at the peak",
-                    "Alive at the end (leaks)"])
+    tabs = _query.tabs(SNAPSHOT_TABS, "mem_snap_tab", run_path=path)
     with tabs[0]:
         _timeline_tab(v)
     with tabs[1]:
@@ -271,16 +318,26 @@ def _timeline_tab(v):
 
 
 def _segments_tab(key, device, depth, user_code, v):
-    options = ["at the end (exact)"]
-    if v["peak"] is not None:
-        options += ["at the peak", "at an event"]
-    when = st.segmented_control("Moment", options, default=options[0], key="mem_seg_when") or options[0]
+    slugs = ["end"] + (["peak", "event"] if v["peak"] is not None else [])
+    options = [MOMENTS[m] for m in slugs]
+    if st.session_state.get("mem_seg_when") not in options:
+        st.session_state["mem_seg_when"] = options[0]
+    _query.from_query("mem_seg_when", lambda m: MOMENTS[m] if m in slugs else None, name="moment",
+                      expected="one of " + ", ".join(repr(m) for m in slugs))
+    when = st.segmented_control("Moment", options, key="mem_seg_when") or options[0]
+    _query.to_query("mem_seg_when", next(m for m in slugs if MOMENTS[m] == when), "end", name="moment")
     seq = None
-    if when == "at the peak":
+    if when == MOMENTS["peak"]:
         seq = int(v["peak"]["seq"])
-    elif when == "at an event":
-        seq = st.slider("Event", 0, max(0, v["n_events"] - 1), int(v["peak"]["seq"]),
-                        key="mem_seg_event")
+    elif when == MOMENTS["event"]:
+        last = max(0, v["n_events"] - 1)
+        st.session_state.setdefault("mem_seg_event", min(int(v["peak"]["seq"]), last))
+        _query.from_query("mem_seg_event", _query.number_in(0, last, whole=True), name="event",
+                          expected=f"an event number from 0 to {last}")
+        seq = st.slider("Event", 0, last, key="mem_seg_event")
+        _query.to_query("mem_seg_event", str(seq), "", name="event")
+    elif "event" in st.query_params:
+        del st.query_params["event"]
     try:
         segs, rows, z = _segments_view(key, int(device), int(depth), bool(user_code), seq)
     except DebugkitError as exc:

@@ -96,3 +96,21 @@ def _default_tabs(node) -> list[int]:
 def test_a_hung_run_opens_on_the_hangs_tab():
     assert _default_tabs(_open("ddp-hang")._tree) == [2]  # "Hangs"
     assert _default_tabs(_open("ddp-straggler")._tree) == [0]
+
+
+def test_the_open_tab_round_trips_through_the_url():
+    at = _open("ddp-straggler")
+    assert "tab" not in at.query_params  # the default tab
+    at.session_state["dist_tab"] = "Gradient divergence"  # as a click on the tab does
+    at.run()
+    assert at.query_params["tab"] == "divergence"
+    again = open_page("distributed", run="ddp-straggler", tab="divergence")
+    assert _default_tabs(again._tree) == [3]
+    hung = open_page("distributed", run="ddp-hang", tab="split")  # the link beats the run's default
+    assert _default_tabs(hung._tree) == [1]
+    bad = open_page("distributed", run="ddp-hang", tab="nope", dist_metric="speed")
+    warnings = " ".join(w.value for w in bad.warning)
+    assert "?tab='nope' is not one of 'step-time', 'split', 'hangs'" in warnings
+    assert "?dist_metric='speed' is not one of" in warnings
+    assert _default_tabs(bad._tree) == [2]  # the hung run's default, Hangs
+    assert "tab" not in bad.query_params

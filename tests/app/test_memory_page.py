@@ -213,3 +213,65 @@ def test_two_ranks_overlaid_or_side_by_side(monkeypatch):
     assert not at.exception
     (spec,) = _chart_specs(at)[:1]
     assert [t["xaxis"] for t in spec["data"]] == ["x", "x2"]
+
+
+def test_the_timeline_view_round_trips_through_the_url():
+    at = _app("ddp-straggler")
+    at.segmented_control(key="mem_x").set_value("time").run()
+    at.segmented_control(key="mem_layout").set_value("side by side").run()
+    at.toggle(key="mem_capacity").set_value(True).run()
+    at.slider(key="mem_host_thr").set_value(0.9).run()
+    q = at.query_params
+    assert q["x"] == "time" and q["ranks"] == "side" and q["capacity"] == "1"
+    assert q["host_warn"] == "0.9" and "gpu_warn" not in q and "series" not in q  # defaults left out
+    # the link, opened in a new session, shows the same view
+    again = _app("ddp-straggler", series=["rss_bytes"], x="time", ranks="side", capacity="1",
+                 host_warn="0.9")
+    assert not again.warning
+    assert again.multiselect(key="mem_series").value == ["rss_bytes"]
+    assert again.segmented_control(key="mem_x").value == "time"
+    assert again.segmented_control(key="mem_layout").value == "side by side"
+    assert again.toggle(key="mem_capacity").value is True
+    assert again.slider(key="mem_host_thr").value == 0.9
+    (spec,) = _chart_specs(again)
+    xaxes = [v for k, v in spec["layout"].items() if k.startswith("xaxis")]
+    assert any((a.get("title") or {}).get("text") == "time" for a in xaxes)
+    assert sum("rank 3" in a["text"] for a in spec["layout"]["annotations"]) >= 1  # a panel per rank
+    assert any(a["text"] == "90%" for a in spec["layout"]["annotations"])
+
+
+def test_bad_view_values_in_the_url_are_warnings_and_defaults():
+    at = _app("memory-leak", series=["rss_bytes", "nope"], x="sideways", host_warn="7", capacity="yes")
+    warnings = " ".join(_texts(at.warning))
+    for name in ("series", "x", "host_warn", "capacity"):
+        assert f"?{name}=" in warnings, (name, warnings)
+    assert at.multiselect(key="mem_series").value == ["rss_bytes"]  # the known one is kept
+    assert at.segmented_control(key="mem_x").value == "step"
+    assert at.slider(key="mem_host_thr").value == 0.75
+    assert at.toggle(key="mem_capacity").value is False
+    assert "x" not in at.query_params and "host_warn" not in at.query_params
+
+
+def test_the_snapshot_view_round_trips_through_the_url(oom_run):
+    at = _app("oom-run")
+    at.slider(key="mem_depth").set_value(2).run()
+    at.toggle(key="mem_user_code").set_value(False).run()
+    at.session_state["mem_snap_tab"] = "Segments"
+    at.run()
+    at.segmented_control(key="mem_seg_when").set_value("at the peak").run()
+    q = at.query_params
+    assert (q["snapshot"], q["frames"], q["user_code"], q["tab"], q["moment"]) == \
+        ("r0-s0000003-oom", "2", "0", "segments", "peak")
+    again = _app("oom-run", snapshot="r0-s0000003-oom", frames="2", user_code="0", tab="segments",
+                 moment="event", event="5")
+    assert again.slider(key="mem_depth").value == 2
+    assert again.toggle(key="mem_user_code").value is False
+    assert again.session_state["mem_snap_tab"] == "Segments"
+    assert again.segmented_control(key="mem_seg_when").value == "at an event"
+    assert again.slider(key="mem_seg_event").value == 5
+    assert again.query_params["event"] == "5"
+    bad = _app("oom-run", tab="flames", frames="9", moment="never")
+    warnings = " ".join(_texts(bad.warning))
+    assert "?tab='flames'" in warnings and "?frames='9'" in warnings and "?moment='never'" in warnings
+    assert bad.session_state["mem_snap_tab"] == "Active memory over time"
+    assert bad.slider(key="mem_depth").value == 1
