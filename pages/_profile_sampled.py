@@ -16,6 +16,7 @@ THREAD_CHOICES = {"main": "Main thread", "dataloader": "DataLoader workers", "al
 FOLD_CHOICES = {0.001: "0.1 %", 0.005: "0.5 %", 0.01: "1 %"}
 # The views under the step breakdown, like speedscope's (flame graph, "sandwich" table).
 VIEWS = {"flame": "Flamegraph", "functions": "Top functions", "threads": "Threads", "compare": "Compare"}
+TABLES = {"self": "Self time (code running)", "total": "Total time (on the stack)"}
 # Keys (prefixes) of the widgets drawn inside those tabs.
 VIEW_WIDGETS = {"flame": ("sp_scope", "sp_zoom_", "sp_flame"), "functions": ("sp_idle", "sp_table_tab"),
                 "compare": ("sp_compare",)}
@@ -100,17 +101,40 @@ def _thread_selection(prof, key: str) -> tuple[tuple | None, str]:
     """The chosen threads (None: all) and a description of them."""
     roles = set(prof.threads["role"].tolist())
     options = [k for k in ("main", "dataloader", "all", "pick") if k in ("all", "pick") or k in roles]
-    choice = st.segmented_control("Threads", options, default=options[0], format_func=THREAD_CHOICES.get,
+    if st.session_state.get(f"{key}_threads") not in options:
+        st.session_state[f"{key}_threads"] = options[0]
+    _query.from_query(f"{key}_threads", lambda v: v if v in options else None, name="threads",
+                      expected="one of " + ", ".join(repr(o) for o in options))
+    choice = st.segmented_control("Threads", options, format_func=THREAD_CHOICES.get,
                                   key=f"{key}_threads", required=True,
                                   help="Main thread: the training loop. DataLoader workers: the worker "
                                        "processes (with py-spy --subprocesses).")
+    _query.to_query(f"{key}_threads", choice, options[0], name="threads")
     t = prof.threads
     if choice == "pick":
         labels = {int(r.thread_id): f"{r.name or 'thread'} · tid {r.tid} · pid {r.pid} · {r.role} "
                                     f"({r.samples:,} samples)" for r in t.itertuples()}
-        picked = st.multiselect("Threads to include", list(labels), default=list(labels)[:1],
-                                format_func=labels.get, key=f"{key}_picked")
+        ids = [str(i) for i in labels]
+        if not set(st.session_state.get(f"{key}_picked") or []) <= set(labels):
+            st.session_state[f"{key}_picked"] = list(labels)[:1]  # the threads of another profile
+        st.session_state.setdefault(f"{key}_picked", list(labels)[:1])
+        if "thread" in st.query_params:  # ?thread=<id> repeated, as the multiselect holds ints
+            raw = st.query_params.get_all("thread")
+            if st.session_state.get("_url_thread") != raw:
+                st.session_state["_url_thread"] = raw
+                bad = [v for v in raw if v not in ids]
+                if bad:
+                    st.warning(_ui.md(_query.MSG_BAD_VALUES.format(
+                        name="thread", raw=", ".join(bad)[:60], expected="a thread id of this profile")),
+                        icon=":material/link_off:")
+                known = [int(v) for v in dict.fromkeys(raw) if v in ids]
+                if known:
+                    st.session_state[f"{key}_picked"] = known
+        picked = st.multiselect("Threads to include", list(labels), format_func=labels.get, key=f"{key}_picked")
+        _query.list_to_query(f"{key}_picked", [str(i) for i in picked], ids[:1], name="thread")
         return (tuple(sorted(picked)) if picked else None), f"{len(picked)} picked thread(s)"
+    if "thread" in st.query_params:
+        del st.query_params["thread"]
     if choice in ("main", "dataloader"):
         ids = tuple(sorted(int(x) for x in t.loc[t["role"] == choice, "thread_id"]))
         return ids, THREAD_CHOICES[choice].lower()
@@ -156,11 +180,20 @@ def render_sampled(path: str, entry: dict, prof):
     query = left.text_input("Search a function", key="search", max_chars=200,
                             placeholder="e.g. backward, DataLoader, my_model.py",
                             help="Highlights every frame whose function name or file contains this text.")
-    by = mid.segmented_control("Frames", ["function", "frame"], default="function", required=True,
+    st.session_state.setdefault("sp_by", "function")
+    if st.session_state.get("sp_fold") not in FOLD_CHOICES:
+        st.session_state["sp_fold"] = next(iter(FOLD_CHOICES))
+    _query.from_query("sp_by", lambda v: v if v in ("function", "frame") else None, name="by",
+                      expected="'function' or 'frame'")
+    _query.from_query("sp_fold", lambda v: next((f for f in FOLD_CHOICES if f"{f:g}" == v), None),
+                      name="fold", expected="one of " + ", ".join(f"{f:g}" for f in FOLD_CHOICES))
+    by = mid.segmented_control("Frames", ["function", "frame"], required=True,
                                format_func={"function": "by function", "frame": "by line"}.get, key="sp_by")
     fold = right.selectbox("Fold frames under", list(FOLD_CHOICES), format_func=FOLD_CHOICES.get,
                            key="sp_fold", help="Frames with fewer samples are merged into one grey block "
                                                "per parent, so the figure stays small.")
+    _query.to_query("sp_by", by, "function", name="by")
+    _query.to_query("sp_fold", f"{fold:g}", f"{next(iter(FOLD_CHOICES)):g}", name="fold")
 
     _query.to_query("search", query.strip(), default="")
     if threads is not None and not len(threads):
@@ -186,7 +219,7 @@ def render_sampled(path: str, entry: dict, prof):
 
     # The views below the breakdown are tabs drawn only when open (the browser then loads
     # no data grid, and the server computes no table, before the first charts are up).
-    view = st.tabs(list(VIEWS.values()), on_change="rerun", key="sp_view")
+    view = _query.tabs(VIEWS, "sp_view", name="view")
     views = dict(zip(VIEWS, view))
     for name, prefixes in VIEW_WIDGETS.items():  # kept while another tab is open
         if not views[name].open:
@@ -221,10 +254,14 @@ def _flamegraph(path: str, sig: tuple, entry: dict, prof, threads, thread_desc: 
         if info.get("loop") and threads == bd_threads else None
     scope = "all"
     if loop_tree is not None:
-        scope = st.segmented_control("Flamegraph of", ["loop", "all"], default="loop", required=True,
+        st.session_state.setdefault("sp_scope", "loop")
+        _query.from_query("sp_scope", lambda v: v if v in ("loop", "all") else None, name="scope",
+                          expected="'loop' or 'all'")
+        scope = st.segmented_control("Flamegraph of", ["loop", "all"], required=True,
                                      format_func={"loop": "the training loop", "all": "the whole profile"}.get,
                                      key="sp_scope", help="The training loop: only the samples the step "
                                      "breakdown counts, each stack starting at the loop's function.")
+        _query.to_query("sp_scope", scope, "loop", name="scope")
         if scope == "loop":
             tree = loop_tree
     mask = ap.match_frames(tree, query)
@@ -253,11 +290,20 @@ def _flamegraph(path: str, sig: tuple, entry: dict, prof, threads, thread_desc: 
         return ("the training loop: " if n == loop_node else "") + f"{names[n]} ({shares[n]:.1%})"
 
     z1, z2 = st.columns([3, 1])
-    zoom = z1.selectbox("Zoom into", zoom_opts, key=f"sp_zoom_{entry['id']}_{by}_{scope}", format_func=zoom_label,
+    zkey = f"sp_zoom_{entry['id']}_{by}_{scope}"
+    if st.session_state.get(zkey) not in zoom_opts:
+        st.session_state[zkey] = -1
+    _query.from_query(zkey, lambda v: int(v) if v.isdigit() and int(v) in zoom_opts else None, name="zoom",
+                      expected="a frame this view offers to zoom into")
+    st.session_state.setdefault("sp_flame", False)
+    _query.from_query("sp_flame", _query.flag, name="flame", expected="0 or 1")
+    zoom = z1.selectbox("Zoom into", zoom_opts, key=zkey, format_func=zoom_label,
                         help="Or click a frame in the figure to zoom into it; click the bar above "
                              "the figure to zoom back out.")
-    flame = z2.toggle("Root at the bottom", value=False, key="sp_flame",
+    flame = z2.toggle("Root at the bottom", key="sp_flame",
                       help="Flame graph (root at the bottom) instead of an icicle (root on top).")
+    _query.to_query(zkey, str(zoom), "-1", name="zoom")
+    _query.to_query("sp_flame", "1" if flame else "0", "0", name="flame")
     fig = cp.build_flamegraph_figure(tree, highlight=mask if mask.any() else None,
                                      root_id=None if zoom < 0 else zoom, flame=flame)
     st.plotly_chart(fig, key="flamegraph", config={"displayModeBar": False})
@@ -273,9 +319,12 @@ def _flamegraph(path: str, sig: tuple, entry: dict, prof, threads, thread_desc: 
 
 def _top_functions(path: str, sig: tuple, entry: dict, threads, thread_desc: str, by: str, query: str):
     """Self and total time per function (or per line), idle frames left out by default."""
+    st.session_state.setdefault("sp_idle", False)
+    _query.from_query("sp_idle", _query.flag, name="idle", expected="0 or 1")
     idle = st.toggle("Show idle frames", key="sp_idle",
                      help="Samples whose innermost frame waits (Condition.wait, select, socket.accept, "
                           "queue get ...) are left out of the self-time table by default.")
+    _query.to_query("sp_idle", "1" if idle else "0", "0", name="idle")
     table, idle_info = _function_table(path, sig, entry["id"], threads, by, idle)
     if not idle and idle_info["samples"]:
         st.caption(f"{idle_info['samples']:,} idle samples ({idle_info['fraction']:.0%} of {thread_desc}) "
@@ -307,8 +356,7 @@ def _function_tables(table, by: str, query: str):
         show = show[(show["name"].str.lower().str.contains(q, regex=False))
                     | (show["file"].str.lower().str.contains(q, regex=False))]
     # Only the open tab's grid is drawn (a data grid is a browser chunk to load and draw).
-    t1, t2 = st.tabs(["Self time (code running)", "Total time (on the stack)"], on_change="rerun",
-                     key="sp_table_tab")
+    t1, t2 = _query.tabs(TABLES, "sp_table_tab", name="table")
     order = ["name", "file"] + (["line"] if by == "frame" else [])
     if t1.open:
         t1.dataframe(show.head(200), hide_index=True, width="stretch", height=360, column_config=cols,
@@ -333,8 +381,15 @@ def _compare(path: str, entry: dict, prof, threads):
                    "--name after -- python train.py ...` to see what got slower.")
         return
     labels = {i: c[3] for i, c in enumerate(choices)}
+    # ?baseline=<profile id> (of this run) or <run id>/<profile id>
+    slugs = {(c[2] if c[0] is None else f"{c[0]}/{c[2]}"): i for i, c in enumerate(choices)}
+    if st.session_state.get("sp_compare") not in [-1, *labels]:
+        st.session_state["sp_compare"] = -1
+    _query.from_query("sp_compare", slugs.get, name="baseline",
+                      expected="a sampled profile of this run (its id) or of another run (run/id)")
     pick = st.selectbox("Before (the baseline); this profile is after", [-1] + list(labels),
                         format_func=lambda i: "—" if i < 0 else labels[i], key="sp_compare")
+    _query.to_query("sp_compare", next((k for k, i in slugs.items() if i == pick), ""), "", name="baseline")
     if pick < 0:
         return
     _, base_path, base_id, _ = choices[pick]

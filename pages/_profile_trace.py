@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from pages import _data, _ui
+from pages import _data, _query, _ui
 from pages._profile_load import original_bytes, read_profile
 
 
@@ -67,9 +67,12 @@ def render_trace(path: str, entry: dict, trace):
         st.caption("No `ProfilerStep#` annotations: record with `schedule=` and call `prof.step()` each "
                    "step to see the per-step breakdown.")
     st.subheader("Operators")
+    st.session_state.setdefault("tr_shapes", False)
+    _query.from_query("tr_shapes", _query.flag, name="shapes", expected="0 or 1")
     shapes = st.toggle("Group by input shapes", key="tr_shapes",
                        disabled=not (v["ops_shapes"]["input_shapes"] != "").any() if len(v["ops_shapes"]) else True,
                        help="Needs `record_shapes=True` when profiling.")
+    _query.to_query("tr_shapes", "1" if shapes else "0", "0", name="shapes")
     ops = v["ops_shapes"] if shapes else v["ops"]
     st.dataframe(ops.head(300), hide_index=True, width="stretch", height=380, column_config={
         "self_cpu_fraction": st.column_config.ProgressColumn("self CPU %", format="percent", min_value=0, max_value=1),
@@ -80,8 +83,16 @@ def render_trace(path: str, entry: dict, trace):
         "mean_cpu_us": st.column_config.NumberColumn("mean CPU µs", format="%.1f")})
     st.subheader("Timeline")
     c1, c2 = st.columns(2)
-    max_events = c1.select_slider("Events drawn (the longest)", [500, 1000, 3000, 10000], value=3000, key="tr_max")
-    depth = c2.select_slider("Nesting levels", [0, 1, 2, 3, 4], value=2, key="tr_depth")
+    st.session_state.setdefault("tr_max", 3000)
+    st.session_state.setdefault("tr_depth", 2)
+    _query.from_query("tr_max", lambda v: int(v) if v in ("500", "1000", "3000", "10000") else None,
+                      name="events", expected="one of 500, 1000, 3000, 10000")
+    _query.from_query("tr_depth", lambda v: int(v) if v in ("0", "1", "2", "3", "4") else None,
+                      name="levels", expected="a nesting depth from 0 to 4")
+    max_events = c1.select_slider("Events drawn (the longest)", [500, 1000, 3000, 10000], key="tr_max")
+    depth = c2.select_slider("Nesting levels", [0, 1, 2, 3, 4], key="tr_depth")
+    _query.to_query("tr_max", str(max_events), "3000", name="events")
+    _query.to_query("tr_depth", str(depth), "2", name="levels")
     tl = _timeline(path, sig, entry["id"], max_events, depth)
     st.plotly_chart(cp.build_trace_timeline_figure(tl), key="trace_timeline")
     st.subheader("GPU")

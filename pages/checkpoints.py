@@ -18,6 +18,8 @@ SEVERITY_ICON = {"error": ":material/error:", "warning": ":material/warning:", "
 FOLDER_KEY = "ckpt_folder"
 MAX_CHECKPOINTS = 60
 TOP_MOVED = 20
+#: The heatmap's tabs, by their URL value (``?tab=``).
+TABS = {"change": "Relative change", "norms": "Weight norms"}
 
 
 # ----------------------------------------------------------------------------- cached work
@@ -160,7 +162,7 @@ def _findings_panel(findings) -> None:
 def _heatmap(m, first_bad) -> None:
     from debugkit.charts.checkpoints import build_change_heatmap_figure, build_weight_norm_figure
 
-    tab_change, tab_norm = st.tabs(["Relative change", "Weight norms"])
+    tab_change, tab_norm = _query.tabs(TABS, "ckpt_tab", run_path=path)
     with tab_change:
         if len(m.labels) < 2:
             st.info("One verified checkpoint: the change between checkpoints needs at least two.",
@@ -252,12 +254,22 @@ def _replay_links(listing, failures, rid) -> None:
                "range fails with any weights; a NaN that builds up does not)")
     c1, c2 = st.columns(2)
     steps = [int(s) for s in own["step"]]
-    step = c1.selectbox("Checkpoint", steps, index=len(steps) - 1, format_func=lambda s: f"step {s}",
-                        key="ckpt_replay_step")
     by_id = {f["id"]: f for f in failures}
+    # ?replay_step=<checkpoint step>&capture=<failure id>: this choice, from a link
+    if st.session_state.get("ckpt_replay_step") not in steps:
+        st.session_state["ckpt_replay_step"] = steps[-1]
+    if st.session_state.get("ckpt_replay_failure") not in by_id:
+        st.session_state["ckpt_replay_failure"] = next(iter(by_id))
+    _query.from_query("ckpt_replay_step", lambda v: int(v) if v.isdigit() and int(v) in steps else None,
+                      name="replay_step", expected="the step of one of this run's checkpoints")
+    _query.from_query("ckpt_replay_failure", lambda v: v if v in by_id else None, name="capture",
+                      expected="one of this run's failure captures")
+    step = c1.selectbox("Checkpoint", steps, format_func=lambda s: f"step {s}", key="ckpt_replay_step")
     fid = c2.selectbox("Capture", list(by_id), key="ckpt_replay_failure",
                        format_func=lambda i: f"step {by_id[i].get('step')} · "
                                              f"{by_id[i].get('error_type') or by_id[i].get('kind')}")
+    _query.to_query("ckpt_replay_step", str(step), str(steps[-1]), name="replay_step")
+    _query.to_query("ckpt_replay_failure", fid, next(iter(by_id)), name="capture")
     _routing.link_to("pages/replay.py", f"Replay capture {fid} from checkpoint at step {step}",
                     icon=":material/replay:", run=rid, failure=fid, checkpoint=step)
 

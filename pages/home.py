@@ -112,13 +112,31 @@ def runs_frame(rows):
     return df
 
 
+def _since_value(text: str):
+    import datetime as dt
+
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        return None
+
+
 def _filtered(df):
+    """The filters (status, tags, search, started on or after) and the rows they keep. The
+    filters live in the URL (``?status=`` and ``?tag=`` repeated, ``?q=``, ``?since=YYYY-MM-DD``)
+    so a link shows the same list."""
     import pandas as pd
+
+    from pages import _query
 
     c1, c2, c3, c4 = st.columns([1.4, 1.4, 1.6, 1.6], vertical_alignment="bottom")
     statuses = sorted(df["status"].unique())
-    pick_status = c1.multiselect("Status", statuses, key="home_status", placeholder="any status")
     tags = sorted({t for ts in df["tags"] for t in ts})
+    _query.list_from_query("home_status", statuses, name="status",
+                           expected="the status of a listed run (" + ", ".join(statuses) + ")")
+    _query.list_from_query("home_tags", tags, name="tag", expected="a tag of a listed run")
+    _query.from_query("home_search", lambda v: v[:200], name="q")
+    pick_status = c1.multiselect("Status", statuses, key="home_status", placeholder="any status")
     pick_tags = c2.multiselect("Tags", tags, key="home_tags", placeholder="any tag",
                                disabled=not tags,
                                help="Runs carrying every chosen tag (Recorder(..., tags=[...]))")
@@ -127,8 +145,16 @@ def _filtered(df):
     since = None
     if len(started):
         lo, hi = started.min().date(), started.max().date()
-        since = c4.date_input("Started on or after", value=lo, min_value=lo, max_value=hi,
-                              key="home_since")
+        if not isinstance(st.session_state.get("home_since"), type(lo)) \
+                or not lo <= st.session_state["home_since"] <= hi:
+            st.session_state["home_since"] = lo
+        _query.from_query("home_since", lambda v: d if (d := _since_value(v)) and lo <= d <= hi else None,
+                          name="since", expected=f"a date from {lo} to {hi}")
+        since = c4.date_input("Started on or after", min_value=lo, max_value=hi, key="home_since")
+        _query.to_query("home_since", since.isoformat() if since else "", lo.isoformat(), name="since")
+    _query.list_to_query("home_status", pick_status, [], name="status")
+    _query.list_to_query("home_tags", pick_tags, [], name="tag")
+    _query.to_query("home_search", text.strip(), "", name="q")
     keep = df["status"].isin(pick_status) if pick_status else pd.Series(True, index=df.index)
     if pick_tags:
         keep &= df["tags"].map(lambda ts: set(pick_tags) <= set(ts))

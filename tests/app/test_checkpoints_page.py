@@ -140,3 +140,35 @@ def test_replay_page_with_a_checkpoint_replays_with_its_weights(project, tmp_pat
     at.button(key="replay_button").click().run()
     assert not at.exception, [e.value for e in at.exception]
     assert any("weights of the checkpoint at step 2" in c.value for c in at.caption)
+
+
+def test_the_heatmap_tab_round_trips_through_the_url():
+    at = _open("digits-resumed")
+    assert "tab" not in at.query_params
+    at.session_state["ckpt_tab"] = "Weight norms"  # as a click on the tab does
+    at.run()
+    assert at.query_params["tab"] == "norms"
+    again = _open("digits-resumed", tab="norms", a="60", b="90")
+    assert again.session_state["ckpt_tab"] == "Weight norms"
+    assert (again.query_params["tab"], again.query_params["a"], again.query_params["b"]) == ("norms", "60", "90")
+    bad = _open("digits-resumed", tab="weights")
+    assert any("?tab='weights' is not one of 'change', 'norms'" in w.value for w in bad.warning)
+    assert bad.session_state["ckpt_tab"] == "Relative change" and "tab" not in bad.query_params
+
+
+def test_the_replay_choice_round_trips_through_the_url(project, tmp_path):
+    from tests.replay.test_checkpoint_and_guard import _run_with_checkpoints_then_bad_label
+
+    run = _run_with_checkpoints_then_bad_label(tmp_path / "r")
+    at = _open_path(run)
+    at.selectbox(key="ckpt_replay_step").set_value(2).run()
+    assert at.query_params["replay_step"] == "2"
+    again = open_page("checkpoints", run_path=run, replay_step="2")
+    assert again.selectbox(key="ckpt_replay_step").value == 2
+    links = [p for p in again.get("page_link") if "from checkpoint" in p.proto.label]
+    assert links[0].proto.query_string == "failure=r0-s0000004-exception&checkpoint=2"
+    bad = open_page("checkpoints", run_path=run, replay_step="3", capture="r9-nope")
+    warnings = " ".join(w.value for w in bad.warning)
+    assert "?replay_step='3' is not the step of one of this run's checkpoints" in warnings
+    assert "?capture='r9-nope' is not one of this run's failure captures" in warnings
+    assert bad.selectbox(key="ckpt_replay_step").value == 4

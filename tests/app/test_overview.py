@@ -163,3 +163,37 @@ def test_every_sample_is_named_as_its_folder():
     digits-profiled showed as "digits-mlp")."""
     for d in sorted(p for p in SAMPLES.iterdir() if (p / "manifest.json").is_file()):
         assert json.loads((d / "manifest.json").read_text())["name"] == d.name
+
+
+def test_home_filters_round_trip_through_the_url(app, tmp_path):
+    import shutil
+
+    from debugkit import format as fmt
+    from debugkit.io.store import default_store
+
+    store = default_store()
+    shutil.copytree(ROOT / "sample_runs" / "digits-mlp", store / "tagged-run")
+    fmt.update_manifest(store / "tagged-run", lambda m: {**m, "tags": ["baseline", "sweep-3"]})
+    at = app()
+    at.run()
+    at.multiselect(key="home_status").set_value(["failed", "finished"]).run()
+    at.multiselect(key="home_tags").set_value(["baseline"]).run()
+    at.text_input(key="home_search").input("tagged").run()
+    q = at.query_params
+    assert q["status"] == ["failed", "finished"] and q["tag"] == "baseline" and q["q"] == "tagged"
+    assert "since" not in q  # the earliest start: the default
+    # the link in a new session lists the same runs
+    again = app(status=["failed", "finished"], tag="baseline", q="tagged")
+    again.run()
+    assert again.multiselect(key="home_status").value == ["failed", "finished"]
+    assert again.multiselect(key="home_tags").value == ["baseline"]
+    assert again.text_input(key="home_search").value == "tagged"
+    assert again.dataframe[0].value["run"].tolist() == ["tagged-run"]
+    bad = app(status=["lost", "failed"], tag="nope", since="yesterday")
+    bad.run()
+    warnings = " ".join(w.value for w in bad.warning)
+    assert "?status='lost' is not the status of a listed run" in warnings
+    assert "?tag='nope' is not a tag of a listed run" in warnings and "?since='yesterday'" in warnings
+    assert bad.multiselect(key="home_status").value == ["failed"]  # the known one is kept
+    assert bad.multiselect(key="home_tags").value == []
+    assert set(bad.dataframe[0].value["status"]) == {"failed"}

@@ -248,3 +248,67 @@ def test_no_folder_of_the_recording_machine_is_shown():
     for df in at.dataframe:
         if "file" in df.value.columns:
             assert not df.value["file"].astype(str).str.startswith("/").any()
+
+
+def test_the_sampled_view_round_trips_through_the_url():
+    at = app()
+    at.segmented_control(key="sp_threads").set_value("dataloader").run()
+    at.segmented_control(key="sp_by").set_value("frame").run()
+    at.selectbox(key="sp_fold").set_value(0.005).run()
+    at.toggle(key="sp_flame").set_value(True).run()
+    open_view(at, "Top functions")
+    at.toggle(key="sp_idle").set_value(True).run()
+    at.session_state["sp_table_tab"] = "Total time (on the stack)"
+    at.run()
+    q = at.query_params
+    assert (q["threads"], q["by"], q["fold"], q["flame"], q["view"], q["idle"], q["table"]) == \
+        ("dataloader", "frame", "0.005", "1", "functions", "1", "total")
+    again = app(threads="dataloader", by="frame", fold="0.005", flame="1", view="functions", idle="1",
+                table="total")
+    assert not again.exception and not again.warning
+    assert again.segmented_control(key="sp_threads").value == "dataloader"
+    assert again.segmented_control(key="sp_by").value == "frame"
+    assert again.selectbox(key="sp_fold").value == 0.005
+    (total,) = again.dataframe  # the total-time table of the functions view
+    assert total.value["total_samples"].is_monotonic_decreasing and "line" in total.value.columns
+    assert again.toggle(key="sp_idle").value is True
+    flame = open_view(again, "Flamegraph")
+    assert flame.toggle(key="sp_flame").value is True
+    assert any("_worker_loop" in lab for lab in figure(flame, len(flame.get("plotly_chart")) - 1)["data"][0]["labels"])
+
+
+def test_the_zoom_scope_and_baseline_round_trip_through_the_url():
+    at = app()
+    at.segmented_control(key="sp_scope").set_value("all").run()
+    zoom = at.selectbox(key="sp_zoom_train_function_all")
+    zoom.select_index(2).run()
+    node = str(at.selectbox(key="sp_zoom_train_function_all").value)
+    assert at.query_params["scope"] == "all" and at.query_params["zoom"] == node
+    again = app(scope="all", zoom=node)
+    flame = figure(again, 1)["data"][0]
+    assert flame["level"] == node  # zoomed into the same frame
+    open_view(at, "Compare")
+    at.selectbox(key="sp_compare").select_index(1).run()
+    baseline = at.query_params["baseline"]
+    compared = app(view="compare", baseline=baseline)
+    assert compared.selectbox(key="sp_compare").value == 0
+    assert any(figure(compared, i)["layout"].get("meta", {}).get("kind") == "diff-flamegraph"
+               for i in range(len(compared.get("plotly_chart"))))
+
+
+def test_bad_view_values_in_the_url_are_warnings_and_defaults():
+    at = app(threads="gpu", by="page", fold="0.5", view="sandwich", zoom="999999", flame="2")
+    assert not at.exception
+    warnings = " ".join(w.value for w in at.warning)
+    for name in ("threads", "by", "fold", "view", "zoom", "flame"):
+        assert f"?{name}=" in warnings, (name, warnings)
+    assert at.segmented_control(key="sp_threads").value == "main"
+    assert at.segmented_control(key="sp_by").value == "function"
+    assert at.session_state["sp_view"] == "Flamegraph"
+    assert figure(at, 1)["data"][0]["values"][0] == 3795  # the default view: the training loop
+    trace = app(profile="torch-trace", shapes="1", events="10000", levels="9")
+    assert trace.toggle(key="tr_shapes").value is True
+    assert "input_shapes" in trace.dataframe[0].value.columns
+    assert trace.select_slider(key="tr_max").value == 10000
+    assert any("?levels='9'" in w.value for w in trace.warning)
+    assert trace.select_slider(key="tr_depth").value == 2
