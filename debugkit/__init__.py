@@ -33,7 +33,7 @@ from .errors import (
 from .retry import retry
 
 __all__ = [
-    "Recorder", "BatchSpec", "resume_latest", "watch", "retry", "open_run", "Run", "DebugkitError", "RunDirError", "SchemaVersionError",
+    "Recorder", "serve", "ServeRecorder", "BatchSpec", "resume_latest", "watch", "retry", "open_run", "Run", "DebugkitError", "RunDirError", "SchemaVersionError",
     "InvalidInputError", "UploadError", "ReplayError", "NonFiniteError",
     "MissingDependencyError", "__version__", "diagnose", "Finding", "audit_model", "scan_dataset",
 ]
@@ -41,6 +41,8 @@ __all__ = [
 #: The lazily imported names: ``name -> (module, attribute)``.
 _LAZY = {
     "Recorder": ("debugkit.recorder", "Recorder"),
+    "serve": ("debugkit.recorder.serve", "serve"),
+    "ServeRecorder": ("debugkit.recorder.serve", "ServeRecorder"),
     "BatchSpec": ("debugkit.recorder.guard", "BatchSpec"),
     "watch": ("debugkit.recorder.watch", "watch"),
     "resume_latest": ("debugkit.checkpoints", "resume_latest"),

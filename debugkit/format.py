@@ -34,7 +34,7 @@ from .errors import (
 from .runschema import check
 
 SCHEMA_MAJOR = 1
-SCHEMA_MINOR = 1
+SCHEMA_MINOR = 2
 SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
 
 MANIFEST = "manifest.json"
@@ -77,7 +77,16 @@ AUDITS_DIR = "audits"
 TRACES_DIR = "traces"
 
 # Per-rank tables: ranks/<rank>/<table>-<segment>.arrows (Arrow IPC streams).
-TABLES = ("scalars", "grads", "memory", "steps", "layers")
+TABLES = ("scalars", "grads", "memory", "steps", "layers", "requests")
+
+# The manifest's "kind" (format 1.2): a training run (the field absent, or "training"),
+# or an inference run recorded by debugkit.serve (per-request rows in the "requests" table).
+KIND_TRAINING = "training"
+KIND_INFERENCE = "inference"
+RUN_KINDS = (KIND_TRAINING, KIND_INFERENCE)
+# A request's outcome in the "requests" table, and its memory counter.
+REQUEST_OUTCOMES = ("ok", "error", "nonfinite", "fallback")
+MEM_KINDS = ("cuda_allocated", "rss")
 TABLE_SUFFIX = ".arrows"
 EVENTS_PREFIX = "events"
 EVENTS_SUFFIX = ".jsonl"
@@ -160,6 +169,24 @@ def table_schema(table: str):
                 ("ok", pa.bool_()),
             ]
         ),
+        # One row per request of an inference run (format 1.2; debugkit.serve).
+        "requests": pa.schema(
+            [
+                ("request", pa.int64()),
+                ("wall_time", pa.float64()),
+                ("latency_ms", pa.float64()),
+                ("outcome", pa.string()),
+                ("fallback", pa.string()),
+                ("error_type", pa.string()),
+                ("signature", pa.string()),
+                ("input_numel", pa.int64()),
+                ("mem_before_bytes", pa.int64()),
+                ("mem_after_bytes", pa.int64()),
+                ("mem_kind", pa.string()),
+                ("device", pa.string()),
+                ("failure_id", pa.string()),
+            ]
+        ),
     }
     return schemas[table]
 
@@ -193,7 +220,16 @@ MSG_UPDATE_NOT_OBJECT = "{path}: manifest.json is not a JSON object; not {action
 UPGRADES: dict[tuple[int, int], Any] = {
     # 1.0 -> 1.1 added the optional per-rank ``layers`` table; a 1.0 run simply has none.
     (1, 0): lambda manifest: manifest,
+    # 1.1 -> 1.2 added inference runs ("kind": "inference", the "serve" object and the
+    # per-rank ``requests`` table); a 1.1 run is a training run with no requests.
+    (1, 1): lambda manifest: manifest,
 }
+
+
+def run_kind(manifest: dict) -> str:
+    """A manifest's run kind: ``"inference"`` or ``"training"`` (absent or unknown)."""
+    kind = manifest.get("kind") if isinstance(manifest, dict) else None
+    return KIND_INFERENCE if kind == KIND_INFERENCE else KIND_TRAINING
 
 
 def parse_version(value: Any, where: str) -> tuple[int, int]:

@@ -113,8 +113,24 @@ class ProfileEntry(_Doc):
     pyspy: Union[Obj, None] = None
 
 
+class CaptureBudget(_Doc):
+    per_kind: Union[int, None] = None
+    per_minute: Union[int, None] = None
+
+
+class Serve(_Doc):
+    """An inference run's settings (format 1.2; ``debugkit.serve``)."""
+
+    gpu_mem_threshold: Union[Num, None] = None
+    host_mem_threshold: Union[Num, None] = None
+    capture_budget: Union[CaptureBudget, None] = None
+
+
 class Manifest(_Doc):
     schema_version: Union[str, int, float, None] = None
+    kind: Str = None
+    serve: Union[Serve, None] = None
+    weights_sha256: Str = None
     run_id: Str = None
     name: Str = None
     created_at: Union[Num, None] = None
@@ -240,6 +256,9 @@ class Event(_Doc):
     bytes: Union[int, None] = None
     state: Str = None
     enabled: Union[bool, None] = None
+    requests: Union[int, None] = None
+    counts: Union[dict[str, int], None] = None
+    dropped: Union[int, None] = None
 
 
 class TensorSpec(_Doc):
@@ -336,6 +355,11 @@ class Failure(_Doc):
     nonfinite: Union[Nonfinite, None] = None
     model_training: Union[bool, None] = None
     factory_kwargs: Union[Obj, None] = None
+    request: Union[int, None] = None
+    outcome: Str = None
+    signature: Str = None
+    fallback: Str = None
+    weights_sha256: Str = None
 
 
 class RngDoc(_Doc):

@@ -15,6 +15,8 @@ def collect(run, config: dict) -> list[Finding]:
     out = []
     for n, f in enumerate(run.failures()):
         kind = f.get("kind")
+        if kind == "request":  # an inference run's failing request: debugkit.diagnose.serving
+            continue
         etype = f.get("error_type") or ("non-finite values" if kind == "nonfinite" else kind)
         msg = (f.get("message") or "").strip().splitlines()
         first = msg[0] if msg else ""

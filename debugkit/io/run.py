@@ -82,6 +82,11 @@ class Run:
         return str(self.manifest.get("name") or self.path.name)
 
     @property
+    def kind(self) -> str:
+        """``"inference"`` for a run recorded by :func:`debugkit.serve`, else ``"training"``."""
+        return fmt.run_kind(self.manifest)
+
+    @property
     def run_id(self) -> str:
         return str(self.manifest.get("run_id") or self.path.name)
 
@@ -396,6 +401,29 @@ class Run:
             "layer": pd.Categorical.from_codes(code, categories=categories),
             "grad_norm": np.concatenate(values),
         }, copy=False)  # fresh arrays: no need for pandas to copy 10M rows again
+
+    def requests(self, rank: int | None = None):
+        """The requests of an inference run (:func:`debugkit.serve`; format 1.2; a training
+        run gives an empty frame).
+
+        Returns
+        -------
+        DataFrame with columns ``request`` (int64, 0-based per writer process, in start
+        order), ``rank`` (int32), ``wall_time`` (float64, start, seconds since the epoch),
+        ``latency_ms`` (float64), ``outcome`` (``ok | error | nonfinite | fallback``),
+        ``fallback`` (the fallback's name, or None), ``error_type`` (or None),
+        ``signature`` (``input_ids:int64[1,128];...``), ``input_numel`` (int64),
+        ``mem_before_bytes`` and ``mem_after_bytes`` (Int64; null when unreadable),
+        ``mem_kind`` (``cuda_allocated | rss``), ``device`` and ``failure_id`` (the
+        capture under ``failures/``, or None), ordered by ``wall_time``. See docs/run-format.md.
+        """
+        df = self._frame("requests", rank, ["request", "rank", "wall_time", "latency_ms", "outcome",
+                                            "fallback", "error_type", "signature", "input_numel",
+                                            "mem_before_bytes", "mem_after_bytes", "mem_kind",
+                                            "device", "failure_id"])
+        for c in ("mem_before_bytes", "mem_after_bytes"):
+            df[c] = df[c].astype("Int64")
+        return df.sort_values("wall_time", kind="stable").reset_index(drop=True)
 
     # ------------------------------------------------------------------- failures, events
     def layer_stats(self, rank: int | None = None):

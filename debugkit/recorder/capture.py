@@ -109,16 +109,20 @@ def write_capture(
     message: str | None = None,
     extra: dict | None = None,
     batch_spec: dict | None = None,
+    fid: str | None = None,
 ) -> str:
     """Write one failure capture under ``run_dir/failures/`` and return its id.
 
     Each part is written independently: when one fails (for example the model's tensors
     live on a CUDA context a device-side assert has broken), the others are still
-    written and the record lists the failure under ``capture_errors``.
+    written and the record lists the failure under ``capture_errors``. ``fid`` is the id
+    to use (an inference run reserves it on the request thread; see
+    :mod:`debugkit.recorder.serve`); by default ``r<rank>-s<step>-<kind>``. Either way a
+    folder that exists already gets a ``-2``, ``-3`` ... suffix.
     """
     failures = Path(run_dir) / fmt.FAILURES_DIR
     failures.mkdir(parents=True, exist_ok=True)
-    base = f"r{rank}-s{step:07d}-{kind}"
+    base = fid or f"r{rank}-s{step:07d}-{kind}"
     fid, n = base, 1
     while (failures / fid).exists():
         n += 1
@@ -197,6 +201,27 @@ def write_capture(
         shutil.rmtree(failures / fid, ignore_errors=True)
         os.replace(tmp, failures / fid)
     return fid
+
+
+def state_dict_sha256(model) -> str | None:
+    """SHA-256 of a model's ``state_dict`` tensors: names, dtypes, shapes and bytes, in the
+    state dict's order. The identity of an inference run's model when no factory is given
+    (``manifest.json``'s ``weights_sha256``); None for an object without ``state_dict``."""
+    import hashlib
+
+    import torch
+
+    sd = getattr(model, "state_dict", None)
+    if sd is None:
+        return None
+    h = hashlib.sha256()
+    for k, v in sd().items():
+        if not isinstance(v, torch.Tensor):
+            continue
+        t = v.detach().to("cpu").contiguous()
+        h.update(f"{k}|{str(t.dtype).replace('torch.', '')}|{list(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
 
 
 def describe_callable(spec: str | None) -> dict | None:

@@ -10,6 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from debugkit import InvalidInputError, NonFiniteError, Recorder, open_run
+from debugkit import format as fmt
 from debugkit.tensortree import load_tree
 from tests._training import train, train_step
 
@@ -109,7 +110,7 @@ def test_scalars_memory_steps_and_lr_rows(tmp_path):
     assert st["data_wait_s"].isna().tolist() == [True, False, False, False]
     assert run.status == "finished"
     assert run.manifest["config"] == {"lr": 3e-3}
-    assert run.manifest["schema_version"] == "1.1"
+    assert run.manifest["schema_version"] == fmt.SCHEMA_VERSION == "1.2"
 
 
 def test_none_grad_is_recorded_as_zero_and_frozen_params_skipped(tmp_path):

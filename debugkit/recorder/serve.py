@@ -1,0 +1,584 @@
+"""Inference-side recording: ``debugkit.serve(model, run_dir)`` (an ``inference`` run).
+
+A served model gets one row per request in ``ranks/<rank>/requests-<seg>.arrows``
+(latency, outcome, input signature, memory before/after; columns in
+:func:`debugkit.format.table_schema`) and a failure capture of each failing request
+(``failures/<id>/``, the inputs in safetensors, no pickle) within a bounded capture
+budget. See docs/serving.md.
+
+The request thread does only what must happen there: two clock reads, two memory reads
+(``/proc/self/statm`` on CPU, the CUDA allocator's counter on GPU), the input signature
+and the output's finiteness; the row is handed to the per-rank background writer
+(:class:`debugkit.recorder.writer.RankWriter`) and a capture to a capture thread, so
+Arrow, safetensors and file I/O never run on it. ``bench/serve_overhead.py`` measures the
+cost.
+"""
+
+from __future__ import annotations
+
+import atexit
+import math
+import os
+import queue
+import threading
+import time
+import uuid
+import warnings
+import weakref
+from collections import deque
+from typing import Any
+
+from .. import format as fmt
+from .._fsutil import atomic_write_json
+from ..errors import DebugkitWarning, InvalidInputError
+from ..location import as_path, is_url
+from .capture import describe_callable, state_dict_sha256, take_rng_state, write_capture
+from .env import collect_env
+from .memhistory import memory_capacity
+from .recorder import _RSS, _resumed, _unwrap
+from .writer import RankWriter
+
+#: Default capture budget: the first ``per_kind`` failing requests of each (outcome,
+#: error type) are captured, and at most ``per_minute`` captures are written in any
+#: 60 seconds; the rest are counted in ``capture_dropped`` events.
+DEFAULT_CAPTURE_BUDGET = {"per_kind": 10, "per_minute": 30}
+#: A ``capture_dropped`` event is written at most this often (and at close).
+DROPPED_EVENT_EVERY_S = 60.0
+#: Captures waiting for the capture thread; beyond this a failure storm's captures are
+#: dropped (and counted) rather than held in memory.
+MAX_PENDING_CAPTURES = 64
+
+MSG_THRESHOLD = "{name}={value!r}: expected a share of memory in (0, 1]"
+MSG_BUDGET = ("capture_budget={value!r}: expected a dict with 'per_kind' and/or 'per_minute' "
+              "(integers >= 0)")
+MSG_CLOSED = "debugkit.serve: the recorder is closed; no more requests can be recorded"
+MSG_CALL = "call={value!r}: expected one of 'kwargs', 'args', 'single'"
+CALLS = ("kwargs", "args", "single", "args_kwargs")
+
+
+def _check_threshold(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise InvalidInputError(MSG_THRESHOLD.format(name=name, value=value))
+    return float(value)
+
+
+def _check_budget(value) -> dict[str, int]:
+    if value is None:
+        return dict(DEFAULT_CAPTURE_BUDGET)
+    if not isinstance(value, dict) or not set(value) <= set(DEFAULT_CAPTURE_BUDGET) or any(
+            isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in value.values()):
+        raise InvalidInputError(MSG_BUDGET.format(value=value))
+    return {**DEFAULT_CAPTURE_BUDGET, **value}
+
+
+# ---------------------------------------------------------------------------- inputs
+def _leaf_sig(key: str, v, torch_tensor) -> tuple[str, int]:
+    if isinstance(v, torch_tensor):
+        return f"{key}:{str(v.dtype)[6:]}[{','.join(map(str, v.shape))}]", v.numel()
+    dtype = getattr(v, "dtype", None)
+    shape = getattr(v, "shape", None)
+    if dtype is not None and isinstance(shape, tuple):  # a numpy array
+        n = 1
+        for d in shape:
+            n *= int(d)
+        return f"{key}:{dtype}[{','.join(map(str, shape))}]", n
+    if isinstance(v, (str, bytes)):
+        return f"{key}:{type(v).__name__}[{len(v)}]", 0
+    if isinstance(v, (list, tuple)):
+        return f"{key}:{type(v).__name__}[{len(v)}]", 0
+    return f"{key}:{type(v).__name__}", 0
+
+
+def describe_inputs(inputs, torch_tensor=None) -> tuple[str, int]:
+    """A request's input signature and element count.
+
+    The signature names each top-level input by key (a dict), position (a tuple or list)
+    or ``input`` (anything else), with its dtype and shape: ``input_ids:int64[1,128];
+    attention_mask:int64[1,128]``. Non-tensor values give their type (and length for
+    strings and sequences). ``input_numel`` counts tensor and array elements.
+    """
+    if torch_tensor is None:
+        import torch
+
+        torch_tensor = torch.Tensor
+    if isinstance(inputs, dict):
+        items = [(str(k), v) for k, v in inputs.items()]
+    elif isinstance(inputs, (tuple, list)) and not isinstance(inputs, torch_tensor):
+        items = [(str(i), v) for i, v in enumerate(inputs)]
+    elif inputs is None:
+        return "", 0
+    else:
+        items = [("input", inputs)]
+    parts, total = [], 0
+    for k, v in items:
+        s, n = _leaf_sig(k, v, torch_tensor)
+        parts.append(s)
+        total += n
+    return ";".join(parts), total
+
+
+def _nonfinite_outputs(out, torch, depth: int = 0) -> list[str]:
+    """Names of the floating tensors in ``out`` that hold NaN or Inf ([] when all finite).
+
+    A tensor's sum is finite only if every element is (cheap: ~1.5 us on a small CPU
+    tensor, against ~6 us for ``isfinite().all()``); a non-finite sum is confirmed
+    element-wise, so a sum that merely overflowed is not taken for a NaN.
+    """
+    if depth > 4:
+        return []
+    if isinstance(out, torch.Tensor):
+        if not out.is_floating_point() and not out.is_complex():
+            return []
+        if out.numel() == 0 or math.isfinite(out.detach().sum().item()):
+            return []
+        return ["output"] if not bool(torch.isfinite(out).all()) else []
+    items: Any = ()
+    if isinstance(out, dict) or hasattr(out, "items") and callable(out.items):
+        items = list(out.items())
+    elif isinstance(out, (tuple, list)):
+        items = list(enumerate(out))
+    bad = []
+    for k, v in items:
+        for name in _nonfinite_outputs(v, torch, depth + 1):
+            bad.append(str(k) if name == "output" else f"{k}.{name}")
+    return bad
+
+
+def _call_of(inputs) -> str:
+    if isinstance(inputs, dict):
+        return "kwargs"
+    if isinstance(inputs, (tuple, list)):
+        return "args"
+    return "single"
+
+
+# ---------------------------------------------------------------------------- request
+class Request:
+    """One request being recorded (returned by :meth:`ServeRecorder.request`).
+
+    Inside the ``with`` block call :meth:`output` with the model's output (checked for
+    NaN/Inf) and :meth:`fallback` when the service answers some other way. After the
+    block, ``outcome`` (``ok | error | nonfinite | fallback``), ``failure_id`` (the
+    capture's id, or None) and ``latency_ms`` say what was recorded.
+    """
+
+    __slots__ = ("rec", "inputs", "call", "request", "wall_time", "t0", "mem_before", "rng",
+                 "fallback_name", "fallback_error", "out", "has_output", "outcome",
+                 "failure_id", "latency_ms")
+
+    def __init__(self, rec: ServeRecorder, inputs, call: str | None):
+        self.rec = rec
+        self.inputs = inputs
+        self.call = call
+        self.request = -1
+        self.wall_time = 0.0
+        self.t0 = 0.0
+        self.mem_before: int | None = None
+        self.rng: dict | None = None
+        self.fallback_name: str | None = None
+        self.fallback_error: BaseException | None = None
+        self.out = None
+        self.has_output = False
+        self.outcome: str | None = None
+        self.failure_id: str | None = None
+        self.latency_ms: float | None = None
+
+    def output(self, out):
+        """Record the model's output (its floating tensors are checked for NaN/Inf);
+        returns it unchanged."""
+        self.out = out
+        self.has_output = True
+        return out
+
+    def fallback(self, name: str, error: BaseException | None = None) -> None:
+        """Mark the request as answered by a fallback (``"cache"``, ``"cpu_model"`` ...).
+
+        ``error``: the exception that made the service fall back, if any; its type is
+        recorded, and the request is captured like a failing one (within the budget).
+        """
+        if not isinstance(name, str) or not name:
+            raise InvalidInputError(f"r.fallback({name!r}): expected a non-empty name")
+        self.fallback_name = name
+        self.fallback_error = error
+
+    def __enter__(self):
+        self.rec._begin(self)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.rec._end(self, exc)
+        return False
+
+
+class _Wrapped:
+    """``rec.wrap(model)``: calls the model inside ``rec.request`` (other attributes are
+    the model's)."""
+
+    def __init__(self, rec: ServeRecorder, fn):
+        self._rec = rec
+        self._fn = fn
+
+    def __call__(self, *args, **kwargs):
+        if kwargs and not args:
+            inputs, call = kwargs, "kwargs"
+        elif len(args) == 1 and not kwargs:
+            inputs, call = args[0], "single"
+        elif not kwargs:
+            inputs, call = tuple(args), "args"
+        else:
+            inputs, call = {"args": tuple(args), "kwargs": kwargs}, "args_kwargs"
+        with self._rec.request(inputs, call=call) as r:
+            return r.output(self._fn(*args, **kwargs))
+
+    def __getattr__(self, name):
+        return getattr(self._fn, name)
+
+
+# ---------------------------------------------------------------------------- recorder
+def _close_ref(ref) -> None:
+    rec = ref()
+    if rec is not None:
+        rec.close()
+
+
+class ServeRecorder:
+    """Record a served model's requests into an inference run (create with
+    :func:`debugkit.serve`)."""
+
+    def __init__(self, model, run_dir, *, model_factory: str | None = None,
+                 factory_kwargs: dict | None = None, name: str | None = None,
+                 config: dict | None = None, capture_budget: dict | None = None,
+                 gpu_mem_threshold: float = 0.8, host_mem_threshold: float = 0.75,
+                 check_finite: bool = True, capture: bool = True,
+                 hash_weights: bool | None = None, device=None, rank: int = 0,
+                 flush_every_s: float = 2.0, tags=None):
+        import torch
+
+        if is_url(run_dir) and not str(run_dir).lower().startswith("file://"):
+            raise InvalidInputError(f"debugkit.serve: run_dir={str(run_dir)!r}: record to a local "
+                                    "folder (upload it with `debugkit sync`)")
+        gpu_mem_threshold = _check_threshold("gpu_mem_threshold", gpu_mem_threshold)
+        host_mem_threshold = _check_threshold("host_mem_threshold", host_mem_threshold)
+        budget = _check_budget(capture_budget)
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+            raise InvalidInputError(f"rank={rank!r}: expected an integer >= 0")
+        tags = fmt.check_tags(tags) if tags is not None else None
+        self.model = model
+        self._module = _unwrap(model) if isinstance(model, torch.nn.Module) else model
+        self.run_dir = as_path(run_dir)
+        self.rank = rank
+        self.check_finite = bool(check_finite)
+        self.capture = bool(capture)
+        self.budget = budget
+        if device is None:
+            params = getattr(self._module, "parameters", None)
+            first = next(iter(params()), None) if callable(params) else None
+            device = first.device if first is not None else torch.device("cpu")
+        self.device = torch.device(device)
+        self._cuda = self.device.type == "cuda"
+        self._dev_str = str(self.device)
+        self._mem_kind = "cuda_allocated" if self._cuda else "rss"
+        self._code = {"model_factory": describe_callable(model_factory)} if model_factory else {}
+        self._factory_kwargs = dict(factory_kwargs or {})
+        if hash_weights is None:
+            hash_weights = model_factory is None
+        self.weights_sha256 = state_dict_sha256(self._module) if hash_weights else None
+
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        now = time.time()
+        manifest = {
+            "schema_version": fmt.SCHEMA_VERSION,
+            "kind": fmt.KIND_INFERENCE,
+            "run_id": uuid.uuid4().hex[:12],
+            "name": name or self.run_dir.name,
+            "created_at": now,
+            "config": dict(config or {}),
+            "model_factory": model_factory,
+            "factory_kwargs": self._factory_kwargs,
+            "model_class": f"{type(self._module).__module__}.{type(self._module).__qualname__}",
+            "code": self._code,
+            "weights_sha256": self.weights_sha256,
+            "world_size": 1,
+            "flush_every_s": flush_every_s,
+            "serve": {"gpu_mem_threshold": gpu_mem_threshold,
+                      "host_mem_threshold": host_mem_threshold,
+                      "capture_budget": dict(budget)},
+            "env": collect_env(),
+        }
+        if tags is not None:
+            manifest["tags"] = tags
+        manifest = fmt.update_manifest(self.run_dir, lambda old: _resumed(manifest, old, now),
+                                       unreadable="replace")
+        self.run_id = manifest["run_id"]
+        rank_dir = self.run_dir / fmt.RANKS_DIR / str(rank)
+        self._writer = RankWriter(rank_dir, n_layers=1, flush_every_s=flush_every_s)
+        self.segment = self._writer.segment
+        atomic_write_json(rank_dir / fmt.RANK_META.format(segment=self.segment), {
+            "rank": rank, "world_size": 1, "host": manifest["env"].get("host"), "pid": os.getpid(),
+            "device": self._dev_str, "layers": [], "started_at": now, "segment": self.segment,
+            **memory_capacity(self.device)})
+        self._writer.event("start", segment=self.segment, pid=os.getpid())
+
+        self._torch = torch
+        self._Tensor = torch.Tensor
+        self._rss = _RSS()
+        self._seq = 0
+        self._seq_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._captured: dict[tuple[str, str | None], int] = {}
+        self._recent: deque[float] = deque()
+        self._dropped: dict[str, int] = {}
+        self._dropped_emitted = 0
+        self._dropped_last_emit = 0.0
+        self._captures: queue.Queue = queue.Queue(maxsize=MAX_PENDING_CAPTURES)
+        self._capture_thread: threading.Thread | None = None
+        self._closed = False
+        ref = weakref.ref(self)
+        self._atexit = lambda: _close_ref(ref)
+        atexit.register(self._atexit)
+
+    # ------------------------------------------------------------------ public API
+    def request(self, inputs=None, *, call: str | None = None) -> Request:
+        """Context manager around one request.
+
+        Parameters
+        ----------
+        inputs : any
+            What the model is called with: a dict (``model(**inputs)``), a tuple or list
+            (``model(*inputs)``) or one object (``model(inputs)``). Its signature and
+            element count are recorded, and a failing request's capture stores it.
+        call : {"kwargs", "args", "single"}, optional
+            How the model is called with ``inputs`` when it is not what the type says
+            (a dict passed as one argument: ``"single"``); stored in the capture for replay.
+        """
+        if call is not None and call not in CALLS:
+            raise InvalidInputError(MSG_CALL.format(value=call))
+        return Request(self, inputs, call)
+
+    def wrap(self, fn=None):
+        """A callable that records every call of ``fn`` (default: the model) as a request:
+        ``wrapped = rec.wrap(model); y = wrapped(x)``. Its output is checked for NaN/Inf;
+        an exception is recorded, captured and raised on."""
+        return _Wrapped(self, self.model if fn is None else fn)
+
+    @property
+    def requests(self) -> int:
+        """How many requests were started so far."""
+        return self._seq
+
+    def flush(self) -> None:
+        """Write the rows queued so far and the captures in progress now (readers see them)."""
+        if self._capture_thread is not None:
+            self._captures.join()
+        self._writer.flush()
+
+    def close(self, *, failed: bool = False) -> None:
+        """Write everything, mark the run finished (or failed). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self._atexit)
+        if self._capture_thread is not None:
+            self._captures.put(None)
+            self._capture_thread.join(timeout=60)
+        self._emit_dropped(force=True)
+        state = fmt.STATE_FAILED if failed else fmt.STATE_FINISHED
+        self._writer.event("close", state=state, requests=self._seq)
+        self._writer.close(state)
+        self._rss.close()
+        if self._writer.error is not None:
+            warnings.warn(f"debugkit.serve: the writer stopped: {self._writer.error!r}",
+                          DebugkitWarning, stacklevel=2)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.close(failed=exc is not None)
+        return False
+
+    # ------------------------------------------------------------------ request thread
+    def _mem(self) -> int | None:
+        if self._cuda:
+            try:
+                return int(self._torch.cuda.memory_allocated(self.device))
+            except RuntimeError:  # a broken CUDA context: the request's own error propagates
+                return None
+        return self._rss.read()
+
+    def _begin(self, r: Request) -> None:
+        if self._closed:
+            raise InvalidInputError(MSG_CLOSED)
+        with self._seq_lock:  # 0-based, in the order requests start, over all threads
+            r.request = self._seq
+            self._seq += 1
+        r.rng = take_rng_state() if self.capture else None
+        r.wall_time = time.time()
+        r.mem_before = self._mem()
+        r.t0 = time.perf_counter()
+
+    def _end(self, r: Request, exc: BaseException | None) -> None:
+        t1 = time.perf_counter()
+        mem_after = self._mem()
+        r.latency_ms = (t1 - r.t0) * 1e3
+        try:
+            sig, numel = describe_inputs(r.inputs, self._Tensor)
+        except Exception:  # noqa: BLE001 - an odd input never breaks the request
+            sig, numel = f"input:{type(r.inputs).__name__}", 0
+        etype = None
+        bad: list[str] = []
+        if exc is not None:
+            outcome, etype = "error", type(exc).__name__
+        elif r.fallback_name is not None:
+            outcome = "fallback"
+            if r.fallback_error is not None:
+                etype = type(r.fallback_error).__name__
+        else:
+            outcome = "ok"
+            if r.has_output and self.check_finite:
+                try:
+                    bad = _nonfinite_outputs(r.out, self._torch)
+                except Exception:  # noqa: BLE001 - an odd output is not a failure of ours
+                    bad = []
+                if bad:
+                    outcome = "nonfinite"
+        r.outcome = outcome
+        if self.capture and (outcome in ("error", "nonfinite") or r.fallback_error is not None):
+            r.failure_id = self._reserve_capture(r, outcome, etype, exc or r.fallback_error, sig, bad)
+        r.out = None  # the output is not kept past the request
+        self._writer.add("requests", (r.request, r.wall_time, r.latency_ms, outcome, r.fallback_name,
+                                      etype, sig, numel, r.mem_before, mem_after, self._mem_kind,
+                                      self._dev_str, r.failure_id))
+
+    # ------------------------------------------------------------------ captures
+    def _reserve_capture(self, r: Request, outcome: str, etype: str | None,
+                         exc: BaseException | None, sig: str, bad: list[str]) -> str | None:
+        """The id of the capture of ``r`` handed to the capture thread, or None when the
+        budget (first N per kind, M per minute) or the queue refuses it (counted)."""
+        key = (outcome, etype)
+        now = time.monotonic()
+        with self._lock:
+            recent = self._recent
+            while recent and now - recent[0] >= 60.0:
+                recent.popleft()
+            n = self._captured.get(key, 0)
+            ok = n < self.budget["per_kind"] and len(recent) < self.budget["per_minute"]
+            if ok:
+                fid = f"r{self.rank}-{self.segment:03d}-req{r.request:07d}-{outcome}"
+                try:
+                    self._captures.put_nowait((fid, r, outcome, etype, exc, sig, bad))
+                except queue.Full:
+                    ok = False
+            if not ok:
+                label = f"{outcome}:{etype}" if etype else outcome
+                self._dropped[label] = self._dropped.get(label, 0) + 1
+            else:
+                self._captured[key] = n + 1
+                recent.append(now)
+                if self._capture_thread is None:
+                    self._capture_thread = threading.Thread(
+                        target=self._capture_loop, name="debugkit-serve-capture", daemon=True)
+                    self._capture_thread.start()
+        if not ok:
+            self._emit_dropped()
+            return None
+        return fid
+
+    def _emit_dropped(self, force: bool = False) -> None:
+        total = sum(self._dropped.values())
+        if total == self._dropped_emitted:
+            return
+        now = time.monotonic()
+        if not force and now - self._dropped_last_emit < DROPPED_EVENT_EVERY_S:
+            return
+        self._dropped_last_emit = now
+        self._dropped_emitted = total
+        self._writer.event("capture_dropped", dropped=total, counts=dict(self._dropped),
+                           budget=dict(self.budget))
+
+    def _capture_loop(self) -> None:
+        while True:
+            job = self._captures.get()
+            try:
+                if job is None:
+                    return
+                self._write_capture(*job)
+            finally:
+                self._captures.task_done()
+
+    def _write_capture(self, fid, r: Request, outcome, etype, exc, sig, bad) -> None:
+        try:
+            if outcome == "nonfinite":
+                message = "the model's output holds NaN or Inf values" + (
+                    f" ({', '.join(bad[:8])})" if bad != ["output"] else "")
+            else:
+                message = None
+            write_capture(
+                self.run_dir, kind="request", step=r.request, rank=self.rank, world_size=1,
+                device=self._dev_str, exc=exc, batch=r.inputs, model=None, rng_state=r.rng,
+                code=self._code, message=message, fid=fid,
+                extra={"request": r.request, "outcome": outcome, "signature": sig,
+                       "fallback": r.fallback_name, "call": r.call or _call_of(r.inputs),
+                       "nonfinite_outputs": bad or None, "latency_ms": r.latency_ms,
+                       "factory_kwargs": self._factory_kwargs,
+                       "weights_sha256": self.weights_sha256,
+                       "model_training": bool(getattr(self._module, "training", False))})
+            self._writer.event("failure", failure=fid, request=r.request, outcome=outcome,
+                               error_type=etype)
+        except Exception as err:  # noqa: BLE001 - a capture must never break the service
+            self._writer.event("capture_error", failure=fid, message=str(err)[:2000])
+        finally:
+            r.inputs = None
+
+
+def serve(model, run_dir, **kwargs) -> ServeRecorder:
+    """Record a served model's requests into an inference run.
+
+    Parameters
+    ----------
+    model : torch.nn.Module or callable
+        The model being served (DDP / ``torch.compile`` wrappers are looked through).
+    run_dir : str or Path
+        Where the run is written (created if missing; an existing run gets a new segment).
+    model_factory : str, optional
+        ``"module:callable"`` that rebuilds the model (``model_factory(**factory_kwargs)``)
+        for replay; its file's SHA-256 is recorded. Without it the model's identity is
+        the SHA-256 of its state dict's tensors (``weights_sha256``).
+    factory_kwargs : dict, optional
+        Keyword arguments of ``model_factory`` (JSON-able).
+    name, config, tags : optional
+        The run's display name, a JSON-able dict of settings, labels for Home.
+    capture_budget : dict, optional
+        ``{"per_kind": 10, "per_minute": 30}`` by default: the first ``per_kind``
+        failing requests of each (outcome, error type) are captured, at most
+        ``per_minute`` in any minute; the others are counted in ``capture_dropped``
+        events, so a failure storm never fills the disk.
+    gpu_mem_threshold, host_mem_threshold : float
+        Shares of GPU / host memory the service must stay under (0.8 and 0.75, as
+        common service dashboards): ``diagnose`` projects how many requests a leak
+        takes to reach them.
+    check_finite : bool
+        Check the floating tensors of ``r.output(...)`` for NaN/Inf (a request with one
+        is ``nonfinite`` and captured). On CUDA this reads one number per output tensor
+        back to the host (a synchronisation).
+    capture : bool
+        Capture failing requests (inputs, RNG, error) under ``failures/``.
+    hash_weights : bool, optional
+        Record ``weights_sha256`` (default: only when no ``model_factory`` is given;
+        hashing a large model takes time at start).
+    device : str or torch.device, optional
+        Where the model runs (default: its first parameter's device): CUDA reads the
+        allocator's ``memory_allocated``, CPU the process RSS.
+    rank : int
+        The writer's folder under ``ranks/``: give each worker process of one service
+        its own (one run, several processes).
+    flush_every_s : float
+        How often the background writer appends to disk.
+
+    Returns
+    -------
+    ServeRecorder
+        ``with rec.request(inputs) as r: r.output(model(**inputs))``, ``rec.wrap(model)``,
+        ``rec.close()`` (or use it as a context manager).
+    """
+    return ServeRecorder(model, run_dir, **kwargs)

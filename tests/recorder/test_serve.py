@@ -1,0 +1,214 @@
+"""debugkit.serve: the inference-side recorder (rows, outcomes, captures, budget, format)."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pyarrow as pa
+import pytest
+import torch
+import torch.nn as nn
+
+import debugkit
+from debugkit import InvalidInputError, open_run
+from debugkit import format as fmt
+from debugkit.recorder.capture import state_dict_sha256
+from debugkit.recorder.serve import MSG_BUDGET, MSG_CLOSED, MSG_THRESHOLD, describe_inputs
+from debugkit.tensortree import load_tree
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = nn.Embedding(50, 8)
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, input_ids, temperature=None):
+        y = self.head(self.emb(input_ids).mean(1))
+        return y if temperature is None else y / temperature
+
+
+def _model():
+    return Tiny().eval()
+
+
+def test_requests_rows_outcomes_and_captures(tmp_path):
+    model = _model()
+    rec = debugkit.serve(model, tmp_path / "r", name="svc", tags=["prod"])
+    for n in (4, 8, 4):
+        x = {"input_ids": torch.randint(0, 50, (1, n))}
+        with torch.no_grad(), rec.request(x) as r:
+            r.output(model(**x))
+        assert r.outcome == "ok" and r.failure_id is None and r.latency_ms > 0
+    bad = {"input_ids": torch.tensor([[3, 77]])}  # a token id out of range
+    with pytest.raises(IndexError), rec.request(bad) as r_err:
+        model(**bad)
+    nan_in = {"input_ids": torch.tensor([[1, 2]]), "temperature": torch.tensor(0.0)}
+    with torch.no_grad(), rec.request(nan_in) as r_nan:
+        r_nan.output(model(**nan_in))
+    with rec.request({"input_ids": torch.tensor([[1]])}) as r_fb:
+        r_fb.fallback("cache")
+    wrapped = rec.wrap(model)
+    with torch.no_grad():
+        out = wrapped(torch.tensor([[1, 2, 3]]))
+    assert out.shape == (1, 5) and wrapped.head is model.head  # attributes are the model's
+    assert rec.requests == 7
+    rec.close()
+
+    run = open_run(tmp_path / "r")
+    assert run.kind == "inference" and run.manifest["kind"] == fmt.KIND_INFERENCE
+    assert run.manifest["schema_version"] == fmt.SCHEMA_VERSION == "1.2"
+    assert run.manifest["serve"] == {"gpu_mem_threshold": 0.8, "host_mem_threshold": 0.75,
+                                     "capture_budget": {"per_kind": 10, "per_minute": 30}}
+    assert run.manifest["weights_sha256"] == state_dict_sha256(model) and len(state_dict_sha256(model)) == 64
+    assert run.manifest["model_class"].endswith("Tiny") and run.status == "finished"
+    df = run.requests()
+    assert list(df.columns) == ["request", "rank", "wall_time", "latency_ms", "outcome", "fallback",
+                                "error_type", "signature", "input_numel", "mem_before_bytes",
+                                "mem_after_bytes", "mem_kind", "device", "failure_id"]
+    assert df["request"].tolist() == list(range(7))
+    assert df["outcome"].tolist() == ["ok", "ok", "ok", "error", "nonfinite", "fallback", "ok"]
+    assert df["signature"].tolist()[:5] == ["input_ids:int64[1,4]", "input_ids:int64[1,8]",
+                                            "input_ids:int64[1,4]", "input_ids:int64[1,2]",
+                                            "input_ids:int64[1,2];temperature:float32[]"]
+    assert df["signature"].iloc[6] == "input:int64[1,3]" and df["input_numel"].tolist()[:3] == [4, 8, 4]
+    assert df["error_type"].iloc[3] == "IndexError" and df["fallback"].iloc[5] == "cache"
+    assert (df["mem_kind"] == "rss").all() and (df["device"] == "cpu").all()
+    assert (df["mem_before_bytes"] > 0).all() and (df["latency_ms"] > 0).all()
+    assert df["failure_id"].iloc[3] == r_err.failure_id == "r0-000-req0000003-error"
+    assert df["failure_id"].iloc[4] == r_nan.failure_id == "r0-000-req0000004-nonfinite"
+    assert df["failure_id"].isna().sum() == 5
+
+    err = run.failure(r_err.failure_id)
+    assert err["kind"] == "request" and err["outcome"] == "error" and err["request"] == 3
+    assert err["error_type"] == "IndexError" and "index out of range" in err["message"].lower()
+    assert "Traceback" in err["traceback"] and err["signature"] == "input_ids:int64[1,2]"
+    assert err["call"] == "kwargs" and "model" not in err["files"]  # identity by hash, no weights
+    assert err["weights_sha256"] == run.manifest["weights_sha256"]
+    from pathlib import Path
+
+    d = Path(err["path"])
+    assert torch.equal(load_tree(d / "batch.safetensors", d / "batch.json")["input_ids"], bad["input_ids"])
+    assert (d / "rng.safetensors").is_file() and not list(d.glob("*.pt")) and not list(d.glob("*.pkl"))
+    nan = run.failure(r_nan.failure_id)
+    assert nan["outcome"] == "nonfinite" and nan["error_type"] is None and "NaN or Inf" in nan["message"]
+    events = run.events()
+    assert [e["kind"] for e in events if e["kind"] in ("start", "close")] == ["start", "close"]
+    assert events[-1]["requests"] == 7
+
+
+def test_capture_budget_first_n_per_kind_then_a_dropped_event(tmp_path):
+    model = _model()
+    rec = debugkit.serve(model, tmp_path / "r", capture_budget={"per_kind": 2, "per_minute": 100})
+    ids = []
+    for i in range(6):
+        try:
+            with rec.request({"input_ids": torch.tensor([[99 + i]])}) as r:
+                model(input_ids=torch.tensor([[99 + i]]))
+        except IndexError:
+            ids.append(r.failure_id)
+    for _ in range(3):
+        try:
+            with rec.request(torch.tensor([1.0])) as r:
+                raise ValueError("bad")
+        except ValueError:
+            ids.append(r.failure_id)
+    rec.close()
+    assert ids[:2] == ["r0-000-req0000000-error", "r0-000-req0000001-error"] and ids[2:6] == [None] * 4
+    assert ids[6] is not None and ids[7] is not None and ids[8] is None  # its own kind's budget
+    run = open_run(tmp_path / "r")
+    assert len(run.failures()) == 4
+    dropped = [e for e in run.events() if e["kind"] == "capture_dropped"]
+    assert dropped[-1]["dropped"] == 5
+    assert dropped[-1]["counts"] == {"error:IndexError": 4, "error:ValueError": 1}
+
+
+def test_per_minute_rate_limit(tmp_path):
+    rec = debugkit.serve(_model(), tmp_path / "r", capture_budget={"per_kind": 100, "per_minute": 3})
+    got = []
+    for _ in range(5):
+        with pytest.raises(KeyError), rec.request({"k": torch.ones(1)}) as r:
+            raise KeyError("x")
+        got.append(r.failure_id)
+    rec.close()
+    assert sum(g is not None for g in got) == 3 and got[3:] == [None, None]
+
+
+def test_threads_record_every_request_once(tmp_path):
+    model = _model()
+    rec = debugkit.serve(model, tmp_path / "r", flush_every_s=0.05)
+    wrapped = rec.wrap(model)
+
+    def work():
+        with torch.no_grad():
+            for _ in range(50):
+                wrapped(input_ids=torch.randint(0, 50, (1, 3)))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    rec.close()
+    df = open_run(tmp_path / "r").requests()
+    assert sorted(df["request"]) == list(range(200)) and (df["outcome"] == "ok").all()
+
+
+def test_factory_identity_and_a_live_reader(tmp_path):
+    rec = debugkit.serve(_model(), tmp_path / "r", model_factory="tests.recorder.test_serve:_model",
+                         factory_kwargs={}, gpu_mem_threshold=0.9)
+    with rec.request(torch.ones(2)) as r:
+        r.output(torch.ones(2))
+    rec.flush()  # readable while the service runs
+    run = open_run(tmp_path / "r")
+    assert len(run.requests()) == 1 and run.status == "running"
+    m = run.manifest
+    assert m["model_factory"] == "tests.recorder.test_serve:_model" and m["weights_sha256"] is None
+    assert len(m["code"]["model_factory"]["sha256"]) == 64 and m["serve"]["gpu_mem_threshold"] == 0.9
+    rec.close()
+    with pytest.raises(InvalidInputError, match=MSG_CLOSED):
+        rec.request(torch.ones(1)).__enter__()
+
+
+def test_a_training_run_reads_as_training_with_no_requests(sample_runs):
+    run = open_run(sample_runs / "digits-mlp")
+    assert run.kind == "training" and run.requests().empty
+    assert list(run.requests().columns)[:3] == ["request", "rank", "wall_time"]
+
+
+def test_the_requests_table_is_append_only_arrow(tmp_path):
+    rec = debugkit.serve(_model(), tmp_path / "r")
+    with rec.request(torch.ones(1)):
+        pass
+    rec.close()
+    path = tmp_path / "r" / "ranks" / "0" / "requests-000.arrows"
+    with pa.OSFile(str(path)) as f:
+        t = pa.ipc.open_stream(f).read_all()
+    assert t.schema.equals(fmt.table_schema("requests")) and t.num_rows == 1
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"gpu_mem_threshold": 1.5}, MSG_THRESHOLD.format(name="gpu_mem_threshold", value=1.5)),
+    ({"host_mem_threshold": 0}, MSG_THRESHOLD.format(name="host_mem_threshold", value=0)),
+    ({"capture_budget": {"per_kind": -1}}, MSG_BUDGET.format(value={"per_kind": -1})),
+    ({"capture_budget": {"n": 1}}, MSG_BUDGET.format(value={"n": 1})),
+    ({"rank": -1}, "rank=-1: expected an integer >= 0"),
+])
+def test_bad_settings_are_refused_before_anything_is_written(tmp_path, kwargs, match):
+    import re
+
+    with pytest.raises(InvalidInputError, match=re.escape(match)):
+        debugkit.serve(_model(), tmp_path / "r", **kwargs)
+    assert not (tmp_path / "r").exists()
+
+
+def test_describe_inputs():
+    assert describe_inputs({"a": torch.zeros(2, 3), "b": "hi", "c": 3}) == ("a:float32[2,3];b:str[2];c:int", 6)
+    assert describe_inputs((torch.zeros(1), [1, 2])) == ("0:float32[1];1:list[2]", 1)
+    assert describe_inputs(None) == ("", 0)
+    import numpy as np
+
+    assert describe_inputs(np.zeros((2, 2), dtype=np.float32)) == ("input:float32[2,2]", 4)
+    assert json.dumps(describe_inputs(torch.zeros(0)))  # plain strings and ints
