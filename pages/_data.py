@@ -6,6 +6,10 @@ docstring lists the columns). Run-derived caches are keyed on the run's path and
 files' sizes and modification times (:func:`signature`), so a live run refreshes, and
 bounded (:data:`CACHE`: ``max_entries``/``ttl``) so memory does not grow with the number
 of runs opened. Findings always come from :mod:`debugkit.diagnose`.
+
+A run is opened once per script run (:func:`opened`: its manifest read and its files
+listed once, however many readers a page calls); a cache miss reads from a copy of that
+opened run (:meth:`Opened.fresh`), so its warnings are its own.
 """
 
 from __future__ import annotations
@@ -18,15 +22,69 @@ from pages._ui import show_error
 CACHE = {"max_entries": 32, "ttl": 900}
 
 
-def _open(path: str):
+class Opened:
+    """A run opened for one script run: the :class:`debugkit.Run` and its files'
+    signature (listed at most once)."""
+
+    __slots__ = ("run", "_sig")
+
+    def __init__(self, run):
+        self.run = run
+        self._sig: tuple | None = None
+
+    @property
+    def sig(self) -> tuple:
+        if self._sig is None:
+            self._sig = self.run.files_signature()
+        return self._sig
+
+    def fresh(self):
+        """The run as :func:`debugkit.io.run.open_run` returns it (its own, empty
+        ``warnings``), without reading the manifest again."""
+        import copy
+
+        run = copy.copy(self.run)
+        run.warnings = []
+        return run
+
+
+def _rerun_token():
+    """An object that stays the same for one script run (the whole page, or one rerun of
+    a fragment) and is new for the next: the context's cursor map, which Streamlit
+    replaces at the start of every run and of every fragment rerun. None outside a
+    script run (bare mode)."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx(suppress_warning=True)
+    return (ctx, ctx.cursors) if ctx is not None else None
+
+
+def opened(path: str) -> Opened:
+    """The run at ``path``, opened once per script run (raises like ``open_run``)."""
     from debugkit.io.run import open_run
 
-    return open_run(path)
+    token = _rerun_token()
+    if token is None:
+        return Opened(open_run(path))
+    ctx, cursors = token
+    memo = getattr(ctx, "_debugkit_opened", None)
+    if memo is None or memo[0] is not cursors:
+        memo = (cursors, {})
+        ctx._debugkit_opened = memo  # dies with the session's context
+    found = memo[1].get(path)
+    if found is None:
+        found = memo[1][path] = Opened(open_run(path))
+    return found
+
+
+def _open(path: str):
+    """A copy of the opened run for one reader (a cache miss)."""
+    return opened(path).fresh()
 
 
 def signature(path: str) -> tuple:
     """The run's files' signature (names, sizes, modification times): the cache key."""
-    return _open(path).files_signature()
+    return opened(path).sig
 
 
 # ---------------------------------------------------------------------------- tables
@@ -122,7 +180,7 @@ def _summary(path: str, sig: tuple):
 def summary(path: str) -> dict:
     """Manifest, status, ranks and environment of a run (status is never cached long)."""
     s = dict(_summary(path, signature(path)))
-    s["status"] = _open(path).status
+    s["status"] = opened(path).run.status
     return s
 
 

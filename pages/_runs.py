@@ -26,13 +26,56 @@ def roots() -> list[Path]:
     return run_store.served_roots()
 
 
-@st.cache_data(ttl=5, max_entries=64, show_spinner=False)
-def _find(roots_key: tuple[str, ...]):
-    return [(e.id, str(e.path)) for e in run_store.find_runs([as_path(r) for r in roots_key])]
+class RunList:
+    """The served runs: :class:`debugkit.io.store.RunEntry` objects in listing order, with
+    an id map and a map from each run's path (as listed, and resolved) to its id, made
+    once per listing, so a page looks a run up without resolving every run's path."""
+
+    def __init__(self, entries: list[run_store.RunEntry]):
+        self.entries = list(entries)
+        self.by_id = {e.id: e for e in self.entries}
+        self._ids_by_place: dict[str, str] = {}
+        for e in self.entries:
+            self._ids_by_place.setdefault(str(e.path), e.id)
+        for e in self.entries:
+            if not is_url(str(e.path)):
+                self._ids_by_place.setdefault(os.path.realpath(e.path), e.id)
+
+    def __iter__(self):
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __bool__(self) -> bool:
+        return bool(self.entries)
+
+    @property
+    def ids(self) -> list[str]:
+        return [e.id for e in self.entries]
+
+    def path(self, run_id: str | None) -> str | None:
+        """The path of the run with that id (as a string), or None."""
+        e = self.by_id.get(run_id) if run_id else None
+        return str(e.path) if e is not None else None
+
+    def id_for(self, path: str) -> str | None:
+        """The id of the run at ``path`` (any spelling of a local folder: one
+        ``realpath``), or None when it is not listed."""
+        rid = self._ids_by_place.get(str(path))
+        if rid is None and not is_url(str(path)):
+            rid = self._ids_by_place.get(os.path.realpath(path))
+        return rid
 
 
-def run_entries() -> list[tuple[str, str]]:
-    """``(id, path)`` of every run under the served roots."""
+# A resource, not data: every caller gets the same (read-only) list, not an unpickled copy.
+@st.cache_resource(ttl=5, max_entries=64, show_spinner=False)
+def _find(roots_key: tuple[str, ...]) -> RunList:
+    return RunList(run_store.find_runs([as_path(r) for r in roots_key]))
+
+
+def run_entries() -> RunList:
+    """Every run under the served roots (cached for a few seconds)."""
     return _find(tuple(str(r) for r in roots()))
 
 
@@ -50,11 +93,8 @@ def select_run(path: str | None, run_id: str | None = None) -> None:
 
 
 def run_id_for(path: str) -> str | None:
-    for rid, p in run_entries():
-        if p == path or (not is_url(p) and not is_url(path)
-                         and os.path.realpath(p) == os.path.realpath(path)):
-            return rid
-    return None
+    """The id the run list gives the run at ``path``, or None."""
+    return run_entries().id_for(path)
 
 
 def apply_query_params() -> None:
@@ -65,7 +105,11 @@ def apply_query_params() -> None:
     current = st.session_state.get(SESSION_RUN)
     if current and run_id_for(current) == rid:
         return
-    try:
+    entry = run_entries().by_id.get(rid)
+    if entry is not None:
+        st.session_state[SESSION_RUN] = str(entry.path)
+        return
+    try:  # not listed a moment ago: list again (a new run), or say why not
         entry = run_store.resolve_run(rid, roots())
     except DebugkitError as exc:
         st.session_state["debugkit_link_error"] = str(exc)
@@ -108,13 +152,13 @@ def require_run(what: str) -> str:
 
 def overlay_picker(path, key: str, *, placeholder: str, help: str) -> tuple[dict, list[str]]:
     """The "Overlay runs" picker of Scalars and Gradients: other served runs to draw over
-    this one, kept in the URL as ``?with=<id>`` (repeated). Returns ``({run id: entry},
+    this one, kept in the URL as ``?with=<id>`` (repeated). Returns ``({run id: path},
     the picked ids)``; ``key`` names the widget's state for this run."""
     from pages import _query
 
-    entries = dict(run_entries())
-    here = run_id_for(path)
-    choices = [rid for rid in entries if rid != here]
+    listed = run_entries()
+    here = listed.id_for(path)
+    choices = [rid for rid in listed.ids if rid != here]
     if key not in st.session_state:
         st.session_state[key] = _query.query_choices("with", choices)
     picked = st.multiselect("Overlay runs", choices, key=key, placeholder=placeholder, help=help)
@@ -123,4 +167,4 @@ def overlay_picker(path, key: str, *, placeholder: str, help: str) -> tuple[dict
             st.query_params["with"] = picked
     elif "with" in st.query_params:
         del st.query_params["with"]
-    return entries, picked
+    return {e.id: str(e.path) for e in listed}, picked

@@ -76,18 +76,17 @@ def sidebar() -> None:
         st.markdown("### Run")
         if msg := st.session_state.pop("debugkit_link_error", None):
             st.error(md(visitor_text(msg)))
-        entries = run_entries()
-        ids = [rid for rid, _ in entries]
-        paths = dict(entries)
+        listed = run_entries()
+        ids = listed.ids
         current = st.session_state.get(SESSION_RUN)
-        cur_id = run_id_for(current) if current else None
+        cur_id = listed.id_for(current) if current else None
         choice = st.selectbox("Open a run", ["—"] + ids,
                               index=(ids.index(cur_id) + 1) if cur_id in ids else 0,
                               key=f"run_picker_{cur_id}",
                               help="Runs in sample_runs/ and in the run store "
                                    f"({visitor_text(store_dir())})")
         if choice != "—" and choice != cur_id:
-            select_run(paths[choice], choice)
+            select_run(listed.path(choice), choice)
             st.rerun()
         # Drawn when opened: their widgets (a file uploader among them) would otherwise be
         # front-end code that every page loads and draws with the sidebar.

@@ -31,14 +31,14 @@ def _compare(path: str, sig: tuple, base: str, base_sig: tuple) -> dict:
 
 
 def _id_path(entries, rid):
-    return dict(entries).get(rid)
+    return entries.path(rid)
 
 
 def _pick_base(entries, run_id):
     """The base run: ``?base=<id>`` (validated against the served runs) or the picker."""
     from debugkit.io import store as run_store
 
-    others = [rid for rid, _ in entries if rid != run_id]
+    others = [rid for rid in entries.ids if rid != run_id]
     try:
         wanted = _query.query_choice(
             "base", others, validate=run_store.validate_run_id,
@@ -200,7 +200,7 @@ def _findings(res) -> None:
 
 def render() -> None:
     entries = _runs.run_entries()
-    run_id = _runs.run_id_for(path)
+    run_id = entries.id_for(path)
     st.title("Compare runs")
     _ui.about(
         "What differs between this run and a run that worked (the **base**), in the order "
@@ -217,7 +217,7 @@ def render() -> None:
                 icon=":material/compare_arrows:")
         return
     base_path = _id_path(entries, base_id)
-    choices = [rid for rid, _ in entries if rid not in (run_id, base_id)]
+    choices = [rid for rid in entries.ids if rid not in (run_id, base_id)]
     # the extra runs travel in the URL (?extra=<id>, repeated): a pasted link shows them
     if "compare_extra" not in st.session_state:
         st.session_state["compare_extra"] = _query.query_choices("extra", choices)[:MAX_OVERLAY - 2]

@@ -23,8 +23,6 @@ if not entries:
 
 from debugkit.analysis.kinds import CATALOGUE  # noqa: E402
 from debugkit.diagnose import index as run_index  # noqa: E402
-from debugkit.io import store as run_store  # noqa: E402
-from debugkit.io.fs import as_path  # noqa: E402
 
 # The page (url path) each catalogue page name lives at.
 PAGE_PATHS = {"Overview": "overview", "Scalars": "scalars", "Gradients": "gradients",
@@ -36,11 +34,7 @@ PAGE_PATHS = {"Overview": "overview", "Scalars": "scalars", "Gradients": "gradie
 def _read_rows(entries):
     # What each run's analyses found comes from the persisted index (debugkit.diagnose.index),
     # which analyses a run again only when its files changed; each served root is listed once.
-    served = {str(r) for r in _runs.roots()}
-    return run_index.summarize_runs(
-        [run_store.RunEntry(rid, as_path(path), as_path(path).parent
-                            if str(as_path(path).parent) in served else None)
-         for rid, path in entries])
+    return run_index.summarize_runs(list(entries))
 
 
 # A few words per finding kind for the run list; a kind not named here reads as its own
@@ -200,7 +194,7 @@ def run_list(rows=None):
     picked = (event or {}).get("selection", {}).get("rows", []) if event else []
     if picked:
         rid = shown.iloc[picked[0]]["run"]
-        path = dict(_runs.run_entries()).get(rid)
+        path = _runs.run_entries().path(rid)
         if path:
             _runs.select_run(path, rid)
             st.switch_page("pages/overview.py", query_params={"run": rid})

@@ -253,7 +253,9 @@ def summarize_runs(entries, *, folder: Path | None = None) -> list[dict]:
     sigs: dict[str, tuple] = {}
     for e in entries:
         root = e.root
-        if root is not None and str(e.path) != str(root):
+        # a run directly under its root (not the root itself, not a TensorBoard run a
+        # level further down): its signature comes from the root's one listing
+        if root is not None and str(e.path.parent).rstrip("/") == str(root).rstrip("/"):
             key = str(root)
             if key not in by_root:
                 by_root[key] = store_signatures(root)
