@@ -13,6 +13,8 @@ import sys
 from ._output import print_json
 
 MARK = {True: "ok  ", False: "FAIL", None: "--  "}
+CALL_TEXT = {"kwargs": "model(**inputs)", "args": "model(*inputs)", "single": "model(inputs)",
+             "args_kwargs": "model(*args, **kwargs)"}
 
 
 def register(sub) -> None:
@@ -77,7 +79,13 @@ def run(args) -> int:
 
 def _print_text(rep: dict, advice: list[str], repro: str | None) -> None:
     o, p, c = rep["original"], rep["replay"], rep["culprit"]
-    print(f"failure:    {rep['failure']} (step {o['step']})")
+    q = rep.get("request")
+    if q:  # a captured inference request
+        print(f"failure:    {rep['failure']} (request {q['request']})")
+        print(f"request:    {q.get('signature') or '?'} called as "
+              f"{CALL_TEXT.get(q.get('call') or '', 'model(inputs)')}")
+    else:
+        print(f"failure:    {rep['failure']} (step {o['step']})")
     print(f"original:   {o['type']}: {_first(o['message'])}")
     print(f"replay:     on {rep['device']}: "
           + (f"{p['type']}: {_first(p['message'])} ({p['seconds']} s)" if p else "no error"))
@@ -89,7 +97,11 @@ def _print_text(rep: dict, advice: list[str], repro: str | None) -> None:
           + (" (same error)" if rep["same_error"] else ""))
     fields = [f"{k}={c[k]}" for k in ("module", "op", "input", "sample_index", "dataset_index")
               if c.get(k) is not None]
-    print(f"culprit:    {c.get('detail') or 'none found'}" + (f"\n            {', '.join(fields)}" if fields else ""))
+    if q:
+        fields = [f"{k}={q[k]}" for k in ("field", "token_id", "position", "shape", "dtype")
+                  if q.get(k) is not None] + [f"module={c['module']}"] * (c.get("module") is not None)
+    detail = (q or {}).get("detail") or c.get("detail")
+    print(f"culprit:    {detail or 'none found'}" + (f"\n            {', '.join(fields)}" if fields else ""))
     print("checks:")
     for ch in rep["checks"]:
         print(f"  {MARK[ch['ok']]} {ch['name']:<18} {ch['detail']}")

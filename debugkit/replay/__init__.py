@@ -21,7 +21,7 @@ from ..location import as_path, local_copy
 from .code import CodeIdentity, identify_capture, require_runnable
 from .loading import factory_kwargs, select_failure, verify_files
 from .policy import check_plain_kwargs, cli_code_roots
-from .report import build_report, crash_of, merge_partial
+from .report import build_report, crash_of, is_request, merge_partial
 from .sandbox import DEFAULT_TIMEOUT_S, cuda_possible, default_memory_cap, run_child
 
 __all__ = ["replay", "plan_identities", "plan_cross_check", "CodeRefusedError", "DEVICES", "DEFAULT_TIMEOUT_S"]
@@ -91,8 +91,12 @@ def _one(run, record, idents, parts, *, device, allow_code, timeout_s, cap, prog
         "allow_code": allow_code, "code": [i.to_dict() for i in idents],
         "factory_kwargs": check_plain_kwargs(factory_kwargs(record, run.manifest), record["path"]),
         "num_classes": record.get("num_classes", run.manifest.get("num_classes")),
-        "model_training": record.get("model_training", True),
+        "model_training": record.get("model_training", not is_request(record)),
         "parts": parts,
+        # a captured request: call the model as the service did, forward only
+        "request": is_request(record), "call": record.get("call"),
+        "weights_sha256": (record.get("weights_sha256") or run.manifest.get("weights_sha256"))
+        if is_request(record) else None,
     }
     may_cuda = device != "cpu" and cuda_possible()
     env = {"CUDA_LAUNCH_BLOCKING": "1"} if device != "cpu" else {}
@@ -219,7 +223,9 @@ def _replay(run, record, t, *, device, allow_code, memory_mb, progress, search_p
     kw = dict(allow_code=allow_code, timeout_s=t, cap=cap, progress=progress, state_file=state_file,
               code_roots=roots)
     if progress:
-        progress(f"Replaying {record['id']} (step {record.get('step')}, originally on "
+        what = (f"request {record.get('request', record.get('step'))}" if is_request(record)
+                else f"step {record.get('step')}")
+        progress(f"Replaying {record['id']} ({what}, originally on "
                  f"{record.get('device') or 'an unknown device'})")
     raw, crash, notes = _one(run, record, idents, parts, device=device, role="replay", **kw)
     used = (raw or {}).get("device") or ("cpu" if device == "cpu" else device)
@@ -228,9 +234,17 @@ def _replay(run, record, t, *, device, allow_code, memory_mb, progress, search_p
     if state_file is not None:
         notes.append(f"the replay used the weights of the checkpoint at step {checkpoint}, not the "
                      f"captured ones (captured at step {record.get('step')})")
+    elif not parts.get("model") and is_request(record):
+        notes.append("the request capture holds no weights: the replay used the model the factory "
+                     "builds" + (" (checked against the served model's weights_sha256: see "
+                                 "captured_state)" if record.get("weights_sha256")
+                                 or run.manifest.get("weights_sha256") else ""))
     elif not parts.get("model"):
         notes.append("the model state was not captured: the replay used freshly initialised weights "
                      "(data checks such as labels and embedding indices do not depend on them)")
+    if is_request(record) and record.get("signature"):
+        notes.append(f"request {record.get('request', record.get('step'))}: inputs "
+                     f"{record['signature']}")
     if record.get("optimizer_stepped") and state_file is None:
         notes.append("the optimizer had already stepped when the failure was captured: the captured "
                      "weights are the updated ones, so the replayed forward pass may differ")
@@ -245,7 +259,7 @@ def _replay(run, record, t, *, device, allow_code, memory_mb, progress, search_p
         cross.pop("cross_check", None)
         cross.pop("code", None)
     elif plan == "replayed_on_cpu":
-        notes.append(f"the failure happened on {orig_dev}; this replay ran on the CPU, whose kernels "
+        notes.append(f"the {'request ran' if is_request(record) else 'failure happened'} on {orig_dev}; this replay ran on the CPU, whose kernels "
                      "raise readable errors where CUDA's raise 'device-side assert triggered' (so the "
                      "error type may differ from the original)")
     report = build_report(record, raw, device=used, crash=crash, code=code, cross_check=cross,

@@ -130,6 +130,8 @@ def advice_for(report: dict) -> list[str]:
                             if op else "find the op whose backward is non-finite")
         out.append(f"{op or 'A backward op'}" + (f" in `{module}`" if module else "")
                    + f" produces non-finite gradients from finite ones ({where}): {tip}.")
+    if report.get("request") and out:
+        out.append(_request_advice(report["request"]))
     rep = report.get("replay") or {}
     if rep.get("type") in ("SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGFPE"):
         out.append("Native code crashed: run the repro under `python -X faulthandler` or gdb; "
@@ -146,6 +148,20 @@ def advice_for(report: dict) -> list[str]:
                    "capture does not hold (an earlier optimizer update, global variables, "
                    "non-deterministic kernels) or on the device it ran on.")
     return out
+
+
+def _request_advice(req: dict) -> str:
+    """What a service does about a request its model cannot take: refuse it at the edge."""
+    field = _name(req.get("field"), "")
+    what = f"`{field}`" if field and field != "inputs" else "the input"
+    if req.get("token_id") is not None and req.get("vocab_size") is not None:
+        rule = f"reject token ids outside [0, {req['vocab_size']}) in {what}"
+    elif req.get("shape") is not None:
+        rule = f"check the shape and dtype of {what} against what the model takes"
+    else:
+        rule = f"check {what} (finite values, shape, dtype)"
+    return (f"Validate requests at the service's edge: {rule} before calling the model, and "
+            "answer such a request with a client error (HTTP 400/422) instead of a server error.")
 
 
 def _where(cul: dict) -> str:

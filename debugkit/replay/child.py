@@ -139,6 +139,23 @@ def load_state(model, failure_dir: Path, present: bool, state_file: str | None =
     return info
 
 
+def weights_sha256(model) -> str:
+    """SHA-256 of a model's ``state_dict`` tensors (names, dtypes, shapes, bytes, in order):
+    the identity debugkit.serve records as ``weights_sha256`` for a served model."""
+    import hashlib
+
+    import torch
+
+    h = hashlib.sha256()
+    for k, v in model.state_dict().items():
+        if not isinstance(v, torch.Tensor):
+            continue
+        t = v.detach().to("cpu").contiguous()
+        h.update(f"{k}|{str(t.dtype).replace('torch.', '')}|{list(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
 def pick_loss(result):
     """The loss a step function returned: a tensor, ``{"loss": ...}``, or a tuple's first."""
     import torch
@@ -156,10 +173,51 @@ def pick_loss(result):
     return None
 
 
-def choose_mode(batch, step_fn_spec: str | None, num_classes) -> tuple[str, str]:
-    """``(mode, description)`` of the step a replay runs."""
+#: How a captured request called the model (``call`` in a request capture's record, as
+#: debugkit.serve writes it): ``model(**inputs)``, ``model(*inputs)``, ``model(inputs)``,
+#: ``model(*inputs["args"], **inputs["kwargs"])``. ``tensor`` is read as ``single``.
+CALLS = ("kwargs", "args", "single", "args_kwargs")
+
+
+def request_call(batch, recorded: str | None) -> str:
+    """How to call the model with a request's captured inputs: the recorded ``call``,
+    else what the structure says (a dict: keyword arguments; a list or tuple:
+    positional arguments; anything else: the one argument)."""
+    if recorded == "tensor":
+        return "single"
+    if recorded in CALLS and (recorded != "args_kwargs" or (isinstance(batch, dict)
+                                                            and set(batch) == {"args", "kwargs"})):
+        return str(recorded)
+    if isinstance(batch, dict):
+        return "kwargs"
+    if isinstance(batch, (list, tuple)):
+        return "args"
+    return "single"
+
+
+def call_model(model, inputs, call: str):
+    """The model called with a request's inputs as the service called it (``call``)."""
+    if call == "kwargs":
+        return model(**inputs)
+    if call == "args":
+        return model(*inputs)
+    if call == "args_kwargs":
+        return model(*inputs["args"], **inputs["kwargs"])
+    return model(inputs)
+
+
+CALL_TEXT = {"kwargs": "model(**inputs)", "args": "model(*inputs)", "single": "model(inputs)",
+             "args_kwargs": "model(*args, **kwargs)"}
+
+
+def choose_mode(batch, step_fn_spec: str | None, num_classes, call: str | None = None) -> tuple[str, str]:
+    """``(mode, description)`` of the step a replay runs (``call``: a captured request's
+    call structure, which makes the mode ``request``: the forward pass alone)."""
     import torch
 
+    if call is not None:
+        return "request", (f"{CALL_TEXT[call]} under torch.no_grad() in eval mode, as the service "
+                           "called it (forward only)")
     if step_fn_spec:
         return "step_fn", f"the captured step_fn {step_fn_spec}(model, batch), then loss.backward()"
     pair = isinstance(batch, (list, tuple)) and len(batch) == 2 and isinstance(batch[1], torch.Tensor)
@@ -182,8 +240,10 @@ def _error_info(exc: BaseException, probe) -> dict:
             "raising_frame": probe.frames[-1] if probe is not None and probe.frames else None}
 
 
-def run_pass(model, batch, mode, step_fn, probe, device, *, anomaly: bool) -> dict:
-    """One forward + backward. Returns what happened (error, loss, gradients, time)."""
+def run_pass(model, batch, mode, step_fn, probe, device, *, anomaly: bool,
+             call: str | None = None) -> dict:
+    """One forward + backward (mode ``request``: the forward alone, under no_grad, called
+    as ``call`` says). Returns what happened (error, loss, gradients, outputs, time)."""
     import torch
     import torch.nn.functional as F
 
@@ -197,7 +257,12 @@ def run_pass(model, batch, mode, step_fn, probe, device, *, anomaly: bool) -> di
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             with torch.autograd.set_detect_anomaly(anomaly, check_nan=True):
-                if mode == "step_fn":
+                if mode == "request":
+                    with torch.no_grad():
+                        output = call_model(model, batch, call or "single")
+                    out["outputs_nonfinite"] = nonfinite_outputs(output)
+                    loss = None
+                elif mode == "step_fn":
                     from .probes import loss_op_watch
 
                     with loss_op_watch(probe):  # the ops of the loss, after the model's forward
@@ -240,6 +305,26 @@ def run_pass(model, batch, mode, step_fn, probe, device, *, anomaly: bool) -> di
                        if "Anomaly Detection has been enabled" not in str(w.message)
                        and "Error detected in" not in str(w.message)][:5]
     return out
+
+
+def nonfinite_outputs(output) -> list[dict]:
+    """The model output's floating tensors that hold NaN or Inf: ``{"path", "shape",
+    "kind", "count", "total"}`` (``path`` within the output, e.g. ``output['logits']``)."""
+    import torch
+
+    from .loading import format_path
+
+    found = []
+    for path, t in iter_leaves(output):
+        if not isinstance(t, torch.Tensor) or not (t.is_floating_point() or t.is_complex()):
+            continue
+        bad = ~torch.isfinite(t.detach())
+        if bool(bad.any()):
+            found.append({"path": "output" + format_path(tuple(path))[len("batch"):],
+                          "shape": list(t.shape), "count": int(bad.sum().item()),
+                          "total": int(t.numel()),
+                          "kind": "nan" if bool(torch.isnan(t).any()) else "inf"})
+    return found
 
 
 def _anomaly_op(message: str) -> str | None:
@@ -297,14 +382,20 @@ def replay_here(req: dict, chan: Channel) -> dict:
                         "not a torch.nn.Module")
     state = load_state(model, failure_dir, req.get("parts", {}).get("model", False) or
                        bool(req.get("state_file")), req.get("state_file"))
+    if req.get("weights_sha256"):  # a served model identified by its weights' hash
+        got = weights_sha256(model)
+        state["weights_sha256"] = {"recorded": req["weights_sha256"], "rebuilt": got,
+                                   "match": got == req["weights_sha256"]}
     model.to(device)
     model.train(bool(req.get("model_training", True)))
 
     batch_cpu = load_batch({"path": str(failure_dir)})
     n_batch = datachecks.batch_size(batch_cpu)
-    target = datachecks.find_target(batch_cpu)
-    num_classes = req.get("num_classes")
-    mode, ran = choose_mode(batch_cpu, idents.get("step_fn", {}).get("spec"), num_classes)
+    # A captured request is called as the service called the model: it has no target.
+    call = request_call(batch_cpu, req.get("call")) if req.get("request") else None
+    target = datachecks.find_target(batch_cpu) if call is None else None
+    num_classes = req.get("num_classes") if call is None else None
+    mode, ran = choose_mode(batch_cpu, idents.get("step_fn", {}).get("spec"), num_classes, call)
     raw: dict[str, Any] = {
         "device": str(device), "torch": torch.__version__, "ran": {"mode": mode, "detail": ran},
         "n_batch": n_batch, "state": state,
@@ -331,7 +422,8 @@ def replay_here(req: dict, chan: Channel) -> dict:
     probe = Probe(model, refs, n_batch)
     probe.batch_bases = _bases(batch)
     probe.install()
-    first = run_pass(model, batch, mode, step_fn, probe, device, anomaly=True)
+    # anomaly detection watches a backward pass, which a request does not run
+    first = run_pass(model, batch, mode, step_fn, probe, device, anomaly=call is None, call=call)
     raw["diagnosis"] = _probe_findings(probe)
     raw["anomaly"] = first["anomaly"]
     reproduction = first
@@ -349,6 +441,14 @@ def replay_here(req: dict, chan: Channel) -> dict:
     probe.remove()
     raw["outcome"] = {k: reproduction[k] for k in ("error", "loss", "loss_finite", "grads_nonfinite",
                                                    "seconds", "backward_ran", "warnings")}
+    if call is not None:
+        from .loading import format_path
+
+        raw["outcome"]["outputs_nonfinite"] = reproduction.get("outputs_nonfinite") or []
+        raw["call"] = call
+        raw["request_inputs"] = [{"path": format_path(tuple(p)), "shape": list(t.shape),
+                                  "dtype": str(t.dtype).replace("torch.", "")}
+                                 for p, t in iter_leaves(batch_cpu)]
     raw["anomaly_pass_error"] = first["error"] if reproduction is not first else None
     if target is not None and not num_classes and mode == "step_fn":
         raw["labels_unchecked"] = ("num_classes is not recorded, and a step_fn's model output "

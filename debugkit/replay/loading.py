@@ -17,13 +17,16 @@ from ..location import as_path
 MSG_NO_CAPTURES = ("{run}: no failure captures (failures/ is empty): nothing to replay; "
                    "a step that raises inside `with rec.step(batch):` is captured automatically")
 MSG_UNKNOWN_FAILURE = "{run}: no failure capture {fid!r}; captures: {known}"
-MSG_BAD_FAILURE_ID = "failure id {value!r}: expected an id like 'r0-s0000075-exception'"
+MSG_BAD_FAILURE_ID = ("failure id {value!r}: expected an id like 'r0-s0000075-exception' "
+                      "(a training step) or 'r0-000-req0000012-error' (an inference request)")
 MSG_FILE_MISSING = "{path}: missing from the capture ({part}); cannot replay without it"
 MSG_FILE_CHANGED = ("{path}: SHA-256 {found} differs from the {expected} that failure.json "
                     "recorded: the capture is corrupt or was edited")
 MSG_PART_FAILED = "{where}: the {part} was not captured ({detail}); cannot replay without it"
 
-FAILURE_ID = re.compile(r"^r\d{1,6}-s\d{7,12}-[a-z_]{1,32}(-\d{1,6})?$")
+# r<rank>-s<step>-<kind> (a training step's capture) or r<rank>-<segment>-req<request>-<outcome>
+# (an inference request's, debugkit.serve), with a -N suffix when the folder existed.
+FAILURE_ID = re.compile(r"^r\d{1,6}-(s\d{7,12}|\d{3,6}-req\d{7,12})-[a-z_]{1,32}(-\d{1,6})?$")
 
 # Parts a replay needs, and parts it can do without (replaying with fresh weights or
 # the default RNG state, and saying so).

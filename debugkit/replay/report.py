@@ -36,6 +36,8 @@ CULPRIT_ORDER = ("labels", "embedding_indices", "shapes", "dtype_device", "finit
                  "captured_state", "finite_forward", "finite_backward")
 
 NONFINITE_TYPE = "NonFiniteError"
+#: The ``kind`` of a failing request's capture (``debugkit.serve``).
+REQUEST_KIND = "request"
 TIMEOUT_TYPE = "Timeout"
 EXITED_TYPE = "ChildExited"
 
@@ -118,11 +120,22 @@ def is_dtype_device_error(err: dict | None) -> bool:
 
 
 # --------------------------------------------------------------------------- original/replay
+def is_request(record: dict) -> bool:
+    """Whether a capture is a failing inference request (``debugkit.serve``), not a step."""
+    return record.get("kind") == REQUEST_KIND
+
+
 def original_of(record: dict) -> dict:
     etype = record.get("error_type")
-    if etype is None and record.get("kind") == "nonfinite":
+    if etype is None and (record.get("kind") == "nonfinite"
+                          or (is_request(record) and record.get("outcome") == "nonfinite")):
         etype = NONFINITE_TYPE
-    return {"type": etype, "message": record.get("message"), "step": record.get("step")}
+    out = {"type": etype, "message": record.get("message"), "step": record.get("step")}
+    if is_request(record):
+        req = record.get("request")
+        out["request"] = req if isinstance(req, int) else record.get("step")
+        out["outcome"] = record.get("outcome")
+    return out
 
 
 def nonfinite_message(loss: float | None, loss_finite: bool | None, grads: list[str]) -> str:
@@ -146,6 +159,13 @@ def replay_of(raw: dict | None, crash: dict | None = None) -> dict | None:
     err = outcome.get("error")
     if err:
         return {"type": err["type"], "message": err["message"], "seconds": outcome.get("seconds")}
+    outs = outcome.get("outputs_nonfinite") or []
+    if outs:  # a replayed request whose output holds NaN/Inf
+        o = outs[0]
+        return {"type": NONFINITE_TYPE,
+                "message": f"{o['path']} holds {o['kind']} ({o['count']} of {o['total']} values)"
+                           + (f"; {len(outs) - 1} more output(s)" if len(outs) > 1 else ""),
+                "seconds": outcome.get("seconds")}
     grads = outcome.get("grads_nonfinite") or []
     if outcome.get("loss_finite") is False or grads:
         return {"type": NONFINITE_TYPE,
@@ -167,6 +187,8 @@ def judge(record: dict, original: dict, replay: dict | None, raw: dict | None) -
     reproduced = replay["type"] == original["type"]
     if not reproduced:
         return False, False
+    if original["type"] == NONFINITE_TYPE and is_request(record):
+        return True, True  # the output is non-finite again: the same failure
     if original["type"] == NONFINITE_TYPE and record.get("kind") == "nonfinite":
         nf = record.get("nonfinite") or {}
         outcome = (raw or {}).get("outcome") or {}
@@ -198,7 +220,17 @@ def check_captured_state(raw, record) -> Check:
     if state is None:
         return _check("captured_state", None, "not reached: the replay stopped before loading the model")
     problems = []
-    if not state.get("loaded"):
+    w = state.get("weights_sha256")
+    if w is not None and not state.get("loaded"):
+        # a served model's weights are not captured: the factory must rebuild the same ones
+        if not w.get("match"):
+            problems.append(f"the model the factory builds here has weights SHA-256 "
+                            f"{str(w.get('rebuilt'))[:16]}…, not the served model's "
+                            f"{str(w.get('recorded'))[:16]}…: the replay runs other weights")
+    elif not state.get("loaded") and is_request(record):
+        problems.append("the request capture holds no weights and the run records no "
+                        "weights_sha256: the replay used the factory's weights unchecked")
+    elif not state.get("loaded"):
         why = (record.get("capture_errors") or {}).get("model") or "no model.safetensors in the capture"
         problems.append(f"the model state was not captured ({why}); the replay used the "
                         "factory's freshly initialised weights")
@@ -222,12 +254,18 @@ def check_captured_state(raw, record) -> Check:
     if problems:
         return _check("captured_state", False, "; ".join(problems), culprit)
     n = state.get("tensors")
+    if w is not None and not state.get("loaded"):
+        return _check("captured_state", True, "the factory rebuilt the served model's weights "
+                                              f"(SHA-256 {str(w['recorded'])[:16]}…, as recorded); "
+                                              "every parameter is finite")
     return _check("captured_state", True,
                   f"loaded {n} captured tensors; every parameter is finite" if n is not None
                   else "loaded the captured state; every parameter is finite")
 
 
 def check_labels(raw, record) -> Check:
+    if is_request(record):
+        return _check("labels", None, "not applicable: a request carries no labels (inference)")
     raw = raw or {}
     lab = raw.get("labels")
     if lab is None:
@@ -449,6 +487,8 @@ def _loss_computation(diag: dict, outcome: dict, record: dict, n_batch) -> Check
 
 
 def check_backward(raw, record) -> Check:
+    if is_request(record):
+        return _check("finite_backward", None, "not applicable: a request runs the forward pass alone")
     outcome = (raw or {}).get("outcome") or {}
     if not _reached(raw) or not outcome.get("backward_ran"):
         why = "the replay stopped before the backward pass" if _reached(raw) or outcome else \
@@ -585,7 +625,7 @@ def build_report(record: dict, raw: dict | None, *, device: str, crash: dict | N
         culprit = dict(cross_check["culprit"])
         culprit["detail"] = (culprit.get("detail") or "") + " (found by the CPU cross-check)"
         positions = cross_check.get("culprit_positions") or []
-    return {
+    report = {
         "failure": record.get("id"),
         "device": (raw or {}).get("device") or device,
         "reproduced": reproduced,
@@ -600,6 +640,11 @@ def build_report(record: dict, raw: dict | None, *, device: str, crash: dict | N
         "code": code or [],
         "notes": list(notes or []),
     }
+    if is_request(record):
+        from .request import request_section
+
+        report["request"] = request_section(record, raw, report, cross_check)
+    return report
 
 
 def merge_partial(raw: dict | None, partial: dict | None) -> dict | None:

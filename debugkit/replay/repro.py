@@ -23,6 +23,7 @@ from ..errors import ReplayError
 from ..location import as_path
 from .code import MISSING, NEVER, CodeIdentity
 from .loading import capture_file, factory_kwargs
+from .report import is_request
 
 CAPTURE_FILES = ("batch.safetensors", "batch.json", "model.safetensors", "rng.safetensors",
                  "rng.json", "failure.json")
@@ -142,6 +143,41 @@ def pick_loss(result):
     return getattr(result, "loss", None)
 
 
+def call_model(model, inputs, call):
+    if call == "kwargs":
+        return model(**inputs)
+    if call == "args":
+        return model(*inputs)
+    if call == "args_kwargs":
+        return model(*inputs["args"], **inputs["kwargs"])
+    return model(inputs)
+
+
+def outputs(obj):
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for x in obj for t in outputs(x)]
+    if isinstance(obj, dict):
+        return [t for x in obj.values() for t in outputs(x)]
+    return []
+
+
+def replay_request(model, inputs, device):
+    """A captured inference request: the forward pass alone, as the service called it."""
+    print("calling model(%s) for request %s on %s" % (
+        {{"kwargs": "**inputs", "args": "*inputs", "args_kwargs": "*args, **kwargs"}}.get(
+            CONFIG["call"], "inputs"), CONFIG["step"], device))
+    with torch.no_grad():
+        out = call_model(model, inputs, CONFIG["call"])
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    bad = [t for t in outputs(out) if t.is_floating_point() and not torch.isfinite(t).all()]
+    if bad:
+        raise FloatingPointError("the output holds NaN/Inf (%d of its tensors)" % len(bad))
+    print("the request ran without an error: not reproduced here")
+
+
 def main():
     want = DEVICE or ("cuda" if CONFIG["device"].startswith("cuda") and torch.cuda.is_available() else "cpu")
     device = torch.device(want)
@@ -156,6 +192,8 @@ def main():
         structure = json.load(f)
     batch = to_device(unflatten(structure["root"], load_file(os.path.join(HERE, "batch.safetensors"))), device)
     restore_rng(device)
+    if CONFIG["mode"] == "request":
+        return replay_request(model, batch, device)
     with torch.autograd.detect_anomaly():
         if CONFIG["step_fn"]:
             loss = pick_loss(resolve(CONFIG["step_fn"])(model, batch))
@@ -215,6 +253,22 @@ def _code_files(ident: CodeIdentity) -> list[tuple[str, Path]]:
     return out
 
 
+def _call_of(record: dict, report: dict | None) -> str | None:
+    """How a captured request called the model (the replay's finding, else the record's)."""
+    if not is_request(record):
+        return None
+    call = ((report or {}).get("request") or {}).get("call") or record.get("call")
+    if call in ("kwargs", "args", "single", "args_kwargs"):
+        return call
+    from ..runschema import read_run_json
+
+    try:
+        root = read_run_json(capture_file(record, "batch.json"), "batch.json").get("root") or {}
+    except (OSError, ValueError):
+        return "single"
+    return {"dict": "kwargs", "list": "args", "tuple": "args"}.get(root.get("type"), "single")
+
+
 def build_repro(run, record: dict, identities: list[CodeIdentity], report: dict | None = None) -> bytes:
     """The repro zip's bytes (see the module docstring)."""
     for ident in identities:
@@ -225,7 +279,8 @@ def build_repro(run, record: dict, identities: list[CodeIdentity], report: dict 
     roles = {i.role: i for i in identities}
     mode = (report or {}).get("ran", {}) or {}
     num_classes = record.get("num_classes", run.manifest.get("num_classes"))
-    expected = f"{record.get('error_type') or 'non-finite loss or gradients'}: " \
+    nonfinite = "non-finite output" if is_request(record) else "non-finite loss or gradients"
+    expected = f"{record.get('error_type') or nonfinite}: " \
                f"{(record.get('message') or '').strip()}"
     config = {
         "failure": fid, "step": record.get("step"), "device": str(record.get("device") or "cpu"),
@@ -234,12 +289,19 @@ def build_repro(run, record: dict, identities: list[CodeIdentity], report: dict 
         "step_fn": roles["step_fn"].spec if "step_fn" in roles else None,
         "factory_kwargs": factory_kwargs(record, run.manifest),
         "mode": mode.get("mode") or ("cross_entropy" if num_classes else "forward"),
-        "training": bool(record.get("model_training", True)),
+        "training": bool(record.get("model_training", not is_request(record))),
+        "call": _call_of(record, report),
     }
-    comments = [f"Failure {fid} of run {run.name!r}: step {record.get('step')}, rank "
+    if is_request(record):
+        config["mode"] = "request"
+    what = (f"request {record.get('request', record.get('step'))} (inputs "
+            f"{record.get('signature') or '?'})" if is_request(record) else f"step {record.get('step')}")
+    comments = [f"Failure {fid} of run {run.name!r}: {what}, rank "
                 f"{record.get('rank')}, on {record.get('device')}.",
                 f"Original error: {expected}"]
-    if report and report.get("culprit", {}).get("detail"):
+    if report and (report.get("request") or {}).get("detail"):
+        comments.append(f"debugkit's culprit: {report['request']['detail']}")
+    elif report and report.get("culprit", {}).get("detail"):
         c = report["culprit"]
         where = ", ".join(f"{k}={c[k]!r}" for k in ("module", "op", "input", "sample_index",
                                                       "dataset_index") if c.get(k) is not None)
