@@ -139,23 +139,6 @@ def load_state(model, failure_dir: Path, present: bool, state_file: str | None =
     return info
 
 
-def weights_sha256(model) -> str:
-    """SHA-256 of a model's ``state_dict`` tensors (names, dtypes, shapes, bytes, in order):
-    the identity debugkit.serve records as ``weights_sha256`` for a served model."""
-    import hashlib
-
-    import torch
-
-    h = hashlib.sha256()
-    for k, v in model.state_dict().items():
-        if not isinstance(v, torch.Tensor):
-            continue
-        t = v.detach().to("cpu").contiguous()
-        h.update(f"{k}|{str(t.dtype).replace('torch.', '')}|{list(t.shape)}|".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return h.hexdigest()
-
-
 def pick_loss(result):
     """The loss a step function returned: a tensor, ``{"loss": ...}``, or a tuple's first."""
     import torch
@@ -383,7 +366,9 @@ def replay_here(req: dict, chan: Channel) -> dict:
     state = load_state(model, failure_dir, req.get("parts", {}).get("model", False) or
                        bool(req.get("state_file")), req.get("state_file"))
     if req.get("weights_sha256"):  # a served model identified by its weights' hash
-        got = weights_sha256(model)
+        from ..recorder.capture import state_dict_sha256
+
+        got = state_dict_sha256(model)
         state["weights_sha256"] = {"recorded": req["weights_sha256"], "rebuilt": got,
                                    "match": got == req["weights_sha256"]}
     model.to(device)

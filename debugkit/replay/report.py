@@ -228,8 +228,11 @@ def check_captured_state(raw, record) -> Check:
                             f"{str(w.get('rebuilt'))[:16]}…, not the served model's "
                             f"{str(w.get('recorded'))[:16]}…: the replay runs other weights")
     elif not state.get("loaded") and is_request(record):
-        problems.append("the request capture holds no weights and the run records no "
-                        "weights_sha256: the replay used the factory's weights unchecked")
+        return _check("captured_state", None,
+                      "not judged: the request capture holds no weights and the run records no "
+                      "weights_sha256 (debugkit.serve(..., hash_weights=True) records it), so the "
+                      "replay runs the weights the factory builds, unchecked"
+                      + ("; " + "; ".join(problems) if problems else ""))
     elif not state.get("loaded"):
         why = (record.get("capture_errors") or {}).get("model") or "no model.safetensors in the capture"
         problems.append(f"the model state was not captured ({why}); the replay used the "

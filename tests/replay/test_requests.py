@@ -33,7 +33,7 @@ def tagger_run(tmp_path, sproj):
 
 def test_token_id_out_of_range_is_named_with_its_field_and_position(tagger_run, sproj):
     r = replay_json(tagger_run, "--device", "cpu", env_extra={"PYTHONPATH": str(sproj)})
-    assert r["failure"] == "r0-s0000005-request"
+    assert r["failure"] == "r0-000-req0000005-error"
     assert r["original"]["type"] == "IndexError"
     assert r["original"]["request"] == 5
     assert (r["reproduced"], r["same_error"]) == (True, True)
@@ -48,6 +48,7 @@ def test_token_id_out_of_range_is_named_with_its_field_and_position(tagger_run, 
                            "the vocabulary [0, 100) of `emb`")
     c = r["culprit"]
     assert (c["module"], c["input"], c["sample_index"]) == ("emb", "batch['input_ids']", 0)
+    assert check(r, "captured_state")["ok"] is None  # no weights captured, no weights hash
     assert check(r, "embedding_indices")["ok"] is False
     assert check(r, "labels") == {"name": "labels", "ok": None,
                                   "detail": "not applicable: a request carries no labels (inference)"}
@@ -61,7 +62,7 @@ def test_text_output_names_the_request_and_its_culprit(tagger_run, sproj):
     proc = run_cli("replay", tagger_run, "--device", "cpu", env_extra={"PYTHONPATH": str(sproj)})
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "failure:    r0-s0000005-request (request 5)" in out
+    assert "failure:    r0-000-req0000005-error (request 5)" in out
     assert "request:    input_ids:int64[1,8];attention_mask:int64[1,8] called as model(**inputs)" in out
     assert "culprit:    input field `input_ids` holds token id 150 at position 3" in out
 
@@ -75,7 +76,7 @@ def test_shape_and_nonfinite_requests_of_a_one_tensor_model(tmp_path, sproj):
     traffic = good[:2] + [torch.randn(1, 5)] + good[2:] + [nan]
     run = record_service(tmp_path / "reg", factory="sproj.model:build_regressor", traffic=traffic)
     env = {"PYTHONPATH": str(sproj)}
-    r = replay_json(run, "--device", "cpu", "--failure", "r0-s0000002-request", env_extra=env)
+    r = replay_json(run, "--device", "cpu", "--failure", "r0-000-req0000002-error", env_extra=env)
     assert (r["reproduced"], r["same_error"]) == (True, True)
     assert r["replay"]["message"] == "mat1 and mat2 shapes cannot be multiplied (1x5 and 4x8)"
     q = r["request"]
@@ -83,7 +84,7 @@ def test_shape_and_nonfinite_requests_of_a_one_tensor_model(tmp_path, sproj):
     assert q["detail"] == "the input has shape [1, 5]; `0` expects last dimension 4 (in_features)"
     assert r["ran"]["detail"].startswith("model(inputs) under torch.no_grad()")
 
-    r = replay_json(run, "--device", "cpu", "--failure", "r0-s0000005-request", env_extra=env)
+    r = replay_json(run, "--device", "cpu", "--failure", "r0-000-req0000005-nonfinite", env_extra=env)
     assert r["original"]["type"] == "NonFiniteError" and r["original"]["outcome"] == "nonfinite"
     assert r["replay"]["type"] == "NonFiniteError"
     assert r["replay"]["message"] == "output holds nan (1 of 1 values)"
@@ -95,10 +96,15 @@ def test_shape_and_nonfinite_requests_of_a_one_tensor_model(tmp_path, sproj):
 
 
 def test_a_gpu_request_replayed_on_the_cpu_says_so(tmp_path, sproj):
-    """No GPU here: the CPU replay of a request recorded on cuda:0 is the cross-check's
-    'already on the CPU' branch (the 'replay again on the CPU' branch needs CUDA)."""
+    """No GPU here: the capture's device is set to cuda:0 after recording on the CPU, and
+    its CPU replay takes the cross-check's 'already on the CPU' branch (the 'replay again
+    on the CPU' branch needs CUDA: tests/replay/test_cross_check_plan below)."""
     run = record_service(tmp_path / "gpu", factory="sproj.model:build_tagger",
-                         traffic=tagger_traffic(8, bad_at=2), device="cuda:0")
+                         traffic=tagger_traffic(8, bad_at=2))
+    rec_path = run / "failures" / "r0-000-req0000002-error" / "failure.json"
+    rec = json.loads(rec_path.read_text())
+    assert rec["device"] == "cpu" and rec["kind"] == "request"
+    rec_path.write_text(json.dumps(dict(rec, device="cuda:0")))
     r = replay_json(run, "--device", "cpu", env_extra={"PYTHONPATH": str(sproj)})
     assert r["device"] == "cpu" and r["cross_check"] is None
     assert any(n.startswith("the request ran on cuda:0; this replay ran on the CPU") for n in r["notes"])
@@ -113,7 +119,7 @@ def test_repro_of_a_request_runs_without_debugkit(tagger_run, sproj, tmp_path):
     dest = tmp_path / "unzipped"
     with zipfile.ZipFile(io.BytesIO(zpath.read_bytes())) as z:
         z.extractall(dest)
-    top = dest / "r0-s0000005-request-repro"
+    top = dest / "r0-000-req0000005-error-repro"
     script = (top / "repro.py").read_text()
     assert "request 5" in script
     config = json.loads(eval(script.split("CONFIG = json.loads(", 1)[1].split(")\n", 1)[0]))
@@ -126,10 +132,9 @@ def test_repro_of_a_request_runs_without_debugkit(tagger_run, sproj, tmp_path):
 
 @pytest.mark.parametrize("factory, match", [("sproj.model:build_fixed_tagger", True),
                                             ("sproj.model:build_tagger", False)])
-def test_a_capture_without_weights_is_replayed_with_the_factory_s_checked_weights(
-        tmp_path, sproj, factory, match):
+def test_the_factory_s_weights_are_checked_against_the_served_ones(tmp_path, sproj, factory, match):
     run = record_service(tmp_path / "noweights", factory=factory, traffic=tagger_traffic(6, bad_at=4),
-                         capture_weights=False)
+                         hash_weights=True)
     r = replay_json(run, "--device", "cpu", env_extra={"PYTHONPATH": str(sproj)})
     assert not (run / "failures" / r["failure"] / "model.safetensors").exists()
     state = check(r, "captured_state")
@@ -152,3 +157,11 @@ def test_failure_ids_of_requests_are_accepted_and_strangers_refused():
     for bad in ("r0-000-req12-error", "r0-000-req0000012-../x", "r0-req0000012-error"):
         with pytest.raises(InvalidInputError, match="an inference request"):
             validate_failure_id(bad)
+
+
+def test_cross_check_plan():
+    from debugkit.replay import plan_cross_check
+
+    assert plan_cross_check("cuda:0", "cuda:0") == "cpu"          # replay once more on the CPU
+    assert plan_cross_check("cuda:1", "cpu") == "replayed_on_cpu"  # already there: a note
+    assert plan_cross_check("cpu", "cpu") is None
