@@ -77,11 +77,69 @@ def _done(page) -> None:
         "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=300_000)
 
 
-def time_to_chart(browser, url: str, selector: str | None) -> float:
+def _cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of a process so far (Linux ``/proc``), 0 without one."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _forward_msgs(data: bytes) -> list:
+    """The Streamlit ForwardMsg of one websocket frame (empty for anything else)."""
+    try:
+        from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+        msg = ForwardMsg()
+        msg.ParseFromString(data)
+        return [msg]
+    except Exception:  # noqa: BLE001 - not a Streamlit frame (TensorBoard has none)
+        return []
+
+
+def time_to_chart(browser, url: str, selector: str | None, pid: int | None = None) -> dict:
+    """One visit in a new browser context: ``seconds`` from navigation to the first chart;
+    then, once the page has settled (no script running, no websocket frame for 1 s), what
+    the visit cost whatever the machine's load: ``http_bytes`` (every response, as sent),
+    ``ws_bytes`` (websocket frames from the server), ``figure_bytes`` (the Plotly figures'
+    JSON in them), ``runs`` (script runs the server finished: full runs and fragment
+    reruns) and ``server_cpu_s`` (CPU seconds of the server process during the visit)."""
+    import base64
+
     ctx = browser.new_context(viewport={"width": 1280, "height": 800})
     page = ctx.new_page()
     page.set_default_timeout(300_000)
+    got = {"http_bytes": 0, "ws_bytes": 0, "figure_bytes": 0, "runs": 0}
+    last = [time.perf_counter()]
+
+    def on_frame(ev):
+        resp = ev["response"]
+        data = (base64.b64decode(resp["payloadData"]) if resp.get("opcode") == 2
+                else resp["payloadData"].encode())
+        got["ws_bytes"] += len(data)
+        last[0] = time.perf_counter()
+        for m in _forward_msgs(data) if resp.get("opcode") == 2 else []:
+            kind = m.WhichOneof("type")
+            if kind == "script_finished":
+                got["runs"] += 1
+            elif kind == "delta" and m.delta.WhichOneof("type") == "new_element":
+                el = m.delta.new_element
+                if el.WhichOneof("type") == "plotly_chart":
+                    got["figure_bytes"] += len(el.plotly_chart.spec.encode())
+
+    def on_loaded(ev):
+        got["http_bytes"] += int(ev.get("encodedDataLength") or 0)
+
+    cdp = ctx.new_cdp_session(page)
+    cdp.send("Network.enable")
+    cdp.on("Network.webSocketFrameReceived", on_frame)
+    cdp.on("Network.loadingFinished", on_loaded)
     try:
+        cpu0 = _cpu_s(pid)
         t0 = time.perf_counter()
         page.goto(url)
         if selector is None:
@@ -89,7 +147,17 @@ def time_to_chart(browser, url: str, selector: str | None) -> float:
             _done(page)
         else:
             page.wait_for_selector(selector, state="visible")
-        return time.perf_counter() - t0
+        got["seconds"] = time.perf_counter() - t0
+        got["load"] = os.getloadavg()[0]
+        # settle: what the visit costs in all (reruns after the first chart included)
+        deadline = time.perf_counter() + 30
+        while time.perf_counter() < deadline:
+            page.wait_for_timeout(250)
+            if (time.perf_counter() - last[0] > 1.0
+                    and not page.query_selector("[data-testid='stStatusWidget']")):
+                break
+        got["server_cpu_s"] = _cpu_s(pid) - cpu0
+        return got
     finally:
         ctx.close()
 
@@ -164,6 +232,10 @@ def stop(srv) -> None:
         srv.proc.kill()
 
 
+def _med(visits: list[dict], key: str) -> float:
+    return statistics.median(v[key] for v in visits)
+
+
 def main(argv=None):
     from playwright.sync_api import sync_playwright
 
@@ -178,8 +250,21 @@ def main(argv=None):
     modes = {"on": [True], "off": [False], "both": [True, False]}[a.preload]
     tmp = Path(tempfile.mkdtemp(prefix="dk-pages-"))
     env = {"DEBUGKIT_ROOTS": str(ROOT / "sample_runs"), "DEBUGKIT_CACHE": str(tmp / "cache")}
+    # (cold visits, warm visits) per server kind
     res: dict[tuple, tuple[list, list]] = {(p, m): ([], []) for p in wanted for m in modes}
+    tb: tuple[list, list] = ([], [])
+    floor: tuple[list, list] = ([], [])
     first_home = []
+    floor_app = tmp / "floor_app.py"
+    floor_app.write_text(FLOOR_APP)
+    logdir = None if a.no_tensorboard else write_tensorboard_logdir(ROOT / "sample_runs" / TB_RUN,
+                                                                    tmp / "tb")
+
+    def visit_pair(srv, url, sel, into):
+        pid = srv.proc.pid
+        into[0].append(time_to_chart(browser, url, sel, pid))
+        into[1].append(time_to_chart(browser, url, sel, pid))
+
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS,
                                      headless=True)
@@ -188,35 +273,28 @@ def main(argv=None):
                 shutil.rmtree(tmp / "cache", ignore_errors=True)
                 srv = start_server(tmp / f"first{i}", env)
                 try:
-                    first_home.append(time_to_chart(browser, srv.url + "/home", PAGES[0][2]))
+                    first_home.append(time_to_chart(browser, srv.url + "/home", PAGES[0][2])["seconds"])
                 finally:
                     stop(srv)
-        tb = ([], [])
-        if not a.no_tensorboard:
-            logdir = write_tensorboard_logdir(ROOT / "sample_runs" / TB_RUN, tmp / "tb")
-            for r in range(a.repeats):
-                srv = start_tensorboard(logdir, tmp / f"tb{r}.log")
-                try:
-                    tb[0].append(time_to_chart(browser, srv.url + "/", TB_CHART))
-                    tb[1].append(time_to_chart(browser, srv.url + "/", TB_CHART))
-                finally:
-                    stop(srv)
-        floor_app = tmp / "floor_app.py"
-        floor_app.write_text(FLOOR_APP)
-        floor = ([], [])
-        for r in range(a.repeats):
-            srv = start_server(tmp / f"floor{r}", env, app=floor_app, preload=False)
-            try:
-                floor[0].append(time_to_chart(browser, srv.url, PLOT))
-                floor[1].append(time_to_chart(browser, srv.url, PLOT))
-            finally:
-                stop(srv)
         srv = start_server(tmp / "fill", env)  # an earlier server fills the run-list index
         try:
             time_to_chart(browser, srv.url + "/home", PAGES[0][2])
         finally:
             stop(srv)
+        # Interleaved: each repeat visits TensorBoard, the floor and every page in turn, so
+        # a change of the machine's load falls on all of them alike.
         for r in range(a.repeats):
+            if logdir is not None:
+                srv = start_tensorboard(logdir, tmp / f"tb{r}.log")
+                try:
+                    visit_pair(srv, srv.url + "/", TB_CHART, tb)
+                finally:
+                    stop(srv)
+            srv = start_server(tmp / f"floor{r}", env, app=floor_app, preload=False)
+            try:
+                visit_pair(srv, srv.url, PLOT, floor)
+            finally:
+                stop(srv)
             for name, run, sel in PAGES:
                 if name not in wanted:
                     continue
@@ -224,38 +302,55 @@ def main(argv=None):
                     srv = start_server(tmp / f"{name}{r}{mode}", env, preload=mode)
                     try:
                         url = f"{srv.url}/{name}" + (f"?run={run}" if run else "")
-                        res[name, mode][0].append(time_to_chart(browser, url, sel))
-                        res[name, mode][1].append(time_to_chart(browser, url, sel))
+                        visit_pair(srv, url, sel, res[name, mode])
                     finally:
                         stop(srv)
         browser.close()
-    print(f"load average {os.getloadavg()[0]:.2f}; medians of {a.repeats}; seconds from "
-          "navigation to the first chart\n")
-    f_cold, f_warm = statistics.median(floor[0]), statistics.median(floor[1])
-    t_cold, t_warm = (statistics.median(v) for v in tb) if tb[0] else (None, None)
+    loads = [v["load"] for pair in [tb, floor, *res.values()] for side in pair for v in side]
+    print(f"load average (1 min) during the visits: median {statistics.median(loads):.2f}, "
+          f"{min(loads):.2f}-{max(loads):.2f}; medians of {a.repeats}; seconds from "
+          "navigation to the first chart; interleaved\n")
+    f_cold, f_warm = _med(floor[0], "seconds"), _med(floor[1], "seconds")
+    t_cold, t_warm = (_med(v, "seconds") for v in tb) if tb[0] else (None, None)
 
     def vs_tb(cold, warm) -> str:
         if t_cold is None:
             return ""
         return f" {cold - t_cold:+.2f} | {warm - t_warm:+.2f} |"
 
+    rows = []  # (label, run, cold visits, warm visits)
+    if t_cold is not None:
+        rows.append((f"(TensorBoard {_tb_version()}: the same run's scalars)", TB_RUN, *tb))
+    rows.append(("(floor: one-chart Streamlit script)", "-", *floor))
+    for name, run, _ in PAGES:
+        for mode in modes:
+            if name in wanted:
+                rows.append((name if mode else f"{name} (no preload)", run or "(all samples)",
+                             *res[name, mode]))
     tb_head = " cold over TensorBoard | warm over TensorBoard |" if t_cold is not None else ""
     print("| page | sample run | cold (new server) | warm (new session) | cold over the floor | "
           "warm over the floor |" + tb_head)
     print("|---|---|---|---|---|---|" + ("---|---|" if t_cold is not None else ""))
-    if t_cold is not None:
-        print(f"| (TensorBoard {_tb_version()}: the same run's scalars) | {TB_RUN} | {t_cold:.2f} | "
-              f"{t_warm:.2f} | {t_cold - f_cold:+.2f} | {t_warm - f_warm:+.2f} | - | - |")
-    print(f"| (floor: one-chart Streamlit script) | - | {f_cold:.2f} | {f_warm:.2f} | - | - |"
-          + vs_tb(f_cold, f_warm))
-    for name, run, _ in PAGES:
-        for mode in modes:
-            if name not in wanted:
-                continue
-            cold, warm = (statistics.median(v) for v in res[name, mode])
-            label = name if mode else f"{name} (no preload)"
-            print(f"| {label} | {run or '(all samples)'} | {cold:.2f} | {warm:.2f} | "
-                  f"{cold - f_cold:+.2f} | {warm - f_warm:+.2f} |" + vs_tb(cold, warm))
+    for label, run, cold_v, warm_v in rows:
+        cold, warm = _med(cold_v, "seconds"), _med(warm_v, "seconds")
+        if label.startswith("(TensorBoard"):
+            print(f"| {label} | {run} | {cold:.2f} | {warm:.2f} | {cold - f_cold:+.2f} | "
+                  f"{warm - f_warm:+.2f} | - | - |")
+        else:
+            print(f"| {label} | {run} | {cold:.2f} | {warm:.2f} | {cold - f_cold:+.2f} | "
+                  f"{warm - f_warm:+.2f} |" + vs_tb(cold, warm))
+    print("\nWhat a visit costs whatever the load (medians; warm = a new session on a warm "
+          "server): bytes the browser received over HTTP (front end, as sent) and over the "
+          "websocket, of which Plotly figure JSON; script runs the server finished; the "
+          "server's CPU seconds during the visit\n")
+    print("| page | HTTP kB cold | HTTP kB warm | websocket kB | figure JSON kB | script runs | "
+          "server CPU s cold | server CPU s warm |")
+    print("|---|---|---|---|---|---|---|---|")
+    for label, _run, cold_v, warm_v in rows:
+        print(f"| {label} | {_med(cold_v, 'http_bytes') / 1e3:.0f} | "
+              f"{_med(warm_v, 'http_bytes') / 1e3:.0f} | {_med(warm_v, 'ws_bytes') / 1e3:.1f} | "
+              f"{_med(warm_v, 'figure_bytes') / 1e3:.1f} | {_med(warm_v, 'runs'):.0f} | "
+              f"{_med(cold_v, 'server_cpu_s'):.2f} | {_med(warm_v, 'server_cpu_s'):.2f} |")
     if first_home:
         print(f"\nHome with an empty run-list index (every sample analysed): "
               f"{statistics.median(first_home):.2f} s")
