@@ -185,16 +185,26 @@ def summary(path: str) -> dict:
 
 
 @st.cache_data(**CACHE, show_spinner=False)
-def _findings(path: str, sig: tuple) -> list:
+def _findings(path: str, sig: tuple, sources: tuple | None, config: str, _inputs: dict | None) -> list:
+    import json
+
     from debugkit.diagnose import diagnose
 
-    return diagnose(_open(path))
+    return diagnose(_open(path), json.loads(config), sources=None if sources is None else list(sources),
+                    inputs=_inputs)
 
 
-def findings(path: str) -> list:
-    """What `debugkit diagnose` finds in a run (list of ``Finding``, ordered by step;
-    cached on the run's files). Raises ``DebugkitError`` for a run that cannot be read."""
-    return _findings(path, signature(path))
+def findings(path: str, *, sources=None, config: dict | None = None, inputs: dict | None = None) -> list:
+    """What `debugkit diagnose` finds in a run (list of ``Finding``, in its order; cached on
+    the run's files): the one way a page gets findings. ``sources`` keeps to some of
+    :data:`debugkit.diagnose.SOURCES` (a page's area), ``config`` is the page's thresholds
+    by source, ``inputs`` what the page has already read from this run (by source; they
+    follow from the run's files, so they are not part of the cache key). Raises
+    ``DebugkitError`` for a run that cannot be read."""
+    import json
+
+    key = json.dumps(config or {}, sort_keys=True)
+    return _findings(path, signature(path), None if sources is None else tuple(sources), key, inputs)
 
 
 # ---------------------------------------------------------------------------- live refresh

@@ -99,16 +99,39 @@ MSG_UNEXPECTED = ("Something went wrong{where}{run}: {type}: {detail}. The rest 
 SEVERITY_ICON = {"error": ":material/error:", "warning": ":material/warning:", "info": ":material/info:"}
 
 
-def show_findings(found: list) -> None:
-    """Findings as cards: severity, kind, step, rank, layer, and the message (escaped)."""
-    for f in found:
-        with st.container(border=True):
-            where = " · ".join(x for x in (f"step {md(f.step)}" if f.step is not None else "",
-                                           f"rank {md(f.rank)}" if f.rank is not None else "") if x)
-            st.markdown(f"{SEVERITY_ICON.get(f.severity, '')} **{md(f.kind)}**"
-                        + (f" · {where}" if where else "") + (f" · {code(f.layer)}" if f.layer else ""))
-            st.caption(md(f.message))
-            show_related(f)
+def show_findings(found: list, *, empty: str | None = None, summary: str | None = None,
+                  scroll_over: int | None = None, detail=None, action=None) -> None:
+    """Findings as cards, in the order given (:func:`pages._data.findings`: `debugkit
+    diagnose`'s): severity, kind, step, rank, layer, the message (escaped), the findings
+    attached as evidence (:func:`show_related`). Every page shows findings with this.
+
+    ``empty``: what a success box says when there are none (nothing drawn without it);
+    ``summary``: a caption line of counts by severity, this text after them; ``scroll_over``:
+    more findings than this scroll in a box; ``detail(f)`` draws a page's own evidence
+    under a card's message, ``action(f, i)`` its buttons at the card's foot.
+    """
+    if not found:
+        if empty:
+            st.success(empty, icon=":material/check:")
+        return
+    if summary is not None:
+        counts = {s: sum(f.severity == s for f in found) for s in ("error", "warning", "info")}
+        st.caption(" · ".join(f"{n} {s}" for s, n in counts.items() if n) + (f" · {summary}" if summary else ""))
+    box = (st.container(height=120 * scroll_over, border=False)
+           if scroll_over is not None and len(found) > scroll_over else st.container(border=False))
+    with box:
+        for i, f in enumerate(found):
+            with st.container(border=True):
+                where = " · ".join(x for x in (f"step {md(f.step)}" if f.step is not None else "",
+                                               f"rank {md(f.rank)}" if f.rank is not None else "") if x)
+                st.markdown(f"{SEVERITY_ICON.get(f.severity, '')} **{md(f.kind)}**"
+                            + (f" · {where}" if where else "") + (f" · {code(f.layer)}" if f.layer else ""))
+                st.caption(md(f.message))
+                if detail is not None:
+                    detail(f)
+                show_related(f)
+                if action is not None:
+                    action(f, i)
 
 
 def show_related(f) -> None:

@@ -14,7 +14,6 @@ from pages import _data, _query, _routing, _runs, _ui
 _routing.page_guard()
 path = _runs.require_run("its checkpoints")
 
-SEVERITY_ICON = {"error": ":material/error:", "warning": ":material/warning:", "info": ":material/info:"}
 FOLDER_KEY = "ckpt_folder"
 MAX_CHECKPOINTS = 60
 TOP_MOVED = 20
@@ -51,12 +50,9 @@ def _model_order(path: str, sig: tuple) -> list:
     return list(dict.fromkeys(grads["layer"])) if len(grads) else []
 
 
-@st.cache_data(**_data.CACHE, show_spinner=False)
-def _findings(path: str, sig: tuple):
-    from debugkit.diagnose.checkpoints import collect
-    from debugkit.io.run import open_run
-
-    return collect(open_run(path), {})
+def _findings(path: str) -> list:
+    """What `debugkit diagnose` finds in the checkpoints, in its order."""
+    return _data.findings(path, sources=("checkpoints",))
 
 
 @st.cache_data(**_data.CACHE, show_spinner="Comparing…")
@@ -144,19 +140,15 @@ def _listing_table(listing) -> None:
 
 def _findings_panel(findings) -> None:
     st.subheader("Findings")
-    if not findings:
-        st.success("Every verified checkpoint is finite, and every layer that receives gradients "
-                   "moves between checkpoints.", icon=":material/check:")
-        return
-    for f in findings:
-        with st.container(border=True):
-            st.markdown(f"{SEVERITY_ICON[f.severity]} **{_ui.md(f.kind)}** · step {f.step}"
-                        + (f" · {_ui.code(f.layer)}" if f.layer else ""))
-            st.caption(_ui.md(f.message))
-            layers = (f.evidence or {}).get("layers") or []
-            if len(layers) > 1:
-                st.caption("Parameters: " + ", ".join(_ui.code(x) for x in layers[:12])
-                           + (" …" if len(layers) > 12 else ""))
+
+    def layers(f):
+        names = (f.evidence or {}).get("layers") or []
+        if len(names) > 1:
+            st.caption("Parameters: " + ", ".join(_ui.code(x) for x in names[:12])
+                       + (" …" if len(names) > 12 else ""))
+
+    _ui.show_findings(findings, empty="Every verified checkpoint is finite, and every layer that "
+                      "receives gradients moves between checkpoints.", detail=layers)
 
 
 def _heatmap(m, first_bad) -> None:
@@ -305,7 +297,7 @@ def render() -> None:
         return
     try:
         m, first_bad = _stats(path, sig, folder, fsig)
-        findings = _findings(path, sig)
+        findings = _findings(path)
     except DebugkitError as exc:
         _ui.show_error(exc)
         return

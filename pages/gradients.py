@@ -34,17 +34,12 @@ def _matrices(path: str, sig: tuple):
 
 @st.cache_data(**_data.CACHE, show_spinner=False)
 def _findings(path: str, sig: tuple, config: tuple):
-    """What `debugkit diagnose` finds about gradients and losses (with ``config``), plus the
-    run's step failures, reusing the cached matrices and scalars."""
-    from debugkit.analysis.findings import attach_related, sort_findings
-    from debugkit.diagnose import failures as failure_source
-    from debugkit.diagnose import gradients as gradient_source
-    from debugkit.io.run import open_run
-
-    run = open_run(path)
-    out = gradient_source.collect(run, dict(config), matrices=_matrices(path, sig),
-                                  scalars=_data.read_scalars(path))
-    return sort_findings(attach_related(out + failure_source.collect(run, {})))
+    """What `debugkit diagnose` finds about gradients and losses (with ``config``), and the
+    run's step failures, in its order, from the cached matrices and scalars (read only
+    when this is not cached)."""
+    return _data.findings(path, sources=("failures", "gradients"), config={"gradients": dict(config)},
+                          inputs={"gradients": {"matrices": _matrices(path, sig),
+                                                "scalars": _data.read_scalars(path)}})
 
 
 @st.cache_data(**_data.CACHE, show_spinner=False)
@@ -133,23 +128,14 @@ def _on_chart_select():
 # ----------------------------------------------------------------------------- sections
 def _findings_panel(findings, rank):
     st.subheader("Findings")
-    if not findings:
-        st.success("No gradient or loss problem found.", icon=":material/check:")
-        return
-    counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}
-    st.caption(" · ".join(f"{n} {s}" for s, n in counts.items() if n))
-    with st.container(height=640 if len(findings) > 4 else "content", border=False):
-        for i, f in enumerate(findings):
-            with st.container(border=True):
-                where = f"step {f.step}" + (f" · rank {f.rank}" if f.rank is not None else "")
-                st.markdown(f"{_ui.SEVERITY_ICON[f.severity]} **{_ui.md(f.kind)}** · {where}"
-                            + (f" · {_ui.code(f.layer)}" if f.layer else ""))
-                st.caption(_ui.md(f.message))
-                _ui.show_related(f)
-                if f.step is not None:
-                    st.button(f"Show step {f.step}", key=f"finding_{i}", on_click=_set_step,
-                              args=(f.step, True), icon=":material/zoom_in:",
-                              type="tertiary")
+
+    def show_step(f, i):
+        if f.step is not None:
+            st.button(f"Show step {f.step}", key=f"finding_{i}", on_click=_set_step,
+                      args=(f.step, True), icon=":material/zoom_in:", type="tertiary")
+
+    _ui.show_findings(findings, empty="No gradient or loss problem found.", summary="",
+                      scroll_over=4, action=show_step)
 
 
 def _step_details(m, step, scalars, failures, rid, findings=()):

@@ -3,7 +3,7 @@ of weights and gradients, and the layer-health findings (docs/layers.md)."""
 
 import streamlit as st
 
-from debugkit.analysis.layer_health import detect_layer_findings, layer_stat_matrix, quantile_bands
+from debugkit.analysis.layer_health import layer_stat_matrix, quantile_bands
 from debugkit.charts.layers import build_layer_stat_heatmap_figure, build_quantile_fan_figure
 from debugkit.errors import DebugkitError
 from pages import _data, _query, _routing, _runs, _ui
@@ -47,13 +47,13 @@ def render():
     if not len(stats):
         st.info(MSG_NO_STATS)
         return
-    found = detect_layer_findings(stats, scalars)
     st.subheader("Findings")
-    if found:
-        _ui.show_findings(found)
-    else:
-        st.success("No dead units, saturation, activation growth or update ratio out of band.",
-                   icon=":material/check:")
+    try:
+        found = _data.findings(path, sources=("layers",), inputs={"layers": {"stats": stats, "scalars": scalars}})
+    except DebugkitError as exc:
+        _ui.show_error(exc)
+        found = []
+    _ui.show_findings(found, empty="No dead units, saturation, activation growth or update ratio out of band.")
     stat_names = sorted(s for s in stats["stat"].unique()
                         if not s.startswith(("w_q", "g_q")) and s != "ndim")
     default = "frac_dead_units" if "frac_dead_units" in stat_names else "max_abs"

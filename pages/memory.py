@@ -19,19 +19,13 @@ SNAPSHOT_TABS = {"timeline": "Active memory over time", "segments": "Segments",
                  "largest": "Largest at the peak", "leaks": "Alive at the end (leaks)"}
 #: The moments of the segments view, by their URL value (``?moment=``).
 MOMENTS = {"end": "at the end (exact)", "peak": "at the peak", "event": "at an event"}
-KIND_TITLES = {"memory_leak": "Memory leak", "memory_pressure": "Memory pressure",
-               "fragmentation": "Fragmentation"}
 
 
 # ---------------------------------------------------------------------------- cached work
-@st.cache_data(**_data.CACHE, show_spinner=False)
-def _findings(path: str, sig: tuple, gpu_threshold: float, host_threshold: float):
+def _findings(path: str, gpu_threshold: float, host_threshold: float) -> list:
     """What `debugkit diagnose` finds about memory, with the page's thresholds."""
-    from debugkit.diagnose import memory as memory_source
-    from debugkit.io.run import open_run
-
-    cfg = {"gpu_threshold": gpu_threshold, "host_threshold": host_threshold}
-    return [f.to_dict() for f in memory_source.collect(open_run(path), cfg)]
+    return _data.findings(path, sources=("memory",), config={
+        "memory": {"gpu_threshold": gpu_threshold, "host_threshold": host_threshold}})
 
 
 def _snap_key(p: str) -> tuple:
@@ -131,21 +125,20 @@ def _controls(mem):
     return chosen, ("wall_time" if x == "time" else "step"), layout, show_cap, gpu, host
 
 
-def _finding_box(f):
-    ev = f["evidence"]
-    box = st.error if f["severity"] == "error" else st.warning
-    box(f"**{_ui.md(KIND_TITLES.get(f['kind'], f['kind']))}** · {_ui.md(f['message'])}",
-        icon=":material/memory:")
-    if f["kind"] == "memory_leak":
-        from debugkit.analysis.memory import fmt_bytes
+def _leak_metrics(f):
+    """A memory leak's numbers under its finding card."""
+    if f.kind != "memory_leak":
+        return
+    from debugkit.analysis.memory import fmt_bytes
 
-        c = st.columns(4)
-        c[0].metric("Growth per step", fmt_bytes(ev["bytes_per_step"]))
-        c[1].metric("Started at step", f"{ev['start_step']:,}")
-        c[2].metric("Grown by", fmt_bytes(ev["growth_bytes"]),
-                    help="Over the steps after warm-up, on each window's minimum.")
-        c[3].metric("Runs out at step", f"{ev['oom_step']:,}" if ev.get("oom_step") is not None else "—",
-                    help="Where the fitted level reaches the capacity at this rate.")
+    ev = f.evidence
+    c = st.columns(4)
+    c[0].metric("Growth per step", fmt_bytes(ev["bytes_per_step"]))
+    c[1].metric("Started at step", f"{ev['start_step']:,}")
+    c[2].metric("Grown by", fmt_bytes(ev["growth_bytes"]),
+                help="Over the steps after warm-up, on each window's minimum.")
+    c[3].metric("Runs out at step", f"{ev['oom_step']:,}" if ev.get("oom_step") is not None else "—",
+                help="Where the fitted level reaches the capacity at this rate.")
 
 
 def _oom_section(ooms, snapshots, run_id):
@@ -441,17 +434,13 @@ def render():
     else:
         series, x, layout, show_cap, gpu_thr, host_thr = _controls(mem)
         try:
-            findings = _findings(path, _data.signature(path), gpu_thr, host_thr)
+            findings = _findings(path, gpu_thr, host_thr)
         except DebugkitError as exc:
             _ui.show_error(exc)
             findings = []
-        if findings:
-            for f in findings:
-                _finding_box(f)
-        else:
-            st.success("No leak, pressure or fragmentation found.", icon=":material/check:")
+        _ui.show_findings(findings, empty="No leak, pressure or fragmentation found.", detail=_leak_metrics)
         bands = compute_bands(cap, {"gpu_threshold": gpu_thr, "host_threshold": host_thr})
-        leaks = [{**f["evidence"], "rank": f["rank"]} for f in findings if f["kind"] == "memory_leak"]
+        leaks = [{**f.evidence, "rank": f.rank} for f in findings if f.kind == "memory_leak"]
         fig = build_memory_timeline_figure(
             mem, bands, metrics=series or list(SERIES_LABELS), x=x,
             layout="side" if layout == "side by side" else "overlay", oom_failures=ooms,

@@ -102,14 +102,9 @@ def render():
     except DebugkitError as exc:
         _ui.show_error(exc)
         found = None
-    if found is not None and not found:
-        st.success("`debugkit diagnose` finds nothing wrong in this run.", icon=":material/check:")
-    elif found:
-        counts = {s: sum(f.severity == s for f in found) for s in ("error", "warning", "info")}
-        st.caption(" · ".join(f"{n} {s}" for s, n in counts.items() if n)
-                   + " · what `debugkit diagnose` finds, ordered by step")
-        with st.container(height=480 if len(found) > 4 else "content", border=False):
-            _ui.show_findings(found)
+    if found is not None:
+        _ui.show_findings(found, empty="`debugkit diagnose` finds nothing wrong in this run.",
+                          summary="what `debugkit diagnose` finds, ordered by step", scroll_over=4)
 
     left, right = st.columns(2)
     with left:

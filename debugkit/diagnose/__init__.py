@@ -24,7 +24,8 @@ SOURCES = [
 ]
 
 
-def diagnose(run, config: dict[str, Any] | None = None) -> list[Finding]:
+def diagnose(run, config: dict[str, Any] | None = None, *, sources: list[str] | None = None,
+             inputs: dict[str, dict] | None = None) -> list[Finding]:
     """All findings for ``run`` (a :class:`debugkit.Run`), ordered by step; the findings of
     one non-finite step are one finding with the others as its ``evidence["related"]``
     (:func:`~debugkit.analysis.findings.attach_related`).
@@ -34,13 +35,28 @@ def diagnose(run, config: dict[str, Any] | None = None) -> list[Finding]:
     config : dict, optional
         Thresholds by source, e.g. ``{"gradients": {"explode_factor": 20}}``; each
         source documents its keys and defaults.
+    sources : list of str, optional
+        Only these sources (names in :data:`SOURCES`, e.g. ``["failures", "gradients"]``);
+        their findings come in the order the whole diagnosis gives them.
+    inputs : dict, optional
+        What a caller has already read or computed, by source, passed to that source's
+        ``collect`` as keywords (the dashboard's cached tables, e.g.
+        ``{"gradients": {"matrices": ..., "scalars": ...}}``).
     """
     config = config or {}
+    inputs = inputs or {}
     out: list[Finding] = []
-    for name in SOURCES:
+    for name in SOURCES if sources is None else [s for s in SOURCES if s in sources]:
         mod = importlib.import_module(f"{__name__}.{name}")
-        out.extend(mod.collect(run, config.get(name, {})))
-    return causes_first(sort_findings(link_collective_mismatch(attach_related(out))))
+        out.extend(mod.collect(run, config.get(name, {}), **inputs.get(name, {})))
+    return arrange(out)
+
+
+def arrange(findings: list[Finding]) -> list[Finding]:
+    """The order and grouping of :func:`diagnose`: one finding per non-finite step (the
+    others attached), the consequences of a collective mismatch linked to it, by step,
+    and the dead or lost ranks before what they caused."""
+    return causes_first(sort_findings(link_collective_mismatch(attach_related(findings))))
 
 
 #: Findings that follow from a ``collective_mismatch`` when they come at or after its step.

@@ -12,9 +12,10 @@ from ..analysis.findings import Finding
 from ..analysis.layer_health import detect_layer_findings
 
 
-def collect(run, config: dict) -> list[Finding]:
-    """The run's layer-health findings."""
-    stats = run.layer_stats()
+def collect(run, config: dict, *, stats=None, scalars=None) -> list[Finding]:
+    """The run's layer-health findings (``stats``, ``scalars``: the run's tables when the
+    caller has read them already)."""
+    stats = run.layer_stats() if stats is None else stats
     if not len(stats):
         return []
-    return detect_layer_findings(stats, run.scalars(), config)
+    return detect_layer_findings(stats, run.scalars() if scalars is None else scalars, config)
