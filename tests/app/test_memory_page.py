@@ -67,7 +67,7 @@ def test_a_run_without_capacities_says_so(tmp_path, monkeypatch):
 def test_leaking_run_shows_the_leak_its_rate_and_the_trend():
     at = _app("memory-leak")
     # the finding card every page draws (pages._ui.show_findings)
-    assert any(m.startswith(":material/warning: **memory\\_leak** · rank 0") for m in _texts(at.markdown))
+    assert any(m.startswith(":material/warning: **memory_leak** · step 0 · rank 0") for m in _texts(at.markdown))
     assert any(c.startswith("Rank 0: host RSS keeps growing by") for c in _texts(at.caption))
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Started at step"] == "0"
