@@ -185,6 +185,7 @@ def table_schema(table: str):
                 ("mem_kind", pa.string()),
                 ("device", pa.string()),
                 ("failure_id", pa.string()),
+                ("route", pa.string()),
             ]
         ),
     }

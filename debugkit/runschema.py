@@ -358,6 +358,7 @@ class Failure(_Doc):
     request: Union[int, None] = None
     outcome: Str = None
     signature: Str = None
+    route: Str = None
     fallback: Str = None
     weights_sha256: Str = None
 

@@ -46,6 +46,10 @@ SAMPLES: dict[str, tuple[list[str], int] | list[tuple[list[str], int]]] = {
     "digits-exploding": (["examples.exploding"], 1),
     "digits-vanishing": (["examples.vanishing"], 0),
     "memory-leak": (["examples.memory_leak"], 0),
+    # An inference run (debugkit.serve): a small HTTP service whose /v1/generate handler
+    # keeps every output, driven by 1,500 requests, two of them bad (a token id past the
+    # vocabulary, a temperature of 0).
+    "serve-leak": (["examples.serve_leak"], 0),
     # Pairs for `debugkit compare`: a base, the same with lr 0.5, and with a quarter of the
     # labels exported as ignore_index (-100).
     "digits-compare-base": (["examples.digits_compare"], 0),

@@ -63,6 +63,7 @@ _G = "docs/gradients.md#findings"
 _D = "docs/distributed.md#"
 _M = "docs/memory.md#"
 _L = "docs/layers.md#"
+_S = "docs/serving.md#"
 
 #: Every kind, grouped by area, in the order ``debugkit diagnose --kinds`` prints them.
 KINDS: tuple[FindingKind, ...] = (
@@ -108,6 +109,22 @@ KINDS: tuple[FindingKind, ...] = (
        "Memory", _M + "memory_pressure", also=("error",)),
     _k("fragmentation", "memory", "warning", "The CUDA allocator reserves far more than is allocated",
        "Memory", _M + "fragmentation"),
+    _k("request_memory_leak", "serving", "warning", "An inference service's memory grows with the "
+       "request count: rate per 1,000 requests, requests left to the memory threshold and the "
+       "route that keeps it", "Memory", _S + "request_memory_leak", also=("error",)),
+    _k("memory_grows_with_input", "serving", "info", "An inference service's memory rose with the "
+       "largest input seen, not with the request count (not a leak)", "Memory",
+       _S + "memory_grows_with_input"),
+    _k("latency_regression", "serving", "warning", "Request latency changed level at a request (a "
+       "change point), with its correlation with memory and input size", "Overview",
+       _S + "latency_regression"),
+    _k("request_error", "serving", "error", "Requests of one input signature that raised, with the "
+       "rate, the error and the capture to replay", "Replay", _S + "request_error-and-request_nonfinite"),
+    _k("request_nonfinite", "serving", "error", "Requests of one input signature whose output held "
+       "NaN/Inf, with the rate and the capture to replay", "Replay",
+       _S + "request_error-and-request_nonfinite"),
+    _k("fallback_rate", "serving", "warning", "How often the service answered with a fallback, what "
+       "caused it and for which inputs", "Overview", _S + "fallback_rate", also=("info",)),
     _k("dataloader_bound", "profiles", "warning", "The training loop waits on data loading for a "
        "large share of its time", "Profiler", "docs/profiler.md#reading"),
     _k("unreadable_profile", "profiles", "info", "A profile file of the run could not be read",

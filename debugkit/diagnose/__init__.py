@@ -18,6 +18,7 @@ SOURCES = [
     "gradients",
     "layers",
     "memory",
+    "serving",
     "audit",
     "profiles",
     "checkpoints",

@@ -415,12 +415,14 @@ class Run:
         ``signature`` (``input_ids:int64[1,128];...``), ``input_numel`` (int64),
         ``mem_before_bytes`` and ``mem_after_bytes`` (Int64; null when unreadable),
         ``mem_kind`` (``cuda_allocated | rss``), ``device`` and ``failure_id`` (the
-        capture under ``failures/``, or None), ordered by ``wall_time``. See docs/run-format.md.
+        capture under ``failures/``, or None) and ``route`` (the handler the service
+        named: ``rec.request(inputs, route="/v1/generate")``, or None), ordered by
+        ``wall_time``. See docs/run-format.md.
         """
         df = self._frame("requests", rank, ["request", "rank", "wall_time", "latency_ms", "outcome",
                                             "fallback", "error_type", "signature", "input_numel",
                                             "mem_before_bytes", "mem_after_bytes", "mem_kind",
-                                            "device", "failure_id"])
+                                            "device", "failure_id", "route"])
         for c in ("mem_before_bytes", "mem_after_bytes"):
             df[c] = df[c].astype("Int64")
         return df.sort_values("wall_time", kind="stable").reset_index(drop=True)

@@ -162,14 +162,15 @@ class Request:
     capture's id, or None) and ``latency_ms`` say what was recorded.
     """
 
-    __slots__ = ("rec", "inputs", "call", "request", "wall_time", "t0", "mem_before", "rng",
+    __slots__ = ("rec", "inputs", "call", "route", "request", "wall_time", "t0", "mem_before", "rng",
                  "fallback_name", "fallback_error", "out", "has_output", "outcome",
                  "failure_id", "latency_ms")
 
-    def __init__(self, rec: ServeRecorder, inputs, call: str | None):
+    def __init__(self, rec: ServeRecorder, inputs, call: str | None, route: str | None):
         self.rec = rec
         self.inputs = inputs
         self.call = call
+        self.route = route
         self.request = -1
         self.wall_time = 0.0
         self.t0 = 0.0
@@ -214,9 +215,10 @@ class _Wrapped:
     """``rec.wrap(model)``: calls the model inside ``rec.request`` (other attributes are
     the model's)."""
 
-    def __init__(self, rec: ServeRecorder, fn):
+    def __init__(self, rec: ServeRecorder, fn, route: str | None):
         self._rec = rec
         self._fn = fn
+        self._route = route
 
     def __call__(self, *args, **kwargs):
         if kwargs and not args:
@@ -227,7 +229,7 @@ class _Wrapped:
             inputs, call = tuple(args), "args"
         else:
             inputs, call = {"args": tuple(args), "kwargs": kwargs}, "args_kwargs"
-        with self._rec.request(inputs, call=call) as r:
+        with self._rec.request(inputs, call=call, route=self._route) as r:
             return r.output(self._fn(*args, **kwargs))
 
     def __getattr__(self, name):
@@ -338,7 +340,7 @@ class ServeRecorder:
         atexit.register(self._atexit)
 
     # ------------------------------------------------------------------ public API
-    def request(self, inputs=None, *, call: str | None = None) -> Request:
+    def request(self, inputs=None, *, call: str | None = None, route: str | None = None) -> Request:
         """Context manager around one request.
 
         Parameters
@@ -350,16 +352,21 @@ class ServeRecorder:
         call : {"kwargs", "args", "single"}, optional
             How the model is called with ``inputs`` when it is not what the type says
             (a dict passed as one argument: ``"single"``); stored in the capture for replay.
+        route : str, optional
+            The handler or endpoint serving it (``"/v1/generate"``): stored in the row,
+            so findings can name the handler that leaks or fails.
         """
         if call is not None and call not in CALLS:
             raise InvalidInputError(MSG_CALL.format(value=call))
-        return Request(self, inputs, call)
+        if route is not None and not isinstance(route, str):
+            raise InvalidInputError(f"route={route!r}: expected a string or None")
+        return Request(self, inputs, call, route)
 
-    def wrap(self, fn=None):
+    def wrap(self, fn=None, *, route: str | None = None):
         """A callable that records every call of ``fn`` (default: the model) as a request:
         ``wrapped = rec.wrap(model); y = wrapped(x)``. Its output is checked for NaN/Inf;
-        an exception is recorded, captured and raised on."""
-        return _Wrapped(self, self.model if fn is None else fn)
+        an exception is recorded, captured and raised on. ``route`` as for :meth:`request`."""
+        return _Wrapped(self, self.model if fn is None else fn, route)
 
     @property
     def requests(self) -> int:
@@ -448,7 +455,7 @@ class ServeRecorder:
         r.out = None  # the output is not kept past the request
         self._writer.add("requests", (r.request, r.wall_time, r.latency_ms, outcome, r.fallback_name,
                                       etype, sig, numel, r.mem_before, mem_after, self._mem_kind,
-                                      self._dev_str, r.failure_id))
+                                      self._dev_str, r.failure_id, r.route))
 
     # ------------------------------------------------------------------ captures
     def _reserve_capture(self, r: Request, outcome: str, etype: str | None,
@@ -517,7 +524,7 @@ class ServeRecorder:
                 self.run_dir, kind="request", step=r.request, rank=self.rank, world_size=1,
                 device=self._dev_str, exc=exc, batch=r.inputs, model=None, rng_state=r.rng,
                 code=self._code, message=message, fid=fid,
-                extra={"request": r.request, "outcome": outcome, "signature": sig,
+                extra={"request": r.request, "outcome": outcome, "signature": sig, "route": r.route,
                        "fallback": r.fallback_name, "call": r.call or _call_of(r.inputs),
                        "nonfinite_outputs": bad or None, "latency_ms": r.latency_ms,
                        "factory_kwargs": self._factory_kwargs,

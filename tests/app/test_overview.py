@@ -28,7 +28,7 @@ def test_home_lists_the_sample_runs(app):
     assert at.title[0].value == "debugkit"
     table = at.dataframe[0].value  # an interactive dataframe: sort, search, filter (issue 35)
     rows = {r["run"]: r for r in table.to_dict("records")}
-    assert len(rows) == 22
+    assert len(rows) == 23
     assert rows["digits-mlp"]["status"] == "finished" and rows["digits-mlp"]["failures"] == 0
     assert rows["digits-bad-label"]["status"] == "failed" and rows["digits-bad-label"]["failures"] == 1
     # what `debugkit diagnose` finds, per run: a healthy run has no error or warning

@@ -30,9 +30,11 @@ def test_info_json_of_the_crashed_sample():
     assert info["manifest"]["schema_version"] == "1.0"
     assert info["manifest"]["model_factory"] == "examples.digits:build_model"
     # loss, epoch and lr per completed step; the failing step logged only its lr
-    # "layers": the run format 1.1 table (issue 33); this sample recorded none
+    # "layers": the run format 1.1 table (issue 33); this sample recorded none; "requests":
+    # format 1.2's table of inference runs (issue 34); a training run has none
     assert info["row_counts"] == {"scalars": 75 * 3 + 1, "grads": 75 * 7, "memory": 76, "steps": 76,
-                                  "layers": 0}
+                                  "layers": 0, "requests": 0}
+    assert info["kind"] == "training" and info["requests"] is None
     (f,) = info["failures"]
     assert f["error_type"] == "IndexError" and f["step"] == 75 and 1474 in f["dataset_indices"]
 

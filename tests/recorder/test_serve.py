@@ -43,14 +43,14 @@ def test_requests_rows_outcomes_and_captures(tmp_path):
             r.output(model(**x))
         assert r.outcome == "ok" and r.failure_id is None and r.latency_ms > 0
     bad = {"input_ids": torch.tensor([[3, 77]])}  # a token id out of range
-    with pytest.raises(IndexError), rec.request(bad) as r_err:
+    with pytest.raises(IndexError), rec.request(bad, route="/v1/score") as r_err:
         model(**bad)
     nan_in = {"input_ids": torch.tensor([[1, 2]]), "temperature": torch.tensor(0.0)}
     with torch.no_grad(), rec.request(nan_in) as r_nan:
         r_nan.output(model(**nan_in))
     with rec.request({"input_ids": torch.tensor([[1]])}) as r_fb:
         r_fb.fallback("cache")
-    wrapped = rec.wrap(model)
+    wrapped = rec.wrap(model, route="wrapped")
     with torch.no_grad():
         out = wrapped(torch.tensor([[1, 2, 3]]))
     assert out.shape == (1, 5) and wrapped.head is model.head  # attributes are the model's
@@ -67,7 +67,7 @@ def test_requests_rows_outcomes_and_captures(tmp_path):
     df = run.requests()
     assert list(df.columns) == ["request", "rank", "wall_time", "latency_ms", "outcome", "fallback",
                                 "error_type", "signature", "input_numel", "mem_before_bytes",
-                                "mem_after_bytes", "mem_kind", "device", "failure_id"]
+                                "mem_after_bytes", "mem_kind", "device", "failure_id", "route"]
     assert df["request"].tolist() == list(range(7))
     assert df["outcome"].tolist() == ["ok", "ok", "ok", "error", "nonfinite", "fallback", "ok"]
     assert df["signature"].tolist()[:5] == ["input_ids:int64[1,4]", "input_ids:int64[1,8]",
@@ -80,12 +80,13 @@ def test_requests_rows_outcomes_and_captures(tmp_path):
     assert df["failure_id"].iloc[3] == r_err.failure_id == "r0-000-req0000003-error"
     assert df["failure_id"].iloc[4] == r_nan.failure_id == "r0-000-req0000004-nonfinite"
     assert df["failure_id"].isna().sum() == 5
+    assert df["route"].fillna("-").tolist() == ["-", "-", "-", "/v1/score", "-", "-", "wrapped"]
 
     err = run.failure(r_err.failure_id)
     assert err["kind"] == "request" and err["outcome"] == "error" and err["request"] == 3
     assert err["error_type"] == "IndexError" and "index out of range" in err["message"].lower()
     assert "Traceback" in err["traceback"] and err["signature"] == "input_ids:int64[1,2]"
-    assert err["call"] == "kwargs" and "model" not in err["files"]  # identity by hash, no weights
+    assert err["route"] == "/v1/score" and err["call"] == "kwargs" and "model" not in err["files"]  # identity by hash, no weights
     assert err["weights_sha256"] == run.manifest["weights_sha256"]
     from pathlib import Path
 

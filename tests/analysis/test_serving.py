@@ -1,0 +1,189 @@
+"""The inference-run detectors (debugkit.analysis.serving) on built request tables: each
+scenario with exact numbers, and its clean twin with no finding at all."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from debugkit import InvalidInputError
+from debugkit.analysis.serving import (
+    attribute_growth,
+    change_point,
+    config_with_defaults,
+    detect_failing_signatures,
+    detect_fallbacks,
+    detect_latency_regression,
+    detect_request_memory,
+    input_names,
+    summarize_requests,
+)
+
+MiB = 1 << 20
+SIGS = ("input_ids:int64[1,8]", "input_ids:int64[1,32]", "input_ids:int64[1,64]")
+
+
+def frame(n=2000, *, leak_per_request=0.0, latency=None, mem=None, numel=None, seed=0,
+          outcome=None, routes=None, kept=None):
+    """A request table as Run.requests() returns it: RSS around 300 MiB with +-200 KiB
+    noise, latency ~2 ms with 5 % noise, signatures cycling through SIGS."""
+    rng = np.random.default_rng(seed)
+    i = np.arange(n)
+    sig = np.array([SIGS[k % 3] for k in i])
+    numel_v = np.array([int(s.split(",")[1].rstrip("]")) for s in sig]) if numel is None else numel
+    base = 300 * MiB + rng.normal(0, 200 << 10, n)
+    after = base + leak_per_request * i if mem is None else mem
+    kept_v = np.zeros(n) if kept is None else kept
+    df = pd.DataFrame({
+        "request": i, "rank": np.zeros(n, dtype=np.int32), "wall_time": 1.7e9 + i * 0.01,
+        "latency_ms": 2.0 * (1 + rng.normal(0, 0.05, n)) if latency is None else latency,
+        "outcome": ["ok"] * n if outcome is None else outcome,
+        "fallback": [None] * n, "error_type": [None] * n, "signature": sig, "input_numel": numel_v,
+        "mem_before_bytes": (after - kept_v).astype(np.int64), "mem_after_bytes": np.asarray(after).astype(np.int64),
+        "mem_kind": "rss", "device": "cpu", "failure_id": [None] * n,
+        "route": [None] * n if routes is None else routes})
+    for c in ("mem_before_bytes", "mem_after_bytes"):
+        df[c] = df[c].astype("Int64")
+    return df
+
+
+CAPACITY = pd.DataFrame({"rank": [0], "device": ["cpu"], "device_capacity_bytes": pd.array([None], "Int64"),
+                         "host_capacity_bytes": pd.array([1 << 30], "Int64")})
+
+
+def test_leak_rate_per_1000_requests_projection_and_the_route_that_keeps_it():
+    n = 2000
+    routes = ["/gen" if k % 2 else "/score" for k in range(n)]
+    kept = np.array([64 << 10 if k % 2 else 0 for k in range(n)], dtype=np.float64)
+    df = frame(n, leak_per_request=32 << 10, routes=routes, kept=kept)  # 32 KiB per request
+    (f,) = detect_request_memory(df, CAPACITY)
+    assert f.kind == "request_memory_leak" and f.rank == 0
+    ev = f.evidence
+    assert ev["bytes_per_1000_requests"] == pytest.approx(32 * MiB * 1000 / 1024, rel=0.02)
+    # 75 % of 1 GiB = 768 MiB; the level at the last request ~ 300 MiB + 1999 x 32 KiB = 362.5 MiB
+    assert ev["threshold_bytes"] == 0.75 * (1 << 30)
+    assert ev["requests_to_threshold"] == pytest.approx((768 - 362.5) * 32, rel=0.02)  # ~12,976
+    assert f.severity == "warning"  # more requests left than served so far
+    assert ev["count_share"] > 0.95 and ev["leaking_group"] == "/gen"
+    assert ev["retained_bytes_per_request"] == {"/gen": 64 << 10, "/score": 0.0}
+    assert "per 1,000 requests" in f.message and "requests to /gen keep 64.0 KiB each" in f.message
+    assert "75% host threshold (768.0 MiB)" in f.message
+
+
+def test_a_leak_that_reaches_the_threshold_within_the_requests_served_is_an_error():
+    df = frame(2000, leak_per_request=200 << 10)  # 200 KiB a request: 390 MiB over 2000
+    (f,) = detect_request_memory(df, CAPACITY, {"host_threshold": 0.5})
+    assert f.severity == "error" and f.evidence["requests_to_threshold"] < 2000
+    assert f.evidence["leaking_group"] is None  # nothing names a route or a group of inputs
+
+
+def test_memory_that_follows_the_largest_input_is_not_a_leak():
+    n = 2000
+    rng = np.random.default_rng(1)
+    # input sizes that grow in steps over the day; memory = the largest one's working set
+    sizes = np.concatenate([rng.integers(8, 64, 500), rng.integers(8, 256, 500),
+                            rng.integers(8, 512, 500), rng.integers(8, 1024, 500)])
+    mem = 300 * MiB + 64 * 1024 * np.maximum.accumulate(sizes) + rng.normal(0, 200 << 10, n)
+    df = frame(n, mem=mem, numel=sizes)
+    (f,) = detect_request_memory(df, CAPACITY)
+    assert f.kind == "memory_grows_with_input" and f.severity == "info"
+    assert f.evidence["count_share"] < 0.5 and f.evidence["largest_input_numel"] == sizes.max()
+    assert f.evidence["bytes_per_input_element"] == pytest.approx(64 * 1024, rel=0.05)
+    assert "not with the request count" in f.message and "Not a leak" in f.message
+
+
+def test_attribute_growth_splits_count_and_size_exactly():
+    n = np.arange(1000)
+    size = np.where(n < 500, 10, 110)
+    mem = 1000 + 3.0 * n + 50.0 * np.maximum.accumulate(size)
+    a = attribute_growth(n, mem, size)
+    assert a["bytes_per_request"] == pytest.approx(3.0) and a["bytes_per_input_element"] == pytest.approx(50.0)
+    assert a["by_requests_bytes"] == pytest.approx(2997.0) and a["by_input_size_bytes"] == pytest.approx(5000.0)
+    assert a["count_share"] == pytest.approx(2997 / 7997)
+
+
+def test_latency_change_point_with_what_it_tracks():
+    n = 1000
+    rng = np.random.default_rng(2)
+    lat = np.where(np.arange(n) < 600, 2.0, 5.0) * (1 + rng.normal(0, 0.05, n))
+    (f,) = detect_latency_regression(frame(n, latency=lat))
+    assert f.kind == "latency_regression" and f.step == 600 and f.evidence["change_request"] == 600
+    assert f.evidence["before"]["p50_ms"] == pytest.approx(2.0, rel=0.02)
+    assert f.evidence["after"]["p50_ms"] == pytest.approx(5.0, rel=0.02)
+    assert f.evidence["ratio"] == pytest.approx(2.5, rel=0.03)
+    assert "neither memory nor input size tracks it" in f.message
+    # the same regression caused by a growing cache: latency tracks memory
+    mem = 300 * MiB + np.where(np.arange(n) < 600, 0, 1) * np.arange(n) * (64 << 10)
+    (g,) = detect_latency_regression(frame(n, latency=lat, mem=mem))
+    assert g.evidence["spearman_memory"] > 0.5 and "tracks memory" in g.message
+
+
+def test_change_point_is_exact_on_a_clean_step():
+    v = np.r_[np.zeros(70), np.ones(130)]
+    assert change_point(v, 30) == (70, 70.0)
+    assert change_point(v[:50], 30) is None
+
+
+def test_failing_signatures_with_rates_and_capture_ids():
+    n = 300
+    outcome = ["ok"] * n
+    df = frame(n, outcome=outcome)
+    for k, (o, e, fid) in {10: ("error", "IndexError", "r0-000-req0000010-error"),
+                           13: ("error", "IndexError", None),
+                           50: ("nonfinite", None, "r0-000-req0000050-nonfinite")}.items():
+        df.loc[k, ["outcome", "error_type", "failure_id"]] = [o, e, fid]
+    failures = [{"id": "r0-000-req0000010-error", "message": "index out of range in self\nmore"}]
+    err, nan = detect_failing_signatures(df, failures)
+    assert err.kind == "request_error" and err.step == 10 and err.severity == "error"
+    assert err.evidence["signature"] == SIGS[1] and err.evidence["count"] == 2
+    assert err.evidence["rate"] == pytest.approx(2 / 100) and err.evidence["failure"] == "r0-000-req0000010-error"
+    assert err.message == (f"2 of 100 requests with input signature {SIGS[1]} failed with IndexError (2.0%): "
+                           "index out of range in self (capture r0-000-req0000010-error; replay it with "
+                           "`debugkit replay`).")
+    assert nan.kind == "request_nonfinite" and nan.evidence["signature"] == SIGS[2]
+    assert nan.evidence["failure_ids"] == ["r0-000-req0000050-nonfinite"] and "returned NaN/Inf" in nan.message
+
+
+def test_fallback_rate_with_its_cause():
+    df = frame(400)
+    for k in range(0, 400, 10):  # 10 %: a warning
+        df.loc[k, ["outcome", "fallback", "error_type"]] = ["fallback", "cpu_model", "OutOfMemoryError"]
+    df.loc[5, ["outcome", "fallback"]] = ["fallback", "cache"]
+    fb, cache = detect_fallbacks(df)
+    assert fb.evidence["fallback"] == "cpu_model" and fb.evidence["count"] == 40 and fb.severity == "warning"
+    assert fb.evidence["rate"] == 0.1 and fb.evidence["error_types"] == {"OutOfMemoryError": 40}
+    assert "caused by OutOfMemoryError (40)" in fb.message
+    assert cache.severity == "info" and cache.evidence["rate"] == 1 / 400
+
+
+def test_a_healthy_service_has_no_finding():
+    for seed in range(5):
+        df = frame(3000, seed=seed)
+        assert detect_request_memory(df, CAPACITY) == []
+        assert detect_latency_regression(df) == []
+        assert detect_failing_signatures(df, []) == []
+        assert detect_fallbacks(df) == []
+    # a warm-up that settles (allocator caches filling during the first requests) is healthy too
+    df = frame(2000)
+    warm = np.minimum(np.arange(2000), 100) * (256 << 10)
+    df["mem_after_bytes"] = (df["mem_after_bytes"].astype("float64") + warm).astype("Int64")
+    assert detect_request_memory(df, CAPACITY) == []
+    # latency with heavy-tailed outliers (GC pauses) but no change of level
+    lat = 2.0 * np.ones(2000)
+    lat[::50] = 40.0
+    assert detect_latency_regression(frame(2000, latency=lat)) == []
+    assert detect_request_memory(frame(30), CAPACITY) == []  # too few requests to judge
+
+
+def test_summary_and_helpers():
+    df = frame(100)
+    df.loc[3, "outcome"] = "error"
+    s = summarize_requests(df)
+    assert s["requests"] == 100 and s["by_outcome"] == {"ok": 99, "error": 1} and s["signatures"] == 3
+    assert set(s["latency_ms"]) == {"p50", "p95", "p99"} and s["captured"] == 0
+    assert summarize_requests(df.iloc[:0]) == {"requests": 0, "by_outcome": {}, "latency_ms": None,
+                                               "signatures": 0, "captured": 0}
+    assert input_names("input_ids:int64[1,8];temperature:float32[]") == "input_ids;temperature"
+    with pytest.raises(InvalidInputError, match="serving config key 'nope'"):
+        config_with_defaults({"nope": 1})
