@@ -3,7 +3,12 @@
 Starts `streamlit run app.py` on loopback with the bundled sample runs, opens each page
 in Debian's chromium (Playwright) at the given viewport, and writes PNGs.
 
-    python docs/make_screenshots.py [--out docs/img] [--size 1280x800]
+    python docs/make_screenshots.py [--out docs/img] [--size 1280x800] [--scheme dark]
+
+``--scheme dark`` opens the pages in a browser that prefers a dark colour scheme (the
+app follows it) and adds ``-dark`` to the file names, to look at every chart in the dark
+theme. The Layers shot is of a run with a dead ReLU recorded for it
+(tests/analysis/_layer_jobs.py), put in the server's run store.
 """
 
 from __future__ import annotations
@@ -26,11 +31,13 @@ SHOTS = [
     ("overview", "/overview?run=digits-bad-label", "Target 12 is out of bounds."),
     ("scalars", "/scalars?run=digits-exploding&key=loss&key=lr", "last:Log scale"),
     ("gradients", "/gradients?run=digits-exploding", "Gradients"),
+    ("layers", "/layers?run=dead-relu", "Quantiles over steps"),
     ("memory", "/memory?run=memory-leak", "Memory"),
     ("profiler", "/profiler?run=digits-profiled", "Profiler"),
     ("distributed", "/distributed?run=ddp-straggler", "Distributed"),
     ("checkpoints", "/checkpoints?run=digits-resumed", "Checkpoints"),
     ("replay", "/replay?run=digits-bad-label", "Replay"),
+    ("compare", "/compare?run=digits-compare-lr&base=digits-compare-base", "Compare runs"),
     ("audit", "/audit?run=credit-audit", "Bias audit"),
 ]
 
@@ -47,18 +54,25 @@ def main(argv=None):
     ap.add_argument("--out", default=str(ROOT / "docs" / "img"))
     ap.add_argument("--size", nargs="+", default=["1280x800", "1920x1080"])
     ap.add_argument("--only", nargs="*")
+    ap.add_argument("--scheme", choices=["light", "dark"], default="light")
     a = ap.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     from playwright.sync_api import sync_playwright
 
-    srv = start_server(Path(tempfile.mkdtemp(prefix="dk-shots-")))
+    tmp = Path(tempfile.mkdtemp(prefix="dk-shots-"))
+    if not a.only or "layers" in a.only:
+        from tests.analysis._layer_jobs import dead_relu
+
+        dead_relu(tmp / "store" / "dead-relu")
+    srv = start_server(tmp)
+    suffix = "-dark" if a.scheme == "dark" else ""
     try:
         with sync_playwright() as p:
             b = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
             for size in a.size:
                 w, h = (int(v) for v in size.split("x"))
-                page = b.new_page(viewport={"width": w, "height": h})
+                page = b.new_page(viewport={"width": w, "height": h}, color_scheme=a.scheme)
                 for name, url, text in SHOTS:
                     if a.only and name not in a.only:
                         continue
@@ -69,7 +83,7 @@ def main(argv=None):
                     page.wait_for_timeout(1000)
                     page.wait_for_function(SETTLED, timeout=120_000)
                     page.wait_for_timeout(1000)
-                    path = out / f"{name}-{w}x{h}.png"
+                    path = out / f"{name}-{w}x{h}{suffix}.png"
                     page.screenshot(path=str(path), full_page=True)
                     print(path, flush=True)
                 page.close()

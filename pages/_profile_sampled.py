@@ -209,7 +209,7 @@ def render_sampled(path: str, entry: dict, prof):
     hot = _worker_hotspots(path, sig, entry["id"]) if data_share >= 0.3 or info.get("workers_only") else None
     st.subheader("Where the training step goes")
     if info.get("loop_samples"):
-        st.plotly_chart(cp.build_step_breakdown_figure(bd), key="step_breakdown",
+        _ui.chart(cp.build_step_breakdown_figure(bd), key="step_breakdown",
                         config={"displayModeBar": False})
         st.markdown(ap.describe_breakdown(bd, info, hot))
         st.caption(f"Training loop: {_ui.code(ap.display_paths_in(info['loop']))} · {info['loop_samples']:,} samples of {thread_desc}; "
@@ -306,7 +306,7 @@ def _flamegraph(path: str, sig: tuple, entry: dict, prof, threads, thread_desc: 
     _query.to_query("sp_flame", "1" if flame else "0", "0", name="flame")
     fig = cp.build_flamegraph_figure(tree, highlight=mask if mask.any() else None,
                                      root_id=None if zoom < 0 else zoom, flame=flame)
-    st.plotly_chart(fig, key="flamegraph", config={"displayModeBar": False})
+    _ui.chart(fig, key="flamegraph", config={"displayModeBar": False})
     folded = int((tree["folded"] > 0).sum())
     st.caption(f"{len(tree):,} frames of {thread_desc}" + (" in the training loop" if scope == "loop" else "")
                + f" ({int(tree['depth'].max())} levels; "
@@ -407,7 +407,7 @@ def _compare(path: str, entry: dict, prof, threads):
                    "kind selected here).")
     tree, table = _diff(base_path, _data.signature(base_path), base_id, base_threads, path,
                         _data.signature(path), entry["id"], threads, 0.001)
-    st.plotly_chart(cp.build_diff_flamegraph_figure(tree), key="diff_flamegraph",
+    _ui.chart(cp.build_diff_flamegraph_figure(tree), key="diff_flamegraph",
                     config={"displayModeBar": False})
     st.caption("Sizes: this profile. Red: a larger share of the samples than in the baseline "
                "(slower, or called more); blue: a smaller share.")

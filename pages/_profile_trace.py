@@ -49,7 +49,7 @@ def render_trace(path: str, entry: dict, trace):
         st.caption(_ui.md(entry["label"]))
     if len(v["annotated"]):
         st.subheader("Steps (your annotations)")
-        st.plotly_chart(cp.build_annotated_steps_figure(v["annotated"]), key="trace_steps",
+        _ui.chart(cp.build_annotated_steps_figure(v["annotated"]), key="trace_steps",
                         config={"displayModeBar": False})
         ph = v["phases"]
         st.caption("Per `ProfilerStep`, split by your `record_function` annotations: " + ", ".join(
@@ -57,7 +57,7 @@ def render_trace(path: str, entry: dict, trace):
             + (f". Note: {_ui.md(ph['note'])}." if ph.get("note") else "."))
     elif len(v["steps"]):
         st.subheader("Steps")
-        st.plotly_chart(cp.build_trace_steps_figure(v["steps"]), key="trace_steps",
+        _ui.chart(cp.build_trace_steps_figure(v["steps"]), key="trace_steps",
                         config={"displayModeBar": False})
         s = v["steps"]
         tot = float(s["dur_ms"].sum()) or 1.0
@@ -94,7 +94,7 @@ def render_trace(path: str, entry: dict, trace):
     _query.to_query("tr_max", str(max_events), "3000", name="events")
     _query.to_query("tr_depth", str(depth), "2", name="levels")
     tl = _timeline(path, sig, entry["id"], max_events, depth)
-    st.plotly_chart(cp.build_trace_timeline_figure(tl), key="trace_timeline")
+    _ui.chart(cp.build_trace_timeline_figure(tl), key="trace_timeline")
     st.subheader("GPU")
     if len(gpu):
         st.dataframe(gpu, hide_index=True, width="stretch", column_config={

@@ -245,4 +245,5 @@ def render() -> None:
     _findings(res)
 
 
-render()
+# While the run is written, the page follows it (a fragment that reruns every 5 s).
+_data.render_live(path, render, every_s=5)

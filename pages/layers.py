@@ -78,4 +78,5 @@ def render():
             st.info(f"No {WHICH[which]} quantiles of {_ui.code(param)} were recorded.")
 
 
-render()
+# While the run is written, the page follows it (a fragment that reruns every 5 s).
+_data.render_live(path, render, every_s=5)

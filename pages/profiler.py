@@ -68,7 +68,12 @@ def render():
         st.caption(f":material/info: {_ui.md(_ui.visitor_text(w))}")
 
 
-try:
-    render()
-except Exception as exc:  # a short message and a collapsed traceback, never a blank page
-    _ui.show_error(exc, "the Profiler page")
+def render_safely():
+    try:
+        render()
+    except Exception as exc:  # a short message and a collapsed traceback, never a blank page
+        _ui.show_error(exc, "the Profiler page")
+
+
+# While the run is written (a profile added by `debugkit profile --pid`), the page follows it.
+_data.render_live(path, render_safely, every_s=5)

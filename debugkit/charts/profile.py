@@ -95,6 +95,7 @@ def build_flamegraph_figure(tree, *, highlight=None, root_id: int | None = None,
     fig = go.Figure(go.Icicle(
         ids=ids, parents=parents, labels=tree["name"].tolist(), values=tree["samples"].tolist(),
         branchvalues="total", sort=True, customdata=custom,
+        meta={"columns": ["frame", "samples", "percent_of_all", "self_samples", "package"]},
         marker={"colors": colors, "line": {"width": 0.5, "color": "#FFFFFF"}},
         hovertemplate=("<b>%{label}</b><br>%{customdata[0]}<br>%{customdata[1]} " + unit
                        + " (%{customdata[2]} % of all)<br>self: %{customdata[3]}<br>"
@@ -131,7 +132,7 @@ def build_diff_flamegraph_figure(tree, *, flame: bool = False, title: str | None
         ids=tree["node_id"].astype(str).tolist(),
         parents=["" if p < 0 else str(p) for p in tree["parent_id"].tolist()],
         labels=tree["name"].tolist(), values=tree["samples"].tolist(), branchvalues="total",
-        customdata=custom,
+        customdata=custom, meta={"columns": ["frame", "before_percent", "after_percent", "change_points"]},
         marker={"colors": delta.tolist(), "colorscale": "RdBu_r", "cmid": 0, "cmin": -lim, "cmax": lim,
                 "line": {"width": 0.5, "color": "#FFFFFF"}, "showscale": True,
                 "colorbar": {"title": {"text": "share Δ<br>(points)"}, "thickness": 12}},
@@ -161,7 +162,7 @@ def build_step_breakdown_figure(breakdown, *, title: str | None = None):
             marker={"color": PHASE_COLORS.get(r.phase, "#999999")},
             text=[f"{PHASE_LABELS.get(r.phase, r.phase)} {pct:.0f} %" if pct >= 6 else ""],
             textposition="inside", insidetextanchor="middle",
-            customdata=[[int(r.samples), float(r.seconds)]],
+            customdata=[[int(r.samples), float(r.seconds)]], meta={"columns": ["samples", "seconds"]},
             hovertemplate=(f"<b>{PHASE_LABELS.get(r.phase, r.phase)}</b><br>%{{x:.1f}} % of the loop"
                            "<br>%{customdata[0]} samples, %{customdata[1]:.2f} s<extra></extra>")))
     fig.update_layout(barmode="stack", height=130, title=title, showlegend=True,
@@ -234,6 +235,7 @@ def build_trace_timeline_figure(timeline, *, title: str | None = None):
             legendgroup=cat, showlegend=cat not in seen,
             marker={"color": _CAT_COLORS.get(cat, "#999999"), "line": {"width": 0}},
             customdata=np.stack([g["name"].to_numpy(), g["input_shapes"].to_numpy()], axis=1),
+            meta={"columns": ["event", "input_shapes"]},
             hovertemplate=("<b>%{customdata[0]}</b><br>%{base:.3f} ms + %{x:.3f} ms"
                            "<br>%{customdata[1]}<extra>" + (cat or "") + "</extra>")))
         seen.add(cat)

@@ -312,3 +312,11 @@ def test_bad_view_values_in_the_url_are_warnings_and_defaults():
     assert trace.select_slider(key="tr_max").value == 10000
     assert any("?levels='9'" in w.value for w in trace.warning)
     assert trace.select_slider(key="tr_depth").value == 2
+
+
+def test_every_profiler_chart_has_a_csv_download():
+    for at in (app(), app(profile="torch-trace")):
+        csv = [b for b in at.get("download_button") if b.proto.label == "CSV"]
+        assert len(csv) == len(at.get("plotly_chart")) >= 2
+    names = {b.proto.label: b for b in app().get("download_button")}
+    assert "CSV" in names and "Download the original file" in names

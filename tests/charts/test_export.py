@@ -32,3 +32,37 @@ def test_a_heatmap_is_one_row_per_cell():
     assert len(table) == 6
     assert table.set_index(["x", "y"]).loc[(30, "b"), "z"] == 6
     assert "NaN" in figure_csv(fig)
+
+
+def _flame_tree():
+    return pd.DataFrame({"node_id": [0, 1, 2, 3], "parent_id": [-1, 0, 1, 1],
+                         "name": ["all", "train", "forward", "backward"], "samples": [10, 9, 3, 6],
+                         "self_samples": [1, 0, 3, 6], "fraction": [1.0, 0.9, 0.3, 0.6],
+                         "file": ["", "train.py", "model.py", "torch/autograd.py"], "line": [0, 3, 9, 1],
+                         "package": ["", "user", "user", "torch"], "depth": [0, 1, 2, 2],
+                         "folded": [0, 0, 0, 0]})
+
+
+def test_a_flamegraph_is_one_row_per_frame_with_its_samples():
+    from debugkit.charts.profile import build_flamegraph_figure
+
+    table = figure_table(build_flamegraph_figure(_flame_tree()))
+    assert table["label"].tolist() == ["all", "train", "forward", "backward"]
+    assert table["parent"].tolist() == ["", "0", "1", "1"] and table["value"].tolist() == [10, 9, 3, 6]
+    assert table["self_samples"].tolist() == [1, 0, 3, 6]
+    assert table["percent_of_all"].tolist() == [100.0, 90.0, 30.0, 60.0]
+    back = pd.read_csv(io.StringIO(figure_csv(build_flamegraph_figure(_flame_tree()))))
+    assert list(back.columns[:5]) == ["trace", "id", "label", "parent", "value"]
+
+
+def test_a_timeline_row_has_its_start_duration_and_event():
+    from debugkit.charts.profile import build_trace_timeline_figure
+
+    tl = pd.DataFrame({"lane": ["thread 1", "thread 1", "stream 7"], "lane_kind": ["cpu", "cpu", "gpu"],
+                       "start_ms": [0.0, 2.5, 3.0], "dur_ms": [2.0, 1.0, 0.5], "depth": [0, 1, 0],
+                       "cat": ["cpu_op", "cpu_op", "kernel"], "name": ["aten::mm", "aten::add", "gemm"],
+                       "input_shapes": ["[[2, 3]]", "", ""]})
+    table = figure_table(build_trace_timeline_figure(tl)).sort_values("base")
+    assert table["event"].tolist() == ["aten::mm", "aten::add", "gemm"]
+    assert table["base"].tolist() == [0.0, 2.5, 3.0] and table["x"].tolist() == [2.0, 1.0, 0.5]
+    assert table["y"].tolist() == ["thread 1", "thread 1", "stream 7"]

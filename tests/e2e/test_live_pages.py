@@ -1,64 +1,99 @@
-"""Pages follow a run while it is written: new steps appear without a click or reload."""
+"""Pages follow a run while it is written: a real Recorder trains in background processes
+(two ranks, as torchrun would start them) and each page shows the new steps without a
+click or a reload."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+
 import pytest
 
-from .conftest import start_server, stop_server, wait_for_app
+from .conftest import ROOT, start_server, stop_server, wait_for_app
 
 pytestmark = pytest.mark.browser
 
+#: The largest numeric x of every trace of every chart on the page (steps), -1 for none.
 _LAST_X = """
-() => {
-  const gd = [...document.querySelectorAll('.js-plotly-plot')].find(
-      p => (p._fullData || []).some(t => t.name === 'loss'));
-  if (!gd) return -1;
-  const tr = gd._fullData.find(t => t.name === 'loss');
-  const xs = Array.from(tr.x);
-  return xs.length ? Math.max(...xs) : -1;
-}
+() => Math.max(-1, ...[...document.querySelectorAll('.js-plotly-plot')].flatMap(
+    gd => (gd._fullData || []).flatMap(t => Array.from(t.x || []).filter(v => typeof v === 'number'))))
 """
+#: The number of checkpoints the Checkpoints page's caption names, -1 before it is drawn.
+_CHECKPOINTS = """
+() => { const m = document.body.innerText.match(/(\\d+) checkpoint\\(s\\)/); return m ? +m[1] : -1; }
+"""
+#: Pages watched while the run goes on: (path, probe, its value once the first 10 steps
+#: are drawn, its growth for each phase of 5 steps and one checkpoint).
+PAGES = [("overview", _LAST_X, 9, 5), ("scalars", _LAST_X, 9, 5), ("gradients", _LAST_X, 9, 5),
+         ("memory", _LAST_X, 9, 5), ("layers", _LAST_X, 9, 5), ("distributed", _LAST_X, 9, 5),
+         ("checkpoints", _CHECKPOINTS, 1, 1)]
 
 
-def _live_run(root):
-    import time
-
-    from debugkit import format as fmt
-    from debugkit._fsutil import atomic_write_json
-    from debugkit.recorder.writer import RankWriter
-
-    run = root / "live"
-    run.mkdir(parents=True)
-    atomic_write_json(run / fmt.MANIFEST, {"schema_version": fmt.SCHEMA_VERSION, "run_id": "l",
-                                           "name": "live", "config": {}})
-    d = run / fmt.RANKS_DIR / "0"
-    w = RankWriter(d, n_layers=1, flush_every_s=3600)  # heartbeat: running, this process
-    atomic_write_json(d / "meta-000.json", {"rank": 0, "layers": ["w"], "segment": 0})
-
-    def add(steps):
-        for s in steps:
-            w.add("scalars", (s, "loss", 2.0 - 0.01 * s, time.time()))
-            w.add("grads", (s, [1.0]))
-        w.flush()
-
-    return w, add
+def _start_ranks(run, gates, phases):
+    procs = []
+    for rank in (0, 1):
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "RANK": str(rank), "WORLD_SIZE": "2",
+               "LOCAL_RANK": str(rank), "CUDA_VISIBLE_DEVICES": ""}
+        procs.append(subprocess.Popen([sys.executable, "-m", "tests.e2e._live_trainer", str(run),
+                                       str(gates), str(phases)], cwd=ROOT, env=env,
+                                      stdout=subprocess.DEVNULL, stderr=open(gates / f"rank{rank}.log", "w")))
+    return procs
 
 
-def test_scalars_follow_a_live_run(tmp_path, browser):
-    w, add = _live_run(tmp_path / "runs")
-    add(range(10))
-    srv = start_server(tmp_path / "srv", env_extra={"DEBUGKIT_ROOTS": str(tmp_path / "runs")})
+def _wait_for_first_checkpoint(run, procs, limit_s: float = 180) -> None:
+    """Until the first 10 steps are written (the checkpoint after them is on disk)."""
+    deadline = time.time() + limit_s
+    while not (run / "checkpoints").is_dir() or not any((run / "checkpoints").iterdir()):
+        assert all(p.poll() is None for p in procs), "a training process exited"
+        assert time.time() < deadline, "the first 10 steps were not written"
+        time.sleep(0.2)
+
+
+def _stop(procs, gates):
+    (gates / "stop").touch()
+    for p in procs:
+        try:
+            p.wait(120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(30)
+
+
+def test_every_page_follows_a_run_a_recorder_is_writing(tmp_path, browser):
+    runs, gates = tmp_path / "runs", tmp_path / "gates"
+    runs.mkdir()
+    gates.mkdir()
+    procs = _start_ranks(runs / "live", gates, len(PAGES))
+    _wait_for_first_checkpoint(runs / "live", procs)
+    srv = start_server(tmp_path / "srv", env_extra={"DEBUGKIT_ROOTS": str(runs)})
     ctx = browser.new_context(viewport={"width": 1280, "height": 800})
     page = ctx.new_page()
-    page.set_default_timeout(60_000)
+    page.set_default_timeout(90_000)
     try:
-        page.goto(srv.url + "/scalars?run=live")
+        for k, (name, probe, drawn, growth) in enumerate(PAGES, start=1):
+            page.goto(f"{srv.url}/{name}?run=live")
+            wait_for_app(page)
+            page.wait_for_function(f"() => ({probe})() >= {drawn}", timeout=120_000)
+            page.wait_for_timeout(1000)
+            before = page.evaluate(probe)
+            (gates / f"go{k}").touch()  # the run goes on: no click, no reload
+            try:
+                page.wait_for_function(f"() => ({probe})() >= {before + growth}", timeout=120_000)
+            except Exception:
+                raise AssertionError(f"{name} did not follow the run: still at {page.evaluate(probe)}, "
+                                     f"{before} before 5 more steps") from None
+        # Home lists the run as running and follows it to its end
+        page.goto(f"{srv.url}/home")
         wait_for_app(page)
-        page.get_by_text("live: refreshes every few seconds").first.wait_for()
-        page.wait_for_function(f"() => ({_LAST_X})() === 9", timeout=60_000)
-        add(range(10, 30))  # the run goes on: no click, no reload
-        page.wait_for_function(f"() => ({_LAST_X})() === 29", timeout=60_000)
+        page.get_by_text("1 running: this list refreshes every few seconds").wait_for()
+        _stop(procs, gates)
+        deadline = time.time() + 120
+        while page.get_by_text("1 running: this list refreshes").count() and time.time() < deadline:
+            page.wait_for_timeout(500)
+        assert page.get_by_text("1 running: this list refreshes").count() == 0
     finally:
         ctx.close()
-        w.close()
+        _stop(procs, gates)
         stop_server(srv)

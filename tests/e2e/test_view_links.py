@@ -1,0 +1,77 @@
+"""A link carries the view: a deep link with view parameters opens each page as its sender
+saw it, and changing a widget changes the address bar (issue 35, item 3)."""
+
+from __future__ import annotations
+
+import urllib.parse
+
+import pytest
+
+from .conftest import wait_for_app
+
+pytestmark = pytest.mark.browser
+
+_TRACES = """() => [...document.querySelectorAll('.js-plotly-plot')].map(
+    gd => ({names: (gd._fullData || []).map(t => t.name), layout: gd._fullLayout}))"""
+
+
+def _query(page) -> dict:
+    return urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query)
+
+
+def _open(page, url):
+    page.goto(url)
+    wait_for_app(page)
+    page.locator(".js-plotly-plot >> visible=true").first.wait_for()
+
+
+def test_a_scalars_link_shows_its_series_scale_and_smoothing(server, page):
+    _open(page, server.url + "/scalars?run=digits-exploding&key=loss&key=epoch&smoothing=0.3&log=0&raw=0")
+    first = page.evaluate(_TRACES)[0]
+    assert set(first["names"]) >= {"loss", "epoch"}
+    assert not any(n.endswith("(raw)") for n in first["names"])
+    assert first["layout"]["yaxis"]["type"] == "linear"  # against this run's default (log)
+    assert page.get_by_test_id("stSlider").get_by_text("0.30").count() == 1
+    # turning log scale back on is a change of the address bar
+    page.get_by_test_id("stCheckbox").filter(has_text="Log scale").locator("label").click()
+    page.wait_for_function("() => !location.search.includes('log=0')")
+    wait_for_app(page)
+    assert "log" not in _query(page) and _query(page)["smoothing"] == ["0.3"]
+
+
+def test_a_memory_link_shows_its_axis_and_rank_layout(server, page):
+    _open(page, server.url + "/memory?run=ddp-straggler&x=time&ranks=side&host_warn=0.9")
+    layout = page.evaluate(_TRACES)[0]["layout"]
+    titles = [v.get("title", {}).get("text") for k, v in layout.items() if k.startswith("xaxis")]
+    assert "time" in titles
+    texts = [a.get("text", "") for a in layout.get("annotations", [])]
+    assert any("rank 3" in t for t in texts) and "90%" in texts  # a panel per rank, the warning band
+    axis = page.get_by_role("radiogroup", name="X axis")
+    assert axis.get_by_role("radio", checked=True).inner_text().strip() == "time"
+    # back to steps: the parameter leaves the URL
+    axis.get_by_role("radio", name="step", exact=True).click()
+    page.wait_for_function("() => !location.search.includes('x=time')")
+    assert _query(page)["ranks"] == ["side"]
+
+
+def test_a_distributed_link_opens_its_tab_and_a_tab_click_is_in_the_url(server, page):
+    _open(page, server.url + "/distributed?run=ddp-straggler&tab=divergence")
+    selected = page.get_by_role("tab", selected=True)
+    assert selected.inner_text().strip() == "Gradient divergence"
+    page.get_by_role("tab", name="Hangs").click()
+    page.wait_for_function("() => location.search.includes('tab=hangs')")
+    wait_for_app(page)
+    assert page.get_by_role("tab", selected=True).inner_text().strip() == "Hangs"
+
+
+def test_a_home_link_filters_the_run_list(server, page):
+    page.goto(server.url + "/home?q=exploding&status=failed")
+    wait_for_app(page)
+    page.get_by_text("1 of ").first.wait_for(timeout=60_000)
+    assert "runs match" in page.get_by_text("1 of ").first.inner_text()
+    box = page.get_by_placeholder("run id or finding")
+    assert box.input_value() == "exploding"
+    box.fill("digits")
+    box.press("Enter")
+    page.wait_for_function("() => location.search.includes('q=digits')")
+    assert _query(page)["status"] == ["failed"]
