@@ -155,7 +155,7 @@ def test_home_filters_by_status_tags_and_search(app, tmp_path, monkeypatch):
     assert set(failed["status"]) == {"failed"} and "digits-bad-label" in failed["run"].tolist()
     at.text_input(key="home_search").input("exploding").run()
     assert at.dataframe[0].value["run"].tolist() == ["digits-exploding"]
-    assert any("1 of 23 runs match" in c.value for c in at.caption)
+    assert any("1 of 24 runs match" in c.value for c in at.caption)
 
 
 def test_every_sample_is_named_as_its_folder():
