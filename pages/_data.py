@@ -232,3 +232,14 @@ def read_layer_stats(path: str):
     """:meth:`debugkit.Run.layer_stats` (DataFrame ``step, rank, order, module, module_type,
     stat, value``), cached."""
     return _layer_stats(path, signature(path))
+
+
+@st.cache_data(**CACHE, show_spinner=False)
+def _requests(path: str, sig: tuple):
+    return _open(path).requests()
+
+
+def read_requests(path: str):
+    """:meth:`debugkit.Run.requests` (an inference run's requests: ``request, rank,
+    wall_time, latency_ms, outcome, ...``; empty for a training run), cached."""
+    return _requests(path, signature(path))

@@ -92,17 +92,25 @@ def runs_frame(rows):
     """The run list as the table shows it (no paths: ids, facts, one finding title)."""
     import pandas as pd
 
+    from pages._inference import serving_status
+
     df = pd.DataFrame([{
-        "run": r["id"], "status": r.get("status") or "unknown",
+        "run": r["id"], "kind": r.get("kind") or "training",
+        # an inference run says "serving" / "stopped" where a training run says running / finished
+        "status": (serving_status(r.get("status") or "unknown") if r.get("kind") == "inference"
+                   else r.get("status") or "unknown"),
         "started": r.get("started"), "duration_s": r.get("duration_s"),
-        "steps": r.get("steps"), "failures": r.get("failures"),
+        "steps": r.get("steps") if r.get("kind") != "inference" else None,
+        "requests": r.get("requests"), "error_rate": r.get("error_rate"),
+        "failures": r.get("failures"),
         "errors": r.get("errors"), "warnings": r.get("warnings"),
         "finding": finding_cell(r) or "", "tags": list(r.get("tags") or []),
     } for r in rows])
     df["started"] = pd.to_datetime(df["started"], unit="s", utc=True)
-    for c in ("steps", "failures", "errors", "warnings"):
+    for c in ("steps", "requests", "failures", "errors", "warnings"):
         df[c] = df[c].astype("Int64")
-    df["duration_s"] = df["duration_s"].astype("Float64")
+    for c in ("duration_s", "error_rate"):
+        df[c] = df[c].astype("Float64")
     return df
 
 
@@ -165,7 +173,7 @@ def _filtered(df):
 def run_list(rows=None):
     rows = _read_rows(_runs.run_entries()) if rows is None else rows
     st.subheader("Runs")
-    live = sum(r.get("status") == "running" for r in rows)
+    live = sum(r.get("status") == "running" for r in rows)  # serving inference runs too
     st.caption("Each run with its status and the most severe thing `debugkit diagnose` finds in "
                "it (click it for the page that explains it). Sort by any column; click a row to "
                "open the run." + (f" {live} running: this list refreshes every few seconds."
@@ -183,7 +191,11 @@ def run_list(rows=None):
             "started": st.column_config.DatetimeColumn("started (UTC)", format="YYYY-MM-DD HH:mm"),
             "duration_s": st.column_config.NumberColumn("duration", format="%.1f s",
                                                         help="first record to the last step"),
+            "kind": st.column_config.TextColumn("kind", help="training, or inference (debugkit.serve)"),
             "steps": st.column_config.NumberColumn("steps"),
+            "requests": st.column_config.NumberColumn("requests", help="requests an inference run recorded"),
+            "error_rate": st.column_config.NumberColumn(
+                "error rate", format="percent", help="requests that raised or returned NaN/Inf"),
             "failures": st.column_config.NumberColumn("failures", help="failure captures (batch, state, error)"),
             "errors": st.column_config.NumberColumn("errors", help="findings of severity error"),
             "warnings": st.column_config.NumberColumn("warnings", help="findings of severity warning"),

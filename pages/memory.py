@@ -6,7 +6,7 @@ import streamlit as st
 
 from debugkit.errors import DebugkitError
 from debugkit.location import file_stamp
-from pages import _data, _query, _routing, _runs, _ui
+from pages import _data, _inference, _query, _routing, _runs, _ui
 
 _routing.page_guard()
 
@@ -415,6 +415,13 @@ def render():
 
     try:
         info = _data.summary(path)
+    except DebugkitError as exc:
+        _ui.show_error(exc)
+        return
+    if _inference.is_inference(info):  # a debugkit.serve run: memory per request
+        _inference.render_memory(path, info)
+        return
+    try:
         mem = _data.read_memory(path)
         cap = _data.read_memory_capacity(path)
         failures = _data.read_failures(path)

@@ -6,7 +6,7 @@ import streamlit as st
 
 from debugkit.charts.scalars import build_scalar_figure
 from debugkit.errors import DebugkitError
-from pages import _data, _routing, _runs, _ui
+from pages import _data, _inference, _routing, _runs, _ui
 
 _routing.page_guard()
 
@@ -38,6 +38,13 @@ def _duration(a, b):
 def render():
     try:
         info = _data.summary(path)
+    except DebugkitError as exc:
+        _ui.show_error(exc)
+        return
+    if _inference.is_inference(info):  # a debugkit.serve run: requests, not steps
+        _inference.render_overview(path, info)
+        return
+    try:
         scalars = _data.read_scalars(path)
         steps = _data.read_steps(path)
         failures = _data.read_failures(path)

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from debugkit.errors import DebugkitError
-from pages import _auth, _data, _query, _routing, _runs, _ui
+from pages import _auth, _data, _inference, _query, _routing, _runs, _ui
 
 _routing.page_guard()
 
@@ -161,8 +161,10 @@ def _pick_failure(failures: list[dict]) -> dict:
         st.warning(_ui.md(_ui.visitor_text(exc)), icon=":material/link_off:")
     by_id = {f["id"]: f for f in failures}
     fid = st.selectbox("Failure", ids, index=index, key=f"replay_failure_{path}",
-                       format_func=lambda i: f"step {by_id[i].get('step')} · rank {by_id[i].get('rank')} · "
-                                             f"{by_id[i].get('error_type') or by_id[i].get('kind')} · {i}")
+                       format_func=lambda i: _inference.request_label(by_id[i])
+                       if by_id[i].get("kind") == "request" else
+                       f"step {by_id[i].get('step')} · rank {by_id[i].get('rank')} · "
+                       f"{by_id[i].get('error_type') or by_id[i].get('kind')} · {i}")
     if st.query_params.get("failure") != fid:
         st.query_params["failure"] = fid
     return by_id[fid]
@@ -209,7 +211,10 @@ def _show_culprit(report: dict, f: dict) -> None:
             st.info("No culprit found: no check failed and the replay raised nothing it could "
                     "attribute.", icon=":material/search_off:")
             return
-        st.error(_ui.md(c.get("detail") or "see the checks below"), icon=":material/target:")
+        if report.get("request", {}).get("detail"):
+            _inference.show_request_culprit(report)
+        else:
+            st.error(_ui.md(c.get("detail") or "see the checks below"), icon=":material/target:")
         fields = [(label, c.get(key)) for label, key in (("Module", "module"), ("Op", "op"),
                                                           ("Input", "input"))]
         st.markdown("  \n".join(
@@ -285,7 +290,7 @@ def _show_report(report: dict, f: dict) -> None:
     cols[0].metric("Reproduced", "yes" if report["reproduced"] else "no")
     cols[1].metric("Same error", "yes" if report["same_error"] else "no")
     cols[2].metric("Replayed on", report["device"])
-    cols[3].metric("Step time", f"{rep['seconds']:.3f} s" if rep and rep.get("seconds") is not None else "—")
+    cols[3].metric("Forward time" if report.get("request") else "Step time", f"{rep['seconds']:.3f} s" if rep and rep.get("seconds") is not None else "—")
     if rep:
         st.code(f"{rep['type']}: {rep['message']}", language=None, wrap_lines=True)
     else:
@@ -384,7 +389,10 @@ def render() -> None:
     left, right = st.columns([3, 2])
     with left:
         st.subheader("What failed")
-        _show_failure(f)
+        if f.get("kind") == "request":  # a failing request of a debugkit.serve run
+            _inference.show_request_failure(f)
+        else:
+            _show_failure(f)
     with right:
         st.subheader("Code the replay runs")
         _show_code(idents)
@@ -394,7 +402,8 @@ def render() -> None:
 
     never = [i for i in idents if i["status"] in NEVER]
     needs_trust = code_needs_trust(path, idents)
-    _show_guard(f)
+    if f.get("kind") != "request":  # a batch guard is for training batches
+        _show_guard(f)
     checkpoint = _checkpoint_param()
     st.subheader("Replay")
     if checkpoint is not None:

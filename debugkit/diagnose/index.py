@@ -34,11 +34,13 @@ from ..io.fs import as_path, is_local, list_tree, stamp_of
 
 log = logging.getLogger(__name__)
 
-INDEX_VERSION = 2  # 2: rows carry started, duration_s, tags and top_kind/_step/_layer
+INDEX_VERSION = 3  # 2: rows carry started, duration_s, tags and top_kind/_step/_layer;
+#                    3: kind, requests and error_rate (inference runs)
 INDEX_DIR = "index"
 # The columns of a run-list row (see :func:`summarize_run`).
 ROW_FIELDS = ("id", "name", "status", "steps", "failures", "path", "error", "errors",
-              "warnings", "top", "top_kind", "top_step", "top_layer", "started", "duration_s", "tags")
+              "warnings", "top", "top_kind", "top_step", "top_layer", "started", "duration_s", "tags",
+              "kind", "requests", "error_rate")
 
 
 def index_dir() -> Path:
@@ -163,6 +165,24 @@ def findings_counts(found) -> dict:
             "top_layer": worst.layer if worst else None}
 
 
+def serving_counts(run, started: float | None = None) -> dict:
+    """``{kind, requests, error_rate}`` of a run (``requests`` and ``error_rate``, the
+    share of requests that raised or returned NaN/Inf, are None for a training run), and
+    for an inference run ``duration_s`` from its start to its last request."""
+    import math
+
+    if run.kind != fmt.KIND_INFERENCE:
+        return {"kind": run.kind, "requests": None, "error_rate": None}
+    from ..analysis.request_windows import summarize_requests
+
+    s = summarize_requests(run.requests())
+    out = {"kind": run.kind, "requests": s["requests"], "error_rate": s["error_rate"]}
+    last = s["last_time"]
+    if started is not None and last is not None and math.isfinite(last) and last >= started:
+        out["duration_s"] = round(last - started, 3)
+    return out
+
+
 def _analyse(entry, mirror: Path | None = None) -> dict:
     from ..io import store
     from ..io.run import open_run
@@ -175,12 +195,14 @@ def _analyse(entry, mirror: Path | None = None) -> dict:
     else:
         row = store.summarize(entry)
     row.update({"errors": None, "warnings": None, "top": "", "top_kind": None, "top_step": None,
-                "top_layer": None})
+                "top_layer": None, "kind": None, "requests": None, "error_rate": None})
     if row["error"] is not None:
         row["top"] = f"cannot analyse: {row['error']}"
         return row
     try:
-        row.update(findings_counts(diagnose(open_run(entry.path))))
+        run = open_run(entry.path)
+        row.update(serving_counts(run, row.get("started")))
+        row.update(findings_counts(diagnose(run)))
     except DebugkitError as exc:
         row["top"] = f"cannot analyse: {exc}"
     except Exception as exc:  # noqa: BLE001 - one bad run is one row, never the whole list
