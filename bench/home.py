@@ -4,7 +4,7 @@ Builds a store of N runs by linking real sample runs (``sample_runs/``: digits-m
 digits-bad-label, digits-vanishing, memory-leak, wine-missing-feature, in turn) into N
 folders (hard links: no copy of the data), then times, each in a fresh process:
 
-- ``first``: :func:`debugkit.diagnose.index.summarize_runs` over the store with an empty
+- ``first``: :func:`debugkit.diagnose.run_summaries.summarize_runs` over the store with an empty
   index (every run analysed: what the Home page did at every cold start before the index)
 - ``indexed``: the same in a new process once the index is filled (a cold server)
 - ``home``: a new process rendering the Home page (Streamlit's AppTest of app.py,
@@ -34,9 +34,9 @@ SAMPLES = ["digits-mlp", "digits-bad-label", "digits-vanishing", "memory-leak",
 LIST = """
 import time, sys
 t0 = time.perf_counter()
-from debugkit.diagnose import index
-from debugkit.io import store
-rows = index.summarize_runs(store.find_runs([store.as_path(sys.argv[1])]))
+from debugkit.diagnose import run_summaries
+from debugkit.io import served_runs
+rows = run_summaries.summarize_runs(served_runs.find_runs([served_runs.as_path(sys.argv[1])]))
 assert len(rows) == int(sys.argv[2]), len(rows)
 print(time.perf_counter() - t0, sum(r["cached"] for r in rows))
 """
@@ -96,8 +96,8 @@ def memory_store(local: Path, n: int, env) -> None:
     import fsspec
 
     os.environ.update(env)
-    from debugkit.diagnose import index
-    from debugkit.io import store
+    from debugkit.diagnose import run_summaries
+    from debugkit.io import served_runs
 
     fs = fsspec.filesystem("memory")
     fs.put(str(local), "/dk-home-bench/runs", recursive=True)
@@ -105,7 +105,7 @@ def memory_store(local: Path, n: int, env) -> None:
     out = []
     for _ in range(2):
         t0 = time.perf_counter()
-        rows = index.summarize_runs(store.find_runs([store.as_path(url)]))
+        rows = run_summaries.summarize_runs(served_runs.find_runs([served_runs.as_path(url)]))
         out.append((time.perf_counter() - t0, sum(r["cached"] for r in rows)))
         assert len(rows) == n
     print(f"memory:// first (empty index) {out[0][0]:.2f} s; indexed {out[1][0]:.2f} s "

@@ -42,9 +42,9 @@ SAMPLES = ["digits-mlp", "digits-bad-label", "digits-vanishing", "memory-leak",
 LIST = """
 import time, sys
 t0 = time.perf_counter()
-from debugkit.diagnose import index
-from debugkit.io import store
-rows = index.summarize_runs(store.find_runs([store.as_path(sys.argv[1])]))
+from debugkit.diagnose import run_summaries
+from debugkit.io import served_runs
+rows = run_summaries.summarize_runs(served_runs.find_runs([served_runs.as_path(sys.argv[1])]))
 assert len(rows) == int(sys.argv[2]), len(rows)
 assert not any(r["error"] for r in rows), [r["error"] for r in rows if r["error"]][:3]
 print(time.perf_counter() - t0)

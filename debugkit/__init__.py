@@ -43,13 +43,13 @@ _LAZY = {
     "Recorder": ("debugkit.recorder", "Recorder"),
     "serve": ("debugkit.recorder.serve", "serve"),
     "ServeRecorder": ("debugkit.recorder.serve", "ServeRecorder"),
-    "BatchSpec": ("debugkit.recorder.guard", "BatchSpec"),
+    "BatchSpec": ("debugkit.recorder.batchspec", "BatchSpec"),
     "watch": ("debugkit.recorder.watch", "watch"),
     "resume_latest": ("debugkit.checkpoints", "resume_latest"),
     "open_run": ("debugkit.io.run", "open_run"),
     "Run": ("debugkit.io.run", "Run"),
     "Finding": ("debugkit.analysis.findings", "Finding"),
-    "audit_model": ("debugkit.audit.core", "audit_model"),
+    "audit_model": ("debugkit.audit.auditor", "audit_model"),
     "scan_dataset": ("debugkit.recorder.scan", "scan_dataset"),
 }
 

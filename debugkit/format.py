@@ -71,7 +71,7 @@ FATAL_FILE = "fatal-{segment:03d}.txt"
 FATAL_FILE_RE = re.compile(r"^fatal-(?P<seg>\d+)\.txt$")
 # checkpoints/index.json + checkpoints/<step:09d>/ (see debugkit.checkpoints).
 CHECKPOINTS_DIR = "checkpoints"
-# audits/<id>/audit.json (see debugkit.audit.store).
+# audits/<id>/audit.json (see debugkit.audit.stored_audits).
 AUDITS_DIR = "audits"
 # traces/: per-rank torch.profiler traces (see debugkit.io.rank_traces).
 TRACES_DIR = "traces"

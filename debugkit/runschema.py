@@ -151,7 +151,7 @@ class Manifest(_Doc):
     env: Union[Env, None] = None
     imported_from: Union[Obj, None] = None
     # Each entry is checked on its own (``is_valid(entry, "profile entry")``) by
-    # debugkit.io.profile_store, which skips a malformed one with a warning.
+    # debugkit.io.run_profiles, which skips a malformed one with a warning.
     profiles: Union[list[Any], None] = None
 
 

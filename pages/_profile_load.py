@@ -11,8 +11,8 @@ from pages import _data
 def read_profile(run_path: str, sig: tuple, profile_id: str):
     """The parsed profile (shared read-only between sessions; never mutated)."""
     from debugkit.io.profile_cache import read_entry_cached
-    from debugkit.io.profile_store import get_profile
     from debugkit.io.run import open_run
+    from debugkit.io.run_profiles import get_profile
 
     # Parsed once per profile file into the cache folder: a new server does not parse again.
     return read_entry_cached(get_profile(open_run(run_path), profile_id))

@@ -80,12 +80,12 @@ def _diff(base_path: str, base_sig: tuple, base_id: str, base_threads, new_path:
 @st.cache_data(ttl=30, max_entries=8, show_spinner=False)
 def _other_profiles(roots_key: tuple[str, ...], here: str) -> list[tuple[str, str, str, str]]:
     """(run id, run path, profile id, label) of sampled profiles in the other served runs."""
-    from debugkit.io import store
-    from debugkit.io.profile_store import describe
+    from debugkit.io import served_runs
     from debugkit.io.run import open_run
+    from debugkit.io.run_profiles import describe
 
     out = []
-    for e in store.find_runs([as_path(r) for r in roots_key]):
+    for e in served_runs.find_runs([as_path(r) for r in roots_key]):
         if str(e.path) == here:
             continue
         try:
@@ -369,7 +369,7 @@ def _function_tables(table, by: str, query: str):
 
 def _compare(path: str, entry: dict, prof, threads):
     from debugkit.charts import profile as cp
-    from debugkit.io.profile_store import describe
+    from debugkit.io.run_profiles import describe
 
     st.caption("This profile against a baseline: what takes a larger or smaller share of the samples.")
     here = [(None, path, p["id"], describe(p)) for p in _data.read_profiles(path)

@@ -9,7 +9,7 @@ from pathlib import Path
 import streamlit as st
 
 from debugkit.errors import DebugkitError
-from debugkit.io import store as run_store
+from debugkit.io import served_runs as run_store
 from debugkit.io.fs import as_path, is_url
 from pages._ui import md, visitor_text
 

@@ -8,7 +8,7 @@ import os
 import streamlit as st
 
 from debugkit.errors import DebugkitError
-from debugkit.io import store as run_store
+from debugkit.io import served_runs as run_store
 from pages._runs import store_dir
 from pages._ui import md
 
@@ -51,7 +51,7 @@ def share_request() -> dict | None:
     exist. The result is stored for this script run only (see :func:`share_context`).
     """
     from debugkit.audit.share import server_secret, verify_token
-    from debugkit.audit.store import load_audit, validate_audit_id
+    from debugkit.audit.stored_audits import load_audit, validate_audit_id
     from debugkit.errors import ShareTokenError
 
     qp = st.query_params

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from debugkit.errors import DebugkitError
-from debugkit.io import store as run_store
+from debugkit.io import served_runs as run_store
 from pages._runs import (
     SESSION_RUN,
     apply_query_params,

@@ -55,9 +55,9 @@ def code(value) -> str:
 def visitor_text(value) -> str:
     """``value`` as a visitor may see it: the served folders' absolute paths (and the
     cache's) replaced by their names, so a message names ``runs/my-run/...``, never
-    where the server keeps it (:func:`debugkit.io.store.relative_to_roots`)."""
+    where the server keeps it (:func:`debugkit.io.served_runs.relative_to_roots`)."""
     from debugkit._fsutil import cache_dir
-    from debugkit.io.store import relative_to_roots
+    from debugkit.io.served_runs import relative_to_roots
     from pages._runs import roots, store_dir
 
     # the served roots, the store, and the app's own folder (its examples/, debugkit/)

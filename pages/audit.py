@@ -29,14 +29,14 @@ else:
 # ---------------------------------------------------------------------------- cached reads
 @st.cache_data(**_data.CACHE, show_spinner=False)
 def _audits(path: str, sig: tuple):
-    from debugkit.audit.store import list_audits
+    from debugkit.audit.stored_audits import list_audits
 
     return list_audits(path)
 
 
 @st.cache_data(**_data.CACHE, show_spinner="Reading the audit…")
 def _audit(path: str, sig: tuple, audit_id: str, shared: bool = False):
-    from debugkit.audit.store import load_audit
+    from debugkit.audit.stored_audits import load_audit
 
     a = load_audit(path, audit_id)
     if shared:  # a share link sees the audit without who/where/which command computed it
@@ -54,7 +54,7 @@ def _figures(path: str, sig: tuple, audit_id: str):
 
 @st.cache_data(max_entries=4, ttl=900, show_spinner="Building the report…")
 def _report(path: str, sig: tuple, audit_id: str, shared: bool = False) -> bytes:
-    from debugkit.audit.store import load_audit
+    from debugkit.audit.stored_audits import load_audit
 
     a = load_audit(path, audit_id)
     if shared:  # part of the cache key: a share link never gets the full audit's cache entry
@@ -73,7 +73,7 @@ def _targets(path: str, sig: tuple):
 
 def _sig():
     """The run's files, and the audits the store holds of it (a run outside the store)."""
-    from debugkit.audit.store import audit_dirs
+    from debugkit.audit.stored_audits import audit_dirs
 
     try:
         extra = tuple((str(d), tuple(sorted(p.name for p in d.iterdir()))) for d in audit_dirs(path)[1:])
@@ -323,7 +323,7 @@ def _compute_box(sig):
 
 
 def _run_audit(tname, settings, bins):
-    from debugkit.audit.store import server_audits_dir
+    from debugkit.audit.stored_audits import server_audits_dir
     from debugkit.audit.worker import compute_audit
     from debugkit.io.upload import check_store_room
 

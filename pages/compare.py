@@ -3,8 +3,8 @@
 import pandas as pd
 import streamlit as st
 
-from debugkit.analysis.compare import series_band
-from debugkit.charts.compare import (
+from debugkit.analysis.run_diff import series_band
+from debugkit.charts.run_overlay import (
     build_grad_overlay_figure,
     build_scalar_overlay_figure,
     run_colours,
@@ -25,7 +25,7 @@ path = _runs.require_run("a comparison with another run")
 
 @st.cache_data(**_data.CACHE, show_spinner=False)
 def _compare(path: str, sig: tuple, base: str, base_sig: tuple) -> dict:
-    from debugkit.compare import compare_paths
+    from debugkit.run_comparison import compare_paths
 
     return compare_paths(path, base)
 
@@ -36,7 +36,7 @@ def _id_path(entries, rid):
 
 def _pick_base(entries, run_id):
     """The base run: ``?base=<id>`` (validated against the served runs) or the picker."""
-    from debugkit.io import store as run_store
+    from debugkit.io import served_runs as run_store
 
     others = [rid for rid in entries.ids if rid != run_id]
     try:

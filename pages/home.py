@@ -22,7 +22,7 @@ if not entries:
     st.stop()
 
 from debugkit.analysis.kinds import CATALOGUE  # noqa: E402
-from debugkit.diagnose import index as run_index  # noqa: E402
+from debugkit.diagnose import run_summaries as run_index  # noqa: E402
 
 # The page (url path) each catalogue page name lives at.
 PAGE_PATHS = {"Overview": "overview", "Scalars": "scalars", "Gradients": "gradients",
@@ -32,7 +32,7 @@ PAGE_PATHS = {"Overview": "overview", "Scalars": "scalars", "Gradients": "gradie
 
 
 def _read_rows(entries):
-    # What each run's analyses found comes from the persisted index (debugkit.diagnose.index),
+    # What each run's analyses found comes from the persisted index (debugkit.diagnose.run_summaries),
     # which analyses a run again only when its files changed; each served root is listed once.
     return run_index.summarize_runs(list(entries))
 

@@ -21,7 +21,7 @@ path = _runs.require_run("its profiles")
 
 
 def render():
-    from debugkit.io.profile_store import describe
+    from debugkit.io.run_profiles import describe
 
     try:
         entries = _data.read_profiles(path)
@@ -53,7 +53,7 @@ def render():
         _ui.show_error(exc)
         return
     from debugkit.io.chrome_trace import ChromeTrace
-    from debugkit.io.profile_model import SampledProfile
+    from debugkit.io.profile_types import SampledProfile
 
     try:
         if isinstance(obj, SampledProfile):

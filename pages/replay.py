@@ -67,7 +67,7 @@ def _repro(path: str, sig: tuple, fid: str, report_key: str, _report) -> bytes:
 @st.cache_data(**_data.CACHE, show_spinner=False)
 def _guard(path: str, sig: tuple, fid: str) -> dict:
     from debugkit.io.run import open_run
-    from debugkit.replay.guards import suggest_guard
+    from debugkit.replay.guard_suggestion import suggest_guard
 
     run = open_run(path)
     g = suggest_guard(run.failure(fid), run.manifest.get("num_classes"))
@@ -359,10 +359,10 @@ def _may_trust() -> bool:
 
 
 def render() -> None:
+    from debugkit.child_harness import cuda_possible
     from debugkit.replay.code import NEVER
     from debugkit.replay.code import needs_trust as code_needs_trust
     from debugkit.replay.policy import is_bundled_sample
-    from debugkit.replay.sandbox import cuda_possible
 
     try:
         failures = _data.read_failures(path)

@@ -36,7 +36,7 @@ def record_pairs(folder: Path) -> dict[str, Path]:
 def facts(path, findings=True) -> dict:
     """What compare_runs reads from one run (with its findings)."""
     from debugkit.diagnose import diagnose
-    from debugkit.io.compare import read_compare_facts
+    from debugkit.io.compare_facts import read_compare_facts
     from debugkit.io.run import open_run
 
     r = open_run(path)

@@ -19,8 +19,10 @@ PKG = ROOT / "debugkit"
 #: Layers, lowest first. A module may import only from its own layer or a lower one.
 #: Keys are top-level names under ``debugkit`` (a module or a subpackage).
 LAYERS: dict[str, int] = {
-    # 0 base: errors, file-system helpers, the version, the run layout and its one writer.
+    # 0 base: errors, file-system helpers, the version, the run layout and its one writer,
+    # the child-process harness (stdlib only; replay and the audit worker run through it).
     "errors": 0, "_fsutil": 0, "location": 0, "_version": 0, "format": 0, "runschema": 0, "tensortree": 0, "checkpoints": 0,
+    "child_harness": 0,
     # 1 training side writes runs, io reads them (the two never import each other).
     "recorder": 1, "io": 1,
     # 2 on top of one of them.
@@ -28,7 +30,7 @@ LAYERS: dict[str, int] = {
     # 3 figures of analysis results.
     "charts": 3,
     # 4 services.
-    "diagnose": 4, "replay": 4, "audit": 4, "compare": 4,
+    "diagnose": 4, "replay": 4, "audit": 4, "run_comparison": 4,
     # 5 the command line.
     "cli": 5, "__main__": 5,
 }

@@ -16,10 +16,11 @@ __all__ = [
 ]
 
 _WHERE = {
-    "audit_model": "core", "Auditor": "core",
+    "audit_model": "auditor", "Auditor": "auditor",
     "AuditSettings": "settings",
     "Attribute": "groups", "derive_sex": "groups", "AGE_BINS": "groups",
-    "Audit": "store", "load_audit": "store", "list_audits": "store", "latest_audit_id": "store",
+    "Audit": "stored_audits", "load_audit": "stored_audits", "list_audits": "stored_audits",
+    "latest_audit_id": "stored_audits",
     "make_token": "share", "verify_token": "share", "share_link": "share", "server_secret": "share",
     "build_report_html": "report",
 }

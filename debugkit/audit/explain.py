@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidInputError, MissingDependencyError
-from .models import ModelAdapter
+from .model_adapters import ModelAdapter
 
 EXPLAINERS = ("auto", "tree", "linear", "deep", "gradient", "permutation", "kernel")
 AUTO = {"tree": "tree", "linear": "linear", "torch": "deep", "estimator": "permutation",
@@ -294,7 +294,7 @@ def explain(adapter: ModelAdapter, X, *, explainer: str = "auto", background=100
             codes = CategoricalCodes(X)
             matrix = codes.encode(X)
         else:
-            from .models import _float_matrix
+            from .model_adapters import _float_matrix
 
             matrix = _float_matrix(X, "X")
     else:

@@ -11,7 +11,7 @@ import html
 from typing import Any
 
 from ..charts import audit as charts
-from .core import METRIC_LABELS, SUMMARY_LABELS
+from .auditor import METRIC_LABELS, SUMMARY_LABELS
 
 VERDICT_TEXT = {"pass": "Pass", "needs_review": "Needs review", "fail": "Fail"}
 VERDICT_COLOR = {"pass": "#1b7f3b", "needs_review": "#b26a00", "fail": "#b42318"}
@@ -206,7 +206,7 @@ def _table(headers: list[str], rows: list[list[str]], cls: str = "") -> str:
 
 
 def build_report_html(audit, *, json_file_name: str | None = None) -> str:
-    """The standalone HTML report of a stored :class:`~debugkit.audit.store.Audit`."""
+    """The standalone HTML report of a stored :class:`~debugkit.audit.stored_audits.Audit`."""
     import plotly.io as pio
 
     doc = audit.doc

@@ -27,8 +27,8 @@ import urllib.parse
 from pathlib import Path
 
 from ..errors import InvalidInputError, ShareTokenError
-from ..io.store import default_store, validate_run_id
-from .store import validate_audit_id
+from ..io.served_runs import default_store, validate_run_id
+from .stored_audits import validate_audit_id
 
 TOKEN_VERSION = "v1"
 SECRET_FILE = ".debugkit-secret"
@@ -203,7 +203,7 @@ SHARED_OMITS = ("provenance.created_by", "provenance.command", "provenance.run.p
 def shared_view(audit):
     """The audit as a share link shows it: :data:`SHARED_OMITS` removed.
 
-    Returns an :class:`~debugkit.audit.store.Audit` over the redacted document, whose
+    Returns an :class:`~debugkit.audit.stored_audits.Audit` over the redacted document, whose
     JSON (what the shared "Download audit JSON" serves, and whose SHA-256 the shared
     HTML report prints) says what was left out and carries the SHA-256 of the full
     stored ``audit.json`` (``shared_view.full_audit_sha256``), so the owner can show that
@@ -212,7 +212,7 @@ def shared_view(audit):
     import copy
     import json
 
-    from .store import Audit
+    from .stored_audits import Audit
 
     doc = copy.deepcopy(audit.doc)
     for dotted in SHARED_OMITS:

@@ -1,7 +1,7 @@
 """Compute an audit outside the server process, under a time and a memory limit.
 
 ``compute_audit(run_dir, target, settings, bins)`` runs ``python -m debugkit.audit.worker
-REQUEST.json`` through the child-process harness (:func:`debugkit.replay.sandbox.run_child`:
+REQUEST.json`` through the child-process harness (:func:`debugkit.child_harness.run_child`:
 its own process group, a wall-clock timeout, an address-space cap, JSON lines on a pipe
 of its own). The worker loads the target (whose loader must be in the operator's
 ``$DEBUGKIT_AUDIT_LOADERS``, checked again here), audits the model and stores the audit
@@ -67,13 +67,13 @@ def compute_audit(run_dir, target: str, settings: dict, bins: dict | None = None
 
     ``store_in``: the folder to store it in instead of the run's ``audits/`` (a server
     stores the audits of runs outside its store in the store:
-    :func:`debugkit.audit.store.server_audits_dir`).
+    :func:`debugkit.audit.stored_audits.server_audits_dir`).
 
     Returns ``{"id", "verdict"}`` of the stored audit. Raises :class:`AuditError` (or
     the worker's own :class:`DebugkitError` message) when it could not be computed, and
     :class:`AuditBusyError` at once when :func:`max_workers` audits are running.
     """
-    from ..replay.sandbox import run_child
+    from ..child_harness import run_child
 
     timeout = timeout_s or _limit("DEBUGKIT_AUDIT_TIMEOUT_S", DEFAULT_TIMEOUT_S)
     mb = memory_mb or _limit("DEBUGKIT_AUDIT_MEMORY_MB", DEFAULT_MEMORY_MB)
@@ -188,7 +188,7 @@ def _compute(req: dict, chan) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..replay.sandbox import serve
+    from ..child_harness import serve
 
     return serve(_compute, argv, refuse=(DebugkitError,))
 

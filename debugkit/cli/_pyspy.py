@@ -180,7 +180,7 @@ def record_command(run_dir, command: list[str], *, name: str | None = None, form
         The manifest entry of the stored profile, and the command's exit status (the
         profile is stored whatever that is: a crashed run's profile is the interesting one).
     """
-    from ..io.profile_store import add_profile
+    from ..io.run_profiles import add_profile
 
     if not command:
         raise InvalidInputError("debugkit profile: give a command after `--` or --pid PID")
@@ -251,7 +251,7 @@ def record_pid(run_dir, pid: int, *, duration: float | None = 30, name: str | No
                echo: bool = True) -> dict:
     """Attach py-spy to a running process for ``duration`` seconds (until it exits or
     Ctrl-C when None) and store the profile in ``run_dir``."""
-    from ..io.profile_store import add_profile
+    from ..io.run_profiles import add_profile
 
     _check_pid(int(pid))
     exe = find_pyspy()
@@ -353,7 +353,7 @@ def dump_process(pid: int, *, subprocesses: bool = True, native: bool = False, l
 def find_run_of_pid(pid: int, roots) -> Path | None:
     """The run (under ``roots``) a live process writes to: a rank's heartbeat names this
     host and ``pid`` (or an ancestor of it, for a DataLoader worker)."""
-    from ..io.store import find_runs
+    from ..io.served_runs import find_runs
 
     host = socket.gethostname()
     chain = {int(pid)}

@@ -31,7 +31,7 @@ def register(sub) -> None:
 
 
 def _load(args):
-    from ..audit.store import latest_audit_id, load_audit
+    from ..audit.stored_audits import latest_audit_id, load_audit
     from ..io.run import open_run
 
     run = open_run(args.run)
@@ -70,7 +70,7 @@ def run_show(args) -> int:
 
 
 def run_list(args) -> int:
-    from ..audit.store import list_audits
+    from ..audit.stored_audits import list_audits
     from ..io.run import open_run
 
     run = open_run(args.run)

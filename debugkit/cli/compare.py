@@ -25,7 +25,7 @@ def parse_settings(items: list[str]) -> dict:
     """``["band_sigmas=8"]`` -> ``{"band_sigmas": 8}`` (keys of the analysis' DEFAULTS)."""
     import json
 
-    from ..analysis.compare import DEFAULTS
+    from ..analysis.run_diff import DEFAULTS
     from ..errors import InvalidInputError
 
     out = {}
@@ -52,7 +52,7 @@ def _differing(rows: list[dict]) -> list[dict]:
 
 
 def run(args) -> int:
-    from ..compare import compare_paths
+    from ..run_comparison import compare_paths
 
     res = compare_paths(args.run, args.base, parse_settings(getattr(args, "set", []) or []))
     if args.json:

@@ -30,9 +30,9 @@ def run(args) -> int:
     import time
     from pathlib import Path
 
-    from ..io.profile_store import add_profile
+    from ..io.run_profiles import add_profile
+    from ..io.served_runs import default_roots
     from ..io.stackdump import read_stack_dump, stack_dump_text
-    from ..io.store import default_roots
     from ._output import print_json
     from ._pyspy import dump_process, find_run_of_pid
 

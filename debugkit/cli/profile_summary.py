@@ -37,8 +37,8 @@ def summarize(path, profile_id=None, top=20, by="frame", threads="all", include_
     from pathlib import Path
 
     from ..errors import InvalidInputError
-    from ..io.profile_model import SampledProfile, StackDump
-    from ..io.profile_store import get_profile, read_any, read_entry
+    from ..io.profile_types import SampledProfile, StackDump
+    from ..io.run_profiles import get_profile, read_any, read_entry
 
     if top < 1:
         raise InvalidInputError(f"--top {top}: expected a positive number")

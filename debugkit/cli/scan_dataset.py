@@ -81,7 +81,7 @@ def load_target(target: str, kwargs_json: str | None = None):
 
 
 def run(args) -> int:
-    from ..recorder.guard import BatchSpec
+    from ..recorder.batchspec import BatchSpec
     from ..recorder.scan import as_dataset, scan_dataset
 
     spec = BatchSpec.load(args.spec)  # a bad spec fails before the user's code runs

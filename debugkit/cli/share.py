@@ -34,7 +34,7 @@ def register(sub) -> None:
 
 def server_run_id(path: Path) -> tuple[str, bool]:
     """The id the dashboard serves ``path`` under, and whether it serves it at all."""
-    from ..io.store import find_runs, served_roots
+    from ..io.served_runs import find_runs, served_roots
 
     def place(p) -> str:  # a run in a bucket is its URL; a local one its real path
         return os.path.realpath(p) if is_local(p) else str(p).rstrip("/")
@@ -90,9 +90,9 @@ def configured_base_url(cwd: Path | None = None) -> tuple[str, str]:
 
 def run(args) -> int:
     from ..audit.share import parse_duration, server_secret, share_link
-    from ..audit.store import load_audit
+    from ..audit.stored_audits import load_audit
     from ..io.run import open_run
-    from ..io.store import default_roots, resolve_run, served_roots
+    from ..io.served_runs import default_roots, resolve_run, served_roots
     from ..location import as_path
 
     target = as_path(args.run)  # a run in a bucket stays a URL

@@ -71,7 +71,7 @@ def run(args) -> int:
     app = app_path()
     if not app.is_file():
         raise InvalidInputError(f"{app}: the dashboard's app.py is missing from this install")
-    from ..io.store import default_store
+    from ..io.served_runs import default_store
 
     cwd = Path.cwd()
     env = dict(os.environ)

@@ -11,7 +11,7 @@ from ..analysis.findings import Finding
 
 
 def collect(run, config: dict) -> list[Finding]:
-    from ..audit.store import list_audits, load_audit
+    from ..audit.stored_audits import list_audits, load_audit
     from ..errors import DebugkitError
 
     out = []

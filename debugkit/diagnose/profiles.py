@@ -10,8 +10,8 @@ from ..errors import DebugkitError
 def collect(run, config: dict) -> list[Finding]:
     """Config: ``data_wait_threshold`` (default 0.3: 30 % of the loop in data loading)."""
     from ..analysis.profile import compute_step_breakdown, compute_worker_hotspots, detect_data_wait
-    from ..io.profile_model import SampledProfile, StackDump
-    from ..io.profile_store import read_entry
+    from ..io.profile_types import SampledProfile, StackDump
+    from ..io.run_profiles import read_entry
 
     out: list[Finding] = []
     entries = run.profiles()

@@ -1,5 +1,5 @@
 """Read py-spy raw / collapsed stacks (``frame;frame;... COUNT`` lines, ``py-spy record
---format raw``) into a :class:`~debugkit.io.profile_model.SampledProfile`.
+--format raw``) into a :class:`~debugkit.io.profile_types.SampledProfile`.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from ..errors import ProfileFileError
-from .profile_model import SampledProfile, _Builder, _parse_frame_text, _split_pseudo
+from .profile_types import SampledProfile, _Builder, _parse_frame_text, _split_pseudo
 from .profiles import MSG_EMPTY_FILE, read_bytes
 
 MSG_RAW_LINE = "{path}: line {line}: expected 'frame;frame;... COUNT', got {text!r}"

@@ -21,7 +21,7 @@ every global, so a hostile file cannot run code. The nested dicts become a few
 columnar tables (:class:`MemorySnapshot`); the analyses in
 :mod:`debugkit.analysis.memsnap` aggregate those, and nothing per-allocation ever goes
 to the browser. Parsed tables are cached by :mod:`debugkit.io.memsnap_cache`; the
-snapshots of a run (listing, importing) are :mod:`debugkit.io.memsnap_store`'s.
+snapshots of a run (listing, importing) are :mod:`debugkit.io.run_memsnaps`'s.
 """
 
 from __future__ import annotations

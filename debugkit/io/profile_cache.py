@@ -2,7 +2,7 @@
 
 Parsing a py-spy profile (speedscope JSON or collapsed stacks) is the largest part of
 opening the Profiler page on a cold server. :func:`read_entry_cached` stores what
-:func:`debugkit.io.profile_store.read_entry` returns for a sampled profile as Arrow IPC
+:func:`debugkit.io.run_profiles.read_entry` returns for a sampled profile as Arrow IPC
 files (its three tables) and ``.npy`` arrays (its stacks, read with
 ``allow_pickle=False``) under ``$DEBUGKIT_CACHE/profiles/<key>/``, where the key is a
 digest of the profile file's path, size and modification time, the pids it drops and
@@ -67,7 +67,7 @@ def _load(folder: Path):
     import pyarrow as pa
     import pyarrow.ipc
 
-    from .profile_model import SampledProfile
+    from .profile_types import SampledProfile
 
     head = json.loads((folder / DONE).read_text())
     tables = {}
@@ -79,10 +79,10 @@ def _load(folder: Path):
 
 
 def read_entry_cached(entry: dict):
-    """:func:`debugkit.io.profile_store.read_entry`, with sampled profiles kept parsed in
+    """:func:`debugkit.io.run_profiles.read_entry`, with sampled profiles kept parsed in
     the cache folder (see the module docstring)."""
     from .._fsutil import cache_dir, touch_cache_entry, trim_cache
-    from .profile_store import read_entry
+    from .run_profiles import read_entry
 
     key = _key(entry) if entry.get("format") in ("speedscope", "raw") else None
     if key is None:

@@ -1,12 +1,12 @@
 """Profile files: reading their bytes (plain or gzip-compressed, detected by the magic
 bytes) and telling what a file is (:func:`sniff_format`).
 
-The readers are one module per kind: :mod:`debugkit.io.profile_model` (the
-:class:`~debugkit.io.profile_model.SampledProfile` model both sampled formats are read into),
+The readers are one module per kind: :mod:`debugkit.io.profile_types` (the
+:class:`~debugkit.io.profile_types.SampledProfile` model both sampled formats are read into),
 :mod:`debugkit.io.collapsed` (py-spy raw / collapsed stacks), :mod:`debugkit.io.speedscope`
 (py-spy speedscope JSON, with its fast scanner), :mod:`debugkit.io.stackdump` (py-spy
 dumps), :mod:`debugkit.io.chrome_trace` (torch.profiler traces);
-:func:`debugkit.io.profile_store.read_any` reads any of them.
+:func:`debugkit.io.run_profiles.read_any` reads any of them.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import ProfileFileError
 from ..location import as_path
 from ..location import open_binary as _open_file
-from .decompress import GZIP_MAGIC, check_not_refused, file_key, wrap_maybe_gzip  # noqa: F401  (GZIP_MAGIC: profile_store reads it here)
+from .decompress import GZIP_MAGIC, check_not_refused, file_key, wrap_maybe_gzip  # noqa: F401  (GZIP_MAGIC: run_profiles reads it here)
 
 # Message templates (tests match on these).
 MSG_EMPTY_FILE = "{path}: the file is empty"

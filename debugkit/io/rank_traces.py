@@ -207,7 +207,7 @@ def find_rank_traces(run) -> list:
 
 
 def _imported_rank_traces(run) -> list:
-    from .profile_store import list_profiles
+    from .run_profiles import list_profiles
 
     by_rank: dict = {}
     unranked = []

@@ -533,9 +533,9 @@ class Run:
 
         Each entry has ``id, kind`` (``sampled | trace | stacks``), ``format``
         (``speedscope | raw | chrome-trace | pyspy-dump``), ``file``, ``path``,
-        ``created_at``, ``origin``, ``summary``; see :mod:`debugkit.io.profile_store`.
+        ``created_at``, ``origin``, ``summary``; see :mod:`debugkit.io.run_profiles`.
         """
-        from .profile_store import list_profiles
+        from .run_profiles import list_profiles
 
         return list_profiles(self)
 
@@ -630,8 +630,8 @@ class Run:
 
     def memory_snapshots(self) -> list[dict]:
         """PyTorch memory snapshots in ``memory_snapshots/`` (see
-        :func:`debugkit.io.memsnap_store.list_snapshots`)."""
-        from .memsnap_store import list_snapshots
+        :func:`debugkit.io.run_memsnaps.list_snapshots`)."""
+        from .run_memsnaps import list_snapshots
 
         return list_snapshots(self.path)
 

@@ -1,4 +1,4 @@
-"""Read py-spy speedscope JSON into a :class:`~debugkit.io.profile_model.SampledProfile`.
+"""Read py-spy speedscope JSON into a :class:`~debugkit.io.profile_types.SampledProfile`.
 
 The ``samples`` arrays are cut into per-sample byte slices found by
 :mod:`debugkit.io.jsonscan` (the fast scanner below), deduplicated as bytes, and only
@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import ProfileFileError
 from . import jsonscan
-from .profile_model import _PROCESS_FRAME, MSG_NO_SAMPLES, SampledProfile, _Builder, _parse_tid
+from .profile_types import _PROCESS_FRAME, MSG_NO_SAMPLES, SampledProfile, _Builder, _parse_tid
 from .profiles import MSG_BAD_JSON, MSG_EMPTY_FILE, MSG_SCHEMA, MSG_TRUNCATED, read_bytes
 
 MSG_EVENTED = ("{path}: profiles[{i}] is an 'evented' speedscope profile; debugkit reads "

@@ -1,5 +1,5 @@
 """Read stack dumps (``py-spy dump --json`` output, or debugkit's own ``debugkit-stacks``
-file) into a :class:`~debugkit.io.profile_model.StackDump`, with what each waiting
+file) into a :class:`~debugkit.io.profile_types.StackDump`, with what each waiting
 thread waits on.
 
 The wait classification (:data:`WAIT_PATTERNS`, :func:`classify_wait`) stays with the
@@ -13,7 +13,7 @@ import re
 
 from ..errors import ProfileFileError
 from . import jsonscan
-from .profile_model import StackDump
+from .profile_types import StackDump
 from .profiles import MSG_BAD_JSON, MSG_EMPTY_FILE, MSG_SCHEMA, read_bytes
 from .speedscope import _check_complete
 

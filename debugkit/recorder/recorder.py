@@ -15,12 +15,12 @@ from .. import format as fmt
 from .._fsutil import atomic_write_json
 from ..errors import DebugkitWarning, InvalidInputError, NonFiniteError
 from ..location import as_path, is_url
+from .batchspec import coerce_spec, format_violations
 from .capture import describe_callable, take_rng_state, write_capture
 from .comm import CommTimer
 from .dist import process_group_info
 from .env import collect_env
 from .fatal import FatalStackFile
-from .guard import coerce_spec, format_violations
 from .memhistory import MemoryHistory, memory_capacity
 from .memhistory import parse_option as parse_memory_option
 from .nonfinite import NonFiniteMonitor, describe_outputs, is_loss_key
@@ -199,7 +199,7 @@ class Recorder:
         CUDA it is a no-op that warns once. See docs/memory.md.
     guard : debugkit.BatchSpec, dict or path, optional
         Check every ``rec.step(batch)``'s batch against this spec before the step body
-        (see :mod:`debugkit.recorder.guard`).
+        (see :mod:`debugkit.recorder.batchspec`).
     guard_action : {"raise", "skip"}
         On a violation, ``"raise"`` raises :class:`debugkit.InvalidInputError` from
         ``rec.step`` (captured as a failure with its batch, like any step exception);

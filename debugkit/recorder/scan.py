@@ -1,4 +1,4 @@
-"""Scan a whole dataset offline against a :class:`~debugkit.recorder.guard.BatchSpec`.
+"""Scan a whole dataset offline against a :class:`~debugkit.recorder.batchspec.BatchSpec`.
 
 :func:`scan_dataset` walks a dataset in order with a DataLoader (default collate) and
 checks every batch, so a bad sample (a label out of range, a NaN pixel, a sample of the
@@ -24,7 +24,7 @@ import math
 import time
 
 from ..errors import InvalidInputError
-from .guard import BatchSpec, Dim, TensorSpec, Violation
+from .batchspec import BatchSpec, Dim, TensorSpec, Violation
 
 LOAD_RULE = "load"  # a sample whose loading (dataset[i]) raised
 

@@ -10,7 +10,7 @@ batch.
 from __future__ import annotations
 
 from ..errors import InvalidInputError
-from .guard import SpecBuilder
+from .batchspec import SpecBuilder
 
 SPEC_DENSE = 256  # healthy batches observed at every step...
 SPEC_EVERY = 16   # ...then every SPEC_EVERY-th step

@@ -16,13 +16,13 @@ import contextlib
 import os
 from collections.abc import Callable
 
+from ..child_harness import DEFAULT_TIMEOUT_S, cuda_possible, default_memory_cap, run_child
 from ..errors import CodeRefusedError, InvalidInputError, ReplayError
 from ..location import as_path, local_copy
 from .code import CodeIdentity, identify_capture, require_runnable
 from .loading import factory_kwargs, select_failure, verify_files
 from .policy import check_plain_kwargs, cli_code_roots
 from .report import build_report, crash_of, is_request, merge_partial
-from .sandbox import DEFAULT_TIMEOUT_S, cuda_possible, default_memory_cap, run_child
 
 __all__ = ["replay", "plan_identities", "plan_cross_check", "CodeRefusedError", "DEVICES", "DEFAULT_TIMEOUT_S"]
 

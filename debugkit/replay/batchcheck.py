@@ -67,7 +67,7 @@ def check_captured_batch(record: dict, num_classes: int | None = None) -> dict |
         return {"check": "finite_inputs", "input": format_path(tuple(b["path"])),
                 "sample_index": s["sample"], "dataset_index": di, "value": kind.lower(),
                 "detail": f"{phrase} of {format_path(tuple(b['path']))} holds {kind}{at}{more}"}
-    from .guards import suggest_guard
+    from .guard_suggestion import suggest_guard
 
     g = suggest_guard(record, num_classes)
     if g.source != "healthy_batches":

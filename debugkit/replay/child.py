@@ -4,7 +4,7 @@ It rebuilds the model from the verified factory, loads the captured state and ba
 restores the RNG states, runs the step with the probes and anomaly detection on, and
 sends what it saw to the parent as JSON lines on the file descriptor the request names
 (``progress``, ``partial`` and finally ``result``, or ``refused``/``internal_error``;
-the harness is :func:`debugkit.replay.sandbox.serve`).
+the harness is :func:`debugkit.child_harness.serve`).
 The parent turns that into the report (:mod:`debugkit.replay.report`); a crash or a
 hang of this process is the parent's to report.
 """
@@ -19,9 +19,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from ..child_harness import Channel, serve
 from ..runschema import read_run_json
 from .loading import capture_file, iter_leaves, load_batch
-from .sandbox import Channel, serve
 
 ANOMALY_NAN = "returned nan values"
 

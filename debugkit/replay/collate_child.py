@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .sandbox import Channel, serve
+from ..child_harness import Channel, serve
 
 #: The collate functions this child imports and runs (``module:qualname``, from torch).
 TORCH_COLLATE = ("torch.utils.data._utils.collate:default_collate",

@@ -10,8 +10,8 @@ import os
 from typing import Any
 
 from ..analysis.findings import Check
+from ..child_harness import run_child
 from ..recorder.dataload import describe_leaves
-from .sandbox import run_child
 
 
 def replay_data_loading(record: dict, *, timeout_s: float, cap: int | None, progress=None) -> dict:

@@ -145,8 +145,8 @@ def test_own_record_function_phases_recorded_here(tmp_path):
 
 
 def test_without_user_annotations_the_built_in_split_stays():
-    from debugkit.io.profile_store import get_profile, read_entry
     from debugkit.io.run import open_run
+    from debugkit.io.run_profiles import get_profile, read_entry
 
     from ..conftest import SAMPLE_RUNS
 

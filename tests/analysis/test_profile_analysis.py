@@ -181,8 +181,8 @@ def test_summary_contract(prof):
 
 def test_digits_sample_breakdown_and_diff():
     """The committed real profiles: 2 DataLoader workers versus none."""
-    from debugkit.io.profile_store import get_profile, read_entry
     from debugkit.io.run import open_run
+    from debugkit.io.run_profiles import get_profile, read_entry
 
     run = open_run(SAMPLE_RUNS / "digits-profiled")
     w2 = read_entry(get_profile(run, "train"))

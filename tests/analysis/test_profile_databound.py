@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from debugkit.analysis import profile as ap
-from debugkit.io.profile_store import get_profile, read_entry
 from debugkit.io.run import open_run
+from debugkit.io.run_profiles import get_profile, read_entry
 
 from ..conftest import console_script
 

@@ -161,8 +161,8 @@ def test_summary_contract(tmp_path):
 
 
 def test_cpu_only_sample_trace():
-    from debugkit.io.profile_store import get_profile, read_entry
     from debugkit.io.run import open_run
+    from debugkit.io.run_profiles import get_profile, read_entry
 
     tr = read_entry(get_profile(open_run(SAMPLE_RUNS / "digits-profiled"), "torch-trace"))
     steps = at.compute_trace_steps(tr)

@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from debugkit.audit import list_audits, make_token
 from debugkit.audit.share import server_secret
-from debugkit.io.store import default_store
+from debugkit.io.served_runs import default_store
 from pages import _auth
 
 from ..conftest import SAMPLE_RUNS

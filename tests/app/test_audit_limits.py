@@ -13,7 +13,7 @@ import pytest
 
 from debugkit.audit.targets import MSG_OUT_OF_BOUNDS, write_targets
 from debugkit.audit.worker import DEFAULT_MEMORY_MB, MSG_BUSY, audit_slot
-from debugkit.io.store import default_store
+from debugkit.io.served_runs import default_store
 
 from ..conftest import SAMPLE_RUNS
 from ._apptest import new_app

@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from debugkit.audit import list_audits, make_token
 from debugkit.audit.share import MSG_EXPIRED, MSG_MALFORMED, MSG_SIGNATURE, server_secret
-from debugkit.io.store import default_store
+from debugkit.io.served_runs import default_store
 
 from ..conftest import SAMPLE_RUNS
 from ._apptest import new_app
@@ -163,7 +163,7 @@ def test_a_shared_view_shows_nothing_about_the_recording_machine(ids):
     ``Computed by root@vm``. A shared view leaves them out (SHARED_OMITS)."""
     import json as _json
 
-    from debugkit.audit.store import load_audit
+    from debugkit.audit.stored_audits import load_audit
 
     full = load_audit(SAMPLE_RUNS / SAMPLE, ids[0])
     prov = full.doc["provenance"]

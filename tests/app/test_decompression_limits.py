@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from debugkit.io.decompress import forget_refusals
-from debugkit.io.store import default_store
+from debugkit.io.served_runs import default_store
 
 from ..conftest import SAMPLE_RUNS
 from ._apptest import open_page
@@ -107,7 +107,7 @@ def test_an_uploaded_audit_whose_rows_inflate_is_refused_on_the_audit_page():
     import pandas as pd
 
     from debugkit.audit import list_audits, load_audit
-    from debugkit.audit.store import write_audit
+    from debugkit.audit.stored_audits import write_audit
     from debugkit.io.decompress import MSG_PARQUET_BOMB
 
     run = uploaded("credit-audit", "bombed-audit")

@@ -13,7 +13,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from debugkit import Recorder
-from debugkit.io.memsnap_store import import_snapshot
+from debugkit.io.run_memsnaps import import_snapshot
 from debugkit.recorder.memhistory import write_snapshot
 from tests.conftest import SAMPLE_RUNS
 from tests.memsnap_factory import USER, MiB, leaky_training

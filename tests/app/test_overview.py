@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from debugkit.io.store import MSG_UNKNOWN_RUN
+from debugkit.io.served_runs import MSG_UNKNOWN_RUN
 
 from ..conftest import ROOT
 
@@ -138,7 +138,7 @@ def test_home_filters_by_status_tags_and_search(app, tmp_path, monkeypatch):
     import shutil
 
     from debugkit import format as fmt
-    from debugkit.io.store import default_store
+    from debugkit.io.served_runs import default_store
 
     store = default_store()
     shutil.copytree(ROOT / "sample_runs" / "digits-mlp", store / "tagged-run")

@@ -137,7 +137,7 @@ def test_empty_state_without_profiles():
 
 def test_stack_dump_view(tmp_path, monkeypatch):
     from debugkit.cli._pyspy import dump_process
-    from debugkit.io.profile_store import add_profile
+    from debugkit.io.run_profiles import add_profile
 
     run = tmp_path / "roots" / "hung"
     shutil.copytree(SAMPLE_RUNS / "digits-mlp", run)
@@ -174,7 +174,7 @@ def test_stack_dump_view(tmp_path, monkeypatch):
 def test_torchrec_trace_shows_htas_idle_share_and_the_users_phases(tmp_path, monkeypatch):
     """HTA's public 2-rank TorchRec trace (rank 1): GPU idle is HTA's 54.72 %, the steps are
     split by the job's own `## forward ##`-style annotations."""
-    from debugkit.io.profile_store import add_profile
+    from debugkit.io.run_profiles import add_profile
 
     run = tmp_path / "roots" / "torchrec"
     src = ROOT / "tests" / "data" / "public" / "hta_trace_filter" / "sampled_rank-1.json.gz"

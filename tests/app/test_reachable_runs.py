@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shutil
 
-from debugkit.io import store as run_store
+from debugkit.io import served_runs as run_store
 
 from ..conftest import SAMPLE_RUNS
 from ._apptest import new_app

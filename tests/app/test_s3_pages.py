@@ -79,7 +79,7 @@ def test_checkpoints_page_lists_and_verifies_the_buckets_checkpoints(served):
 
 
 def test_audit_page_shows_the_stored_audits(served):
-    from debugkit.audit.store import list_audits
+    from debugkit.audit.stored_audits import list_audits
 
     at = _open("audit", run="credit-audit")
     # the only error box is the audit's own verdict (a failing fairness check)
@@ -126,7 +126,7 @@ def test_a_share_link_made_on_one_server_opens_on_another(s3, s3_samples, tmp_pa
     import urllib.parse
     from pathlib import Path
 
-    from debugkit.audit.store import list_audits
+    from debugkit.audit.stored_audits import list_audits
 
     audit_id = list_audits(SAMPLE_RUNS / "credit-audit")[0]["id"]
     secret = "a-secret-the-operator-configures-for-every-server"

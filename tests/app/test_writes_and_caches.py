@@ -14,9 +14,9 @@ import pytest
 
 from debugkit._fsutil import cache_dir
 from debugkit.audit import list_audits
-from debugkit.audit.store import OVERLAY_DIR, server_audits_dir
+from debugkit.audit.stored_audits import OVERLAY_DIR, server_audits_dir
 from debugkit.io.decompress import forget_refusals
-from debugkit.io.store import default_store
+from debugkit.io.served_runs import default_store
 
 from ..conftest import SAMPLE_RUNS
 from ._apptest import new_app

@@ -14,7 +14,7 @@ import pytest
 from fairlearn.metrics import MetricFrame, demographic_parity_difference, selection_rate, true_positive_rate
 
 from debugkit.audit import Auditor, audit_model, list_audits, load_audit
-from debugkit.audit.store import canonical_bytes, content_id
+from debugkit.audit.stored_audits import canonical_bytes, content_id
 from debugkit.errors import AuditError, InvalidInputError, RunDirError
 
 SENSITIVE = ["age_in_years", "sex", "foreign_worker"]
@@ -109,7 +109,7 @@ def test_same_audit_again_returns_the_stored_one(gbm_audit, credit):
 
 
 def test_provenance(gbm_audit, credit):
-    from debugkit.audit.models import model_fingerprint
+    from debugkit.audit.model_adapters import model_fingerprint
 
     run, audit = gbm_audit
     p = audit.doc["provenance"]

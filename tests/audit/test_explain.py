@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from debugkit.audit.explain import explain, feature_space, map_transformed_name
-from debugkit.audit.models import make_adapter
+from debugkit.audit.model_adapters import make_adapter
 from debugkit.errors import InvalidInputError
 
 

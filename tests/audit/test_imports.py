@@ -13,7 +13,7 @@ from ..conftest import ROOT
 
 
 def test_import_does_not_pull_heavy_packages():
-    code = ("import sys, debugkit, debugkit.audit, debugkit.audit.store, debugkit.audit.share, "
+    code = ("import sys, debugkit, debugkit.audit, debugkit.audit.stored_audits, debugkit.audit.share, "
             "debugkit.cli.audit, debugkit.cli.share; "
             "print(sorted(m for m in ('shap', 'fairlearn', 'sklearn', 'torch', 'plotly') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)

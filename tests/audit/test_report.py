@@ -48,7 +48,7 @@ def test_report_escapes_user_text(sample_audits, tmp_path):
     import json
     import shutil
 
-    from debugkit.audit.store import Audit
+    from debugkit.audit.stored_audits import Audit
 
     _, audits = sample_audits
     a = audits[0]

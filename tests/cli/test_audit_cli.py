@@ -12,7 +12,7 @@ import pytest
 
 from debugkit.audit import list_audits, verify_token
 from debugkit.audit.share import MSG_BASE_URL, MSG_DURATION, server_secret
-from debugkit.audit.store import MSG_BAD_ID
+from debugkit.audit.stored_audits import MSG_BAD_ID
 from debugkit.cli import main
 from debugkit.errors import MSG_NO_SUCH_PATH
 

@@ -53,7 +53,7 @@ def test_profile_a_command_keeps_its_exit_status(tmp_path, busy, capsys):
     assert entry["command"] == [sys.executable, str(busy), "1.0", "3"]
     assert entry["label"] == "a test" and entry["pyspy"]["idle"] is True and entry["pyspy"]["rate_hz"] == 200
     from debugkit.analysis.profile import compute_function_table
-    from debugkit.io.profile_store import read_entry
+    from debugkit.io.run_profiles import read_entry
 
     prof = read_entry(entry)
     # only the command's process is left: debugkit's launcher (known by its command line,
@@ -82,7 +82,7 @@ def test_attach_to_a_running_process(tmp_path, busy):
     # what cannot vary: it took some, no more than 100 Hz x 1 s allows (with slack for
     # py-spy's timer), and the manifest counts exactly the samples in the stored file.
     from debugkit.analysis.profile import compute_function_table
-    from debugkit.io.profile_store import read_entry
+    from debugkit.io.run_profiles import read_entry
 
     prof = read_entry(entry)
     assert 0 < entry["summary"]["samples"] == prof.total_samples <= 4 * 100
@@ -142,7 +142,7 @@ def test_dump_a_hung_run_finds_its_run_by_heartbeat(tmp_path, monkeypatch, capsy
     assert f"stored stack dump 'dump-{proc.pid}-" in err
     (entry,) = open_run(run).profiles()
     assert entry["format"] == "pyspy-dump" and entry["origin"] == "py-spy dump"
-    from debugkit.io.profile_store import read_entry
+    from debugkit.io.run_profiles import read_entry
 
     d = read_entry(entry)
     assert {proc.pid, int(line[1])} <= set(d.threads["pid"])  # (the Recorder's pip check may be there too)
@@ -310,7 +310,7 @@ def test_pyspys_sample_count_is_explained(tmp_path, profile, reported, shown, la
 
 def test_sample_count_differences_are_named():
     from debugkit.analysis.profile import explain_sample_count
-    from debugkit.io.profile_store import read_any
+    from debugkit.io.run_profiles import read_any
 
     prof = read_any(SAMPLE_RUNS / "digits-profiled/profiles/train-no-workers.speedscope.json.gz")
     assert explain_sample_count(None, prof) is None  # an imported file: py-spy's count unknown

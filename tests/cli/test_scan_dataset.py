@@ -21,7 +21,7 @@ from debugkit.cli.scan_dataset import (
     MSG_NOT_CALLABLE,
     MSG_TARGET,
 )
-from debugkit.recorder.guard import BatchSpec
+from debugkit.recorder.batchspec import BatchSpec
 from examples.digits import CORRUPT_ROW, DigitsDataset, load_splits
 
 ROOT = Path(__file__).resolve().parents[2]

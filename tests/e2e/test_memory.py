@@ -14,7 +14,7 @@ pytestmark = pytest.mark.browser
 
 
 def test_memory_page_timeline_and_snapshot_tabs(server, page, tmp_path):
-    from debugkit.io.memsnap_store import import_snapshot
+    from debugkit.io.run_memsnaps import import_snapshot
 
     run = server.store / "leak-with-snapshot"
     shutil.copytree(ROOT / "sample_runs" / "memory-leak", run)

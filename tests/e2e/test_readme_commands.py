@@ -214,7 +214,7 @@ def test_the_quick_start_is_a_complete_script(tmp_path):
     assert run.status == "finished" and run.manifest["model_factory"] == "train:build_model"
     assert len(run.grad_norms()) > 0 and not run.failures()
     # the run is served under its own id next to the samples, as the README says
-    from debugkit.io.store import find_runs
+    from debugkit.io.served_runs import find_runs
 
     ids = {e.id: e.path for e in find_runs([ROOT / "sample_runs", tmp_path / "runs"])}
     assert Path(ids[Path(QUICK_START_RUN).name]).resolve() == (tmp_path / QUICK_START_RUN).resolve()

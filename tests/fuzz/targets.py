@@ -113,7 +113,7 @@ def _stack_dump_seed() -> bytes:
 def _read_whole_run(path: Path) -> None:
     """What the Overview and the CLI do with a run: open it and read every table."""
     from debugkit import open_run
-    from debugkit.io import store
+    from debugkit.io import served_runs
 
     run = open_run(path)
     _ = run.status, run.ranks, run.name, run.manifest
@@ -124,7 +124,7 @@ def _read_whole_run(path: Path) -> None:
     run.events()
     run.failures()
     run.row_counts()
-    store.summarize(store.RunEntry(id=path.name, path=path, root=path.parent))
+    served_runs.summarize(served_runs.RunEntry(id=path.name, path=path, root=path.parent))
 
 
 def _run_with_file(sample: str, rel: str):
@@ -172,7 +172,7 @@ def _tensorboard(data: bytes, tmp: Path) -> None:
 def _profile(suffix: str):
     def target(data: bytes, tmp: Path) -> None:
         from debugkit.analysis.profile import compute_function_table
-        from debugkit.io.profile_store import read_sampled
+        from debugkit.io.run_profiles import read_sampled
 
         f = tmp / f"input{suffix}"
         f.write_bytes(data)
@@ -216,10 +216,10 @@ def _upload_zip(data: bytes, tmp: Path) -> None:
 
 def _run_id_param(data: bytes, tmp: Path) -> None:
     """``?run=<id>``: a query param is a string from a stranger."""
-    from debugkit.io import store
+    from debugkit.io import served_runs
 
     text = data.decode("utf-8", "replace")
-    store.resolve_run(text, [SAMPLES])
+    served_runs.resolve_run(text, [SAMPLES])
 
 
 TARGETS = {

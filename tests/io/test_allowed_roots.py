@@ -16,7 +16,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from debugkit.errors import InvalidInputError
-from debugkit.io import store
+from debugkit.io import served_runs
 from debugkit.io.run import open_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,9 +42,9 @@ def test_a_symlinked_run_folder_is_not_listed_nor_opened(server):
     st_dir, outside = server
     (st_dir / "linked").symlink_to(outside / "private-run", target_is_directory=True)
     shutil.copytree(SAMPLE, st_dir / "real")
-    assert [e.id for e in store.find_runs([st_dir])] == ["real"]
+    assert [e.id for e in served_runs.find_runs([st_dir])] == ["real"]
     with pytest.raises(InvalidInputError, match="run 'linked': no such run"):
-        store.resolve_run("linked", [st_dir])
+        served_runs.resolve_run("linked", [st_dir])
     with pytest.raises(InvalidInputError, match="outside the folders this server may open"):
         open_run(st_dir / "linked")
 
@@ -90,7 +90,7 @@ def test_bundled_samples_outside_the_allow_list_are_not_opened(tmp_path, monkeyp
     monkeypatch.setenv("DEBUGKIT_STORE", str(st_dir))
     monkeypatch.delenv("DEBUGKIT_ROOTS", raising=False)
     monkeypatch.setenv("DEBUGKIT_ALLOWED_ROOTS", str(tmp_path))
-    assert "digits-mlp" not in [e.id for e in store.find_runs(store.default_roots())]
+    assert "digits-mlp" not in [e.id for e in served_runs.find_runs(served_runs.default_roots())]
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
     at.query_params["run"] = "digits-mlp"
     at.run()

@@ -10,7 +10,7 @@ import pytest
 
 from debugkit import open_run
 from debugkit.errors import InvalidInputError, RunDirError
-from debugkit.io import access, store
+from debugkit.io import access, served_runs
 from debugkit.io.distributed import read_hangs
 from debugkit.io.fs import as_path, files_signature, split_roots
 from debugkit.io.rank_traces import find_rank_traces, read_rank_traces
@@ -51,13 +51,13 @@ def test_traces_and_diagnose_through_a_url(memory_root):
 
 
 def test_store_finds_runs_under_a_url_root(memory_root, monkeypatch):
-    found = store.find_runs([memory_root])
+    found = served_runs.find_runs([memory_root])
     assert [e.id for e in found] == ["ddp-hang", "ddp-straggler"]
     monkeypatch.setenv("DEBUGKIT_ROOTS", f"/nowhere:{memory_root}")
-    roots = store.default_roots()
+    roots = served_runs.default_roots()
     assert [str(r) for r in roots] == ["/nowhere", memory_root]
-    entry = store.resolve_run("ddp-straggler", roots)
-    assert store.summarize(entry)["status"] == "finished"
+    entry = served_runs.resolve_run("ddp-straggler", roots)
+    assert served_runs.summarize(entry)["status"] == "finished"
 
 
 def test_file_url_is_a_plain_local_path(tmp_path, sample_runs):

@@ -14,7 +14,7 @@ import pytest
 from debugkit import open_run
 from debugkit.errors import InvalidInputError, RunDirError
 from debugkit.io.memsnap import parse_snapshot, read_snapshot, summarize
-from debugkit.io.memsnap_store import import_snapshot, list_snapshots
+from debugkit.io.run_memsnaps import import_snapshot, list_snapshots
 from debugkit.io.safepickle import UnsafePickleError
 from tests.conftest import SAMPLE_RUNS
 from tests.memsnap_factory import MiB, SnapshotBuilder, leaky_training

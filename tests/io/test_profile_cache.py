@@ -11,8 +11,8 @@ import pandas as pd
 from debugkit._fsutil import cache_dir
 from debugkit.io.chrome_trace import ChromeTrace
 from debugkit.io.profile_cache import read_entry_cached
-from debugkit.io.profile_store import get_profile, read_entry
 from debugkit.io.run import open_run
+from debugkit.io.run_profiles import get_profile, read_entry
 
 
 def _same(a, b):
@@ -38,13 +38,13 @@ def test_cached_profile_equals_a_fresh_parse_and_is_read_from_the_cache(sample_r
     first = read_entry_cached(entry)
     (folder,) = [p for p in (cache_dir() / "profiles").iterdir() if not p.name.startswith(".")]
     assert (folder / "profile.json").is_file()
-    from debugkit.io import profile_store
+    from debugkit.io import run_profiles
 
     def no_parse(entry):
         raise AssertionError("parsed again although the file did not change")
 
     with monkeypatch.context() as m:
-        m.setattr(profile_store, "read_entry", no_parse)
+        m.setattr(run_profiles, "read_entry", no_parse)
         again = read_entry_cached(entry)
     _same(fresh, first)
     _same(fresh, again)

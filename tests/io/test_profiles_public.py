@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from debugkit.io import profile_store as PS
+from debugkit.io import run_profiles as PS
 
 from ..conftest import console_script
 

@@ -15,8 +15,8 @@ import pytest
 
 from debugkit.errors import ProfileFileError
 from debugkit.io import collapsed as C
-from debugkit.io import profile_store as PS
 from debugkit.io import profiles as P
+from debugkit.io import run_profiles as PS
 from debugkit.io import speedscope as SS
 from debugkit.io import stackdump as SD
 

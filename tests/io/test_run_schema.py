@@ -138,7 +138,7 @@ def test_a_failure_s_batch_spec_is_capped_in_size_and_depth(tmp_path):
     """``BatchSpec.load`` (the Replay page's guard suggestion) read the file whole and
     parsed it with json.loads: 65 MiB were read, 100,000 brackets a RecursionError."""
     from debugkit.errors import InvalidInputError
-    from debugkit.recorder.guard import BatchSpec
+    from debugkit.recorder.batchspec import BatchSpec
 
     p = tmp_path / "batch_spec.json"
     _sparse(p, MAX_JSON_BYTES + 1)

@@ -32,12 +32,12 @@ def _frames_equal(a, b) -> bool:
 
 @pytest.mark.parametrize("name", RUNS)
 def test_every_public_reader_reads_the_url_like_the_local_run(s3, s3_samples, name):
-    from debugkit.audit.store import list_audits, load_audit
+    from debugkit.audit.stored_audits import list_audits, load_audit
     from debugkit.diagnose import diagnose
     from debugkit.io.distributed import read_hangs
-    from debugkit.io.memsnap_store import list_snapshots
-    from debugkit.io.profile_store import get_profile, list_profiles, read_entry
     from debugkit.io.rank_traces import find_rank_traces, read_rank_traces
+    from debugkit.io.run_memsnaps import list_snapshots
+    from debugkit.io.run_profiles import get_profile, list_profiles, read_entry
 
     url = f"{s3_samples}/{name}"
     remote, local = open_run(url), open_run(SAMPLE_RUNS / name)
@@ -83,8 +83,8 @@ def test_every_public_reader_reads_the_url_like_the_local_run(s3, s3_samples, na
 
 def test_the_sample_with_audits_and_the_one_with_profiles_are_covered(s3, s3_samples):
     """The readers above are walked over runs that hold what the bugs were in."""
-    from debugkit.audit.store import list_audits
-    from debugkit.io.profile_store import list_profiles
+    from debugkit.audit.stored_audits import list_audits
+    from debugkit.io.run_profiles import list_profiles
 
     assert len(list_audits(as_path(f"{s3_samples}/credit-audit"))) == 2
     assert list_profiles(open_run(f"{s3_samples}/digits-profiled"))
@@ -92,12 +92,12 @@ def test_the_sample_with_audits_and_the_one_with_profiles_are_covered(s3, s3_sam
 
 
 def test_a_url_root_lists_its_runs(s3, s3_samples, monkeypatch):
-    from debugkit.io import store
+    from debugkit.io import served_runs
 
     monkeypatch.setenv("DEBUGKIT_ROOTS", s3_samples)
-    roots = store.default_roots()
+    roots = served_runs.default_roots()
     assert [str(r) for r in roots] == [s3_samples]  # not "s3:/bucket/runs"
-    ids = [e.id for e in store.find_runs(roots)]
+    ids = [e.id for e in served_runs.find_runs(roots)]
     assert ids == sorted(p.name for p in SAMPLE_RUNS.iterdir() if p.is_dir())
 
 
@@ -170,29 +170,29 @@ def test_the_run_list_rereads_a_run_changed_in_the_bucket(s3, tmp_path, monkeypa
     added is listed, and the rows equal the local runs' rows."""
     import time
 
-    from debugkit.diagnose import index
+    from debugkit.diagnose import run_summaries
     from debugkit.io import fs as fsmod
-    from debugkit.io import store
+    from debugkit.io import served_runs
 
     monkeypatch.setattr(fsmod, "LISTING_TTL_S", 0.0)
     bucket = s3.new_bucket()
     fs = s3.filesystem()
     fs.put(f"{SAMPLE_RUNS / 'digits-mlp'}/", f"{bucket}/runs/a/", recursive=True)
     root = f"s3://{bucket}/runs"
-    (row,) = index.summarize_runs(store.find_runs([root]))
+    (row,) = run_summaries.summarize_runs(served_runs.find_runs([root]))
     assert (row["id"], row["status"], row["failures"], row["cached"]) == ("a", "finished", 0, False)
     assert row["path"] == f"{root}/a"
-    (again,) = index.summarize_runs(store.find_runs([root]))
+    (again,) = run_summaries.summarize_runs(served_runs.find_runs([root]))
     assert again["cached"] is True
     # the run changes in the bucket: it becomes digits-bad-label (a failure capture more)
     fs.rm(f"{bucket}/runs/a", recursive=True)
     time.sleep(1.1)  # object stores stamp to the second
     fs.put(f"{SAMPLE_RUNS / 'digits-bad-label'}/", f"{bucket}/runs/a/", recursive=True)
     fs.put(f"{SAMPLE_RUNS / 'digits-mlp'}/", f"{bucket}/runs/b/", recursive=True)
-    rows = {r["id"]: r for r in index.summarize_runs(store.find_runs([root]))}
+    rows = {r["id"]: r for r in run_summaries.summarize_runs(served_runs.find_runs([root]))}
     assert sorted(rows) == ["a", "b"]
     assert (rows["a"]["status"], rows["a"]["failures"], rows["a"]["cached"]) == ("failed", 1, False)
-    local = index.summarize_runs([store.RunEntry("a", SAMPLE_RUNS / "digits-bad-label", None)])[0]
+    local = run_summaries.summarize_runs([served_runs.RunEntry("a", SAMPLE_RUNS / "digits-bad-label", None)])[0]
     assert {k: rows["a"][k] for k in ("errors", "warnings", "top", "steps")} == \
         {k: local[k] for k in ("errors", "warnings", "top", "steps")}
 

@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from debugkit.io.run import open_run
-from debugkit.io.store import find_runs, resolve_run
+from debugkit.io.served_runs import find_runs, resolve_run
 
 
 def write_tb(root):

@@ -213,7 +213,7 @@ class _SlowFile:
 def test_two_uploads_at_once_get_two_runs_and_a_half_upload_is_invisible(tmp_path):
     import threading
 
-    from debugkit.io.store import find_runs
+    from debugkit.io.served_runs import find_runs
 
     store = tmp_path / "store"
     store.mkdir()

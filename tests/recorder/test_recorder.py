@@ -336,7 +336,7 @@ def test_tags_are_stored_in_the_manifest_and_kept_on_resume(tmp_path):
     with Recorder(tmp_path / "r", model, optimizer=opt) as rec:  # resumed without tags
         train(rec, model, opt, _batches(1))
     assert fmt.read_tags(fmt.read_manifest(tmp_path / "r")) == ["baseline", "lr-sweep"]
-    from debugkit.io.store import RunEntry, summarize
+    from debugkit.io.served_runs import RunEntry, summarize
 
     assert summarize(RunEntry("r", tmp_path / "r", tmp_path))["tags"] == ["baseline", "lr-sweep"]
 

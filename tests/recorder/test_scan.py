@@ -7,7 +7,7 @@ import torch
 from torch.utils.data import IterableDataset
 
 from debugkit import InvalidInputError
-from debugkit.recorder.guard import BatchSpec, Dim
+from debugkit.recorder.batchspec import BatchSpec, Dim
 from debugkit.recorder.scan import relax_batch_dim, scan_dataset
 
 

@@ -12,7 +12,7 @@ from debugkit import Recorder, open_run
 from debugkit.checkpoints import DIR, read_index
 from debugkit.errors import ReplayError
 from debugkit.replay import replay
-from debugkit.replay.guards import suggest_guard
+from debugkit.replay.guard_suggestion import suggest_guard
 from tests.conftest import ROOT
 
 SAMPLES = ROOT / "sample_runs"

@@ -125,7 +125,7 @@ def test_the_project_s_own_code_still_runs_and_sees_a_scrubbed_environment(tmp_p
 
 
 def test_child_env_keeps_only_the_allow_list():
-    from debugkit.replay.sandbox import child_env
+    from debugkit.child_harness import child_env
 
     env = child_env({"CUDA_LAUNCH_BLOCKING": "1"},
                     environ={"PATH": "/bin", "HOME": "/h", "LANG": "C", "LC_CTYPE": "C",
@@ -134,8 +134,13 @@ def test_child_env_keeps_only_the_allow_list():
     assert set(env) == {"PATH", "HOME", "LANG", "LC_CTYPE", "TORCH_HOME", "PYTORCH_CUDA_ALLOC_CONF",
                         "PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE",
                         "CUDA_LAUNCH_BLOCKING"}
-    assert env["PYTHONPATH"].split(os.pathsep)[1:] == ["/a"]
-    assert sys.executable  # the child runs this interpreter (sandbox.run_child)
+    import debugkit
+
+    # first the folder that holds this debugkit package, so the child imports the same code
+    first, *rest = env["PYTHONPATH"].split(os.pathsep)
+    assert (Path(first) / "debugkit").resolve() == Path(debugkit.__file__).resolve().parent
+    assert rest == ["/a"]
+    assert sys.executable  # the child runs this interpreter (child_harness.run_child)
 
 
 def test_a_factory_in_a_namespace_folder_is_found(tmp_path):

@@ -7,10 +7,10 @@ import os
 
 import pytest
 
+from debugkit.child_harness import ChildOutcome
 from debugkit.replay import plan_cross_check
 from debugkit.replay.advice import advice_for
 from debugkit.replay.report import build_report, crash_of, judge, last_frame, normalize_message, original_of, replay_of
-from debugkit.replay.sandbox import ChildOutcome
 
 STDLIB = os.path.dirname(os.__file__)
 EXC = {"id": "r0-s0000003-exception", "kind": "exception", "step": 3, "error_type": "IndexError",

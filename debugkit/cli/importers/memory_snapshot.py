@@ -25,7 +25,7 @@ def register(kinds) -> None:
 
 def run(args) -> int:
     from ...analysis.memory import fmt_bytes
-    from ...io.memsnap_store import import_snapshot
+    from ...io.run_memsnaps import import_snapshot
     from .._output import print_json
 
     rec = import_snapshot(args.file, args.run_dir, rank=args.rank, step=args.step, name=args.name)

@@ -4,5 +4,5 @@ files into (parts of) debugkit runs. The command-line halves (argparse ``registe
 
 TensorBoard and memory-snapshot imports live with their readers
 (:func:`debugkit.io.tensorboard.convert_tensorboard`,
-:func:`debugkit.io.memsnap_store.import_snapshot`).
+:func:`debugkit.io.run_memsnaps.import_snapshot`).
 """

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 def import_pyspy(file, run_dir, name=None, label=None) -> dict:
     from ...errors import ProfileFileError
-    from ..profile_store import add_profile
     from ..profiles import sniff_format
+    from ..run_profiles import add_profile
 
     format_name = sniff_format(file)
     if format_name not in ("speedscope", "raw", "pyspy-dump"):

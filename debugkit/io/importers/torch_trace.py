@@ -32,7 +32,7 @@ def trace_files(path) -> list[Path]:
 def import_traces(path, run_dir, name=None, label=None) -> list[dict]:
     from ...errors import InvalidInputError
     from ..chrome_trace import read_chrome_trace
-    from ..profile_store import add_profile
+    from ..run_profiles import add_profile
 
     files = trace_files(path)
     if name and len(files) > 1:

@@ -42,7 +42,7 @@ def validate_profile_id(value: str) -> str:
 
 
 def read_any(path: str | os.PathLike, format: str | None = None, *, drop_pids=(), keep_pids=()):
-    """Read a profile file as :class:`~debugkit.io.profile_model.SampledProfile`,
+    """Read a profile file as :class:`~debugkit.io.profile_types.SampledProfile`,
     :class:`~debugkit.io.chrome_trace.ChromeTrace` or :class:`~debugkit.io.stackdump.StackDump`."""
     from . import chrome_trace, collapsed, profiles, speedscope, stackdump
 
@@ -64,7 +64,7 @@ def read_any(path: str | os.PathLike, format: str | None = None, *, drop_pids=()
 
 def read_sampled(path: str | os.PathLike):
     """Read a speedscope or raw profile, whichever the file is, as a
-    :class:`~debugkit.io.profile_model.SampledProfile`."""
+    :class:`~debugkit.io.profile_types.SampledProfile`."""
     from .collapsed import read_collapsed
     from .profiles import read_bytes, sniff_bytes
     from .speedscope import read_speedscope
@@ -81,7 +81,7 @@ def read_sampled(path: str | os.PathLike):
 def summary_of(obj) -> dict:
     """The few numbers the manifest lists for a profile."""
     from .chrome_trace import GPU_CATS, ChromeTrace
-    from .profile_model import SampledProfile
+    from .profile_types import SampledProfile
     from .stackdump import StackDump
 
     if isinstance(obj, SampledProfile):

@@ -1,6 +1,6 @@
 """Open two runs and compare them: the engine behind ``debugkit compare`` and the Compare page.
 
-Reading is :mod:`debugkit.io.compare`, the comparison :mod:`debugkit.analysis.compare`,
+Reading is :mod:`debugkit.io.compare_facts`, the comparison :mod:`debugkit.analysis.run_diff`,
 the findings of each run :func:`debugkit.diagnose.diagnose`.
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 def compare_paths(run_path: str, base_path: str, config: dict | None = None) -> dict:
     """Open both runs and compare them (the result of
-    :func:`debugkit.analysis.compare.compare_runs`, plus both paths and statuses)."""
-    from .analysis.compare import compare_runs
+    :func:`debugkit.analysis.run_diff.compare_runs`, plus both paths and statuses)."""
+    from .analysis.run_diff import compare_runs
     from .diagnose import diagnose
-    from .io.compare import read_compare_facts
+    from .io.compare_facts import read_compare_facts
     from .io.run import open_run
 
     facts = []

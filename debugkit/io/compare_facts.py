@@ -1,4 +1,4 @@
-"""Read what comparing two runs needs from one run (see :mod:`debugkit.analysis.compare`)."""
+"""Read what comparing two runs needs from one run (see :mod:`debugkit.analysis.run_diff`)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def read_code_text(code: dict | None) -> str | None:
 
 
 def read_compare_facts(run) -> dict:
-    """Everything :func:`debugkit.analysis.compare.compare_runs` reads from one run.
+    """Everything :func:`debugkit.analysis.run_diff.compare_runs` reads from one run.
 
     Returns
     -------

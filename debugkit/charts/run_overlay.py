@@ -2,7 +2,7 @@
 
 The colour of a run comes from :func:`run_colours` over the list of runs the page shows,
 so a run keeps its colour on every chart of the page. The base run's band (learned by
-:func:`debugkit.analysis.compare.compute_band`) is drawn as a shaded area behind it.
+:func:`debugkit.analysis.run_diff.compute_band`) is drawn as a shaded area behind it.
 """
 
 from __future__ import annotations

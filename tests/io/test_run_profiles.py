@@ -10,7 +10,7 @@ import pytest
 
 from debugkit.errors import InvalidInputError, ProfileFileError, RunDirError
 from debugkit.format import SCHEMA_VERSION
-from debugkit.io import profile_store as ps
+from debugkit.io import run_profiles as ps
 from debugkit.io.run import open_run
 
 from ..conftest import SAMPLE_RUNS

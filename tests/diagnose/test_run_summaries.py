@@ -13,8 +13,8 @@ import torch
 
 from debugkit import Recorder
 from debugkit import format as fmt
-from debugkit.diagnose import index as run_index
-from debugkit.io import store
+from debugkit.diagnose import run_summaries as run_index
+from debugkit.io import served_runs
 from debugkit.io.fs import as_path, files_signature
 from tests._training import train_step
 
@@ -49,7 +49,7 @@ def runs(tmp_path):
 
 
 def _entries(root):
-    return store.find_runs([root])
+    return served_runs.find_runs([root])
 
 
 def test_one_listing_gives_each_runs_files_signature(runs, sample_runs, tmp_path):
@@ -142,7 +142,7 @@ def test_fsspec_store_is_listed_once_and_indexed(runs):
         url = f"memory://{root}/runs"
         sigs = run_index.store_signatures(url)
         assert sigs["healthy"] == files_signature(as_path(f"{url}/healthy"))
-        entries = store.find_runs([as_path(url)])
+        entries = served_runs.find_runs([as_path(url)])
         first = {r["id"]: r for r in run_index.summarize_runs(entries)}
         assert first["broken"]["failures"] == 1 and not first["broken"]["cached"]
         second = {r["id"]: r for r in run_index.summarize_runs(entries)}

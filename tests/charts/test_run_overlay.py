@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from debugkit.analysis.compare import series_band
-from debugkit.charts.compare import (
+from debugkit.analysis.run_diff import series_band
+from debugkit.charts.run_overlay import (
     PALETTE,
     build_grad_overlay_figure,
     build_scalar_overlay_figure,

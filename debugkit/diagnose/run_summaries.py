@@ -184,16 +184,16 @@ def serving_counts(run, started: float | None = None) -> dict:
 
 
 def _analyse(entry, mirror: Path | None = None) -> dict:
-    from ..io import store
+    from ..io import served_runs
     from ..io.run import open_run
     from . import diagnose
 
     if mirror is not None:  # a run in an object store, read from its local copy
-        row = store.summarize(store.RunEntry(entry.id, mirror, entry.root))
+        row = served_runs.summarize(served_runs.RunEntry(entry.id, mirror, entry.root))
         row["path"] = str(entry.path)
-        entry = store.RunEntry(entry.id, mirror, entry.root)
+        entry = served_runs.RunEntry(entry.id, mirror, entry.root)
     else:
-        row = store.summarize(entry)
+        row = served_runs.summarize(entry)
     row.update({"errors": None, "warnings": None, "top": "", "top_kind": None, "top_step": None,
                 "top_layer": None, "kind": None, "requests": None, "error_rate": None})
     if row["error"] is not None:
@@ -218,7 +218,7 @@ def summarize_run(entry, sig: tuple | None = None, *, folder: Path | None = None
 
     Parameters
     ----------
-    entry : debugkit.io.store.RunEntry
+    entry : debugkit.io.served_runs.RunEntry
         The run.
     sig : tuple, optional
         Its files signature (default: read now); :func:`store_signatures` gives them
@@ -231,7 +231,7 @@ def summarize_run(entry, sig: tuple | None = None, *, folder: Path | None = None
     Returns
     -------
     dict with keys ``id, name, status, steps, failures, path, error`` (as
-    :func:`debugkit.io.store.summarize`), ``errors, warnings`` (finding counts by
+    :func:`debugkit.io.served_runs.summarize`), ``errors, warnings`` (finding counts by
     severity; None when the run cannot be analysed), ``top`` (the most severe finding,
     or why the run cannot be analysed) and ``cached`` (True when read from the index).
     """
@@ -269,7 +269,7 @@ def _live_status(entry, cached: str) -> str:
 
 def summarize_runs(entries, *, folder: Path | None = None) -> list[dict]:
     """:func:`summarize_run` for each of ``entries`` (``RunEntry`` objects, as
-    :func:`debugkit.io.store.find_runs` returns), reading each root's signatures once."""
+    :func:`debugkit.io.served_runs.find_runs` returns), reading each root's signatures once."""
     by_root: dict[str, dict] = {}
     rows = []
     sigs: dict[str, tuple] = {}

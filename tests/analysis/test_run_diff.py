@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from debugkit.analysis.compare import (
+from debugkit.analysis.run_diff import (
     DEFAULTS,
     compare_runs,
     compute_divergence,
@@ -21,7 +21,7 @@ from debugkit.analysis.compare import (
     diff_environment,
     noise_sigma,
 )
-from debugkit.io.compare import read_code_text
+from debugkit.io.compare_facts import read_code_text
 from tests.compare_factory import facts, record_pairs
 
 
@@ -237,7 +237,7 @@ def test_defaults_are_documented_in_docs_compare():
 
 
 def test_what_follows_a_divergence_is_the_failure_capture_first(sample_runs):
-    from debugkit.analysis.compare import following_event
+    from debugkit.analysis.run_diff import following_event
     from debugkit.diagnose import diagnose
     from debugkit.io.run import open_run
 

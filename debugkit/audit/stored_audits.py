@@ -124,7 +124,7 @@ def audit_dirs(run_dir, store=None) -> list:
     outside the run store (``store``, default ``$DEBUGKIT_STORE``), the store's folder
     of audits computed of it there."""
     if store is None:
-        from ..io.store import default_store
+        from ..io.served_runs import default_store
 
         store = default_store()
     out = [audits_dir(run_dir)]

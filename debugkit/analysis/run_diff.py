@@ -1,6 +1,6 @@
 """Compare two runs: what differs before step 0, where they diverge, findings in one only.
 
-Every function here is pure: it takes what :func:`debugkit.io.compare.read_compare_facts`
+Every function here is pure: it takes what :func:`debugkit.io.compare_facts.read_compare_facts`
 reads from each run (dicts and DataFrames) and returns rows, DataFrames and
 :class:`~debugkit.analysis.findings.Finding` objects. ``run`` is the run under
 suspicion (A), ``base`` the run that worked (B); bands are learned from the base.
@@ -215,7 +215,7 @@ def diff_code(code_run: dict | None, code_base: dict | None,
 
     ``code_*`` are the manifests' ``code.model_factory`` records (``spec, file,
     sha256``); ``text_*`` the files' current contents, given only when they still hash
-    to the recorded ``sha256`` (see :func:`debugkit.io.compare.read_code_text`).
+    to the recorded ``sha256`` (see :func:`debugkit.io.compare_facts.read_code_text`).
 
     Returns ``{"status", "rows", "diff", "diff_note"}``: rows for ``spec``, ``file`` and
     ``sha256``; ``diff`` the unified diff (base -> run) or None, ``diff_note`` why not.
@@ -579,7 +579,7 @@ def compare_runs(run: dict, base: dict, config: dict | None = None) -> dict:
     Parameters
     ----------
     run, base : dict
-        What :func:`debugkit.io.compare.read_compare_facts` returns for each run, with
+        What :func:`debugkit.io.compare_facts.read_compare_facts` returns for each run, with
         ``findings`` (list of Finding) added.
 
     Returns

@@ -21,9 +21,9 @@ from . import fairness as fx
 from .attribution import attribution_flags, compute_associations, mean_abs, mean_by_group
 from .explain import explain
 from .groups import SensitiveAttribute, resolve_sensitive
-from .models import ModelAdapter, _jsonable, make_adapter, positive_mask, torch_state_fingerprint
+from .model_adapters import ModelAdapter, _jsonable, make_adapter, positive_mask, torch_state_fingerprint
 from .settings import AuditSettings
-from .store import Audit, clean_json, find_identical, write_audit
+from .stored_audits import Audit, clean_json, find_identical, write_audit
 
 PASS, REVIEW, FAIL = "pass", "needs_review", "fail"
 _RANK = {PASS: 0, REVIEW: 1, FAIL: 2}
@@ -148,7 +148,7 @@ class Auditor:
                     explainer="auto", background=100, group_bins=None, store_in=None) -> Audit:
         """See :func:`debugkit.audit.audit_model`; ``store_in``: the folder to store the
         audit in instead of the run's ``audits/`` (a server's, for a run outside its store:
-        :func:`debugkit.audit.store.server_audits_dir`)."""
+        :func:`debugkit.audit.stored_audits.server_audits_dir`)."""
         s = self.settings
         self._tick(0.0, "Checking the model and the data")
         run_dir = as_path(run_dir)

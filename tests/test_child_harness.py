@@ -8,8 +8,8 @@ import os
 import pytest
 
 from debugkit.analysis.findings import Check
+from debugkit.child_harness import serve
 from debugkit.errors import DebugkitError
-from debugkit.replay.sandbox import serve
 
 
 def _serve(tmp_path, work, **kw):

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import DebugkitError
-from ..recorder.guard import BatchSpec, Violation
+from ..recorder.batchspec import BatchSpec, Violation
 from ..runschema import read_run_json
 
 SPEC_FILE = "batch_spec.json"

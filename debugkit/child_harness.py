@@ -40,7 +40,7 @@ DEFAULT_TIMEOUT_S = 120.0
 DUMP_MARGIN_S = 1.5
 LOG_TAIL = 4000
 
-PKG_ROOT = Path(__file__).resolve().parents[2]
+PKG_ROOT = Path(__file__).resolve().parents[1]
 
 #: The environment variables a child (a replay, an audit worker) inherits; everything
 #: else the server's environment holds (cloud credentials, ``DEBUGKIT_SECRET``, tokens,

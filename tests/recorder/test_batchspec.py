@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import debugkit
 from debugkit import BatchSpec, InvalidInputError, Recorder, open_run
 from debugkit.errors import DebugkitWarning
-from debugkit.recorder.guard import Dim, TensorSpec
+from debugkit.recorder.batchspec import Dim, TensorSpec
 from debugkit.tensortree import load_tree
 
 
