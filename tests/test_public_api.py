@@ -49,15 +49,19 @@ def test_the_dead_code_issue_31_listed_stays_gone():
 
     gone = {"pages/gradients.py": {"GRADIENT_KINDS"}, "debugkit/audit/auditor.py": {"VERDICTS", "_plain"},
             "debugkit/audit/fairness.py": {"JUDGEMENTS"}, "debugkit/cli/__init__.py": {"EXIT_OK"},
-            "debugkit/io/fs.py": {"is_url"}, "debugkit/analysis/profile.py": {"node_paths"},
+            "debugkit/io/fs.py": {"is_url"}, "debugkit/analysis/profile": {"node_paths"},
             "debugkit/analysis/gradients/layers.py": {"module_of"},
             "debugkit/analysis/lost_ranks.py": {"_FINISHED"}, "debugkit/recorder/recorder.py": {"steps_recorded"}}
     for f, names in gone.items():
-        tree = ast.parse((ROOT / f).read_text())
-        defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-        defined |= {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) for t in n.targets
-                    if isinstance(t, ast.Name)}
-        assert not names & defined, (f, names & defined)
+        path = ROOT / f  # a module, or a package that was one module (every file of it)
+        files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
+        assert files, f
+        for file in files:
+            tree = ast.parse(file.read_text())
+            defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+            defined |= {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) for t in n.targets
+                        if isinstance(t, ast.Name)}
+            assert not names & defined, (file, names & defined)
 
 
 def test_every_lazy_export_resolves():

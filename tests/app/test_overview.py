@@ -169,7 +169,7 @@ def test_home_filters_round_trip_through_the_url(app, tmp_path):
     import shutil
 
     from debugkit import format as fmt
-    from debugkit.io.store import default_store
+    from debugkit.io.served_runs import default_store
 
     store = default_store()
     shutil.copytree(ROOT / "sample_runs" / "digits-mlp", store / "tagged-run")

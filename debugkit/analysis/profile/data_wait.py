@@ -34,7 +34,7 @@ def detect_data_wait(breakdown, info, profile_id: str, threshold: float = 0.3, w
     """A ``dataloader_bound`` finding when the training loop spends at least
     ``threshold`` of its samples in data loading; it names the DataLoader workers' top
     function when ``workers`` (:func:`compute_worker_hotspots`) has one."""
-    from .findings import Finding
+    from ..findings import Finding
 
     if not info.get("loop_samples"):
         return []
