@@ -29,7 +29,6 @@ __all__ = [
 MSG_NOT_A_RUN = "{path}: not a debugkit run directory (no manifest.json)"
 MSG_NO_SUCH_PATH = "{path}: no such file or directory"
 MSG_BAD_MANIFEST = "{path}: manifest.json is not valid JSON ({detail})"
-MSG_MANIFEST_FIELD = "{path}: manifest.json field {field!r} {detail}"
 MSG_NEWER_MAJOR = (
     "{path}: schema_version {found!r} is newer than this debugkit ({known}.x); "
     "the run was written by a newer debugkit: upgrade debugkit to read it"

@@ -116,11 +116,6 @@ def is_local(path) -> bool:
     return isinstance(path, Path) and not _is_upath(path)
 
 
-def is_url_path(path) -> bool:
-    """True when ``path`` is a ``UPath`` (a run in an object store), not a local path."""
-    return _is_upath(path) and not isinstance(path, Path)
-
-
 def open_binary(path):
     """A binary file object for ``path`` (local or URL); a local one must be a regular
     file (a FIFO would block ``open()`` forever)."""

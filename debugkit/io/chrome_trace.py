@@ -118,7 +118,6 @@ class _EventSink:
         self.processes: dict[str, str] = {}
         self.threads: dict[tuple[str, str], str] = {}
         self.open_b: dict[tuple[str, str], list] = {}
-        self._dims_cache: dict[int, str] = {}
 
     def add_batch(self, batch: list) -> None:
         """Append the fields of a batch of parsed events (dicts) to the columns."""

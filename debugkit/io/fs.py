@@ -27,7 +27,6 @@ from ..location import (  # noqa: F401  (the one path helper, re-exported for io
     is_local,
     is_remote,
     is_url,
-    is_url_path,
     open_binary,
 )
 

@@ -48,8 +48,6 @@ BLOCK_STATES = ("active_allocated", "active_pending_free", "inactive")
 _STATE_ALIASES = {"active_awaiting_free": "active_pending_free"}
 _INT64_MAX = (1 << 63) - 1
 
-Frame = tuple  # (filename, line, name)
-
 
 @dataclass
 class MemorySnapshot:

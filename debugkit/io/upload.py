@@ -190,12 +190,6 @@ def store_counts(store: Path) -> StoreUsage:
     return StoreUsage(total, files, runs)
 
 
-def store_usage(store: Path) -> tuple[int, int]:
-    """``(bytes allocated on disk, number of run folders)`` of the store."""
-    u = store_counts(store)
-    return u.bytes, u.runs
-
-
 class _Budget:
     """Counts one upload against its limits and the store's quota while it is written.
 

@@ -70,7 +70,6 @@ class CommTimer:
         self._launches: list[float] = []
         self._dones: list[float] = []
         self.measuring = False
-        self.hooks_installed = 0
         # Collectives entered in the current step (rec.comm() blocks and DDP buckets): a
         # rank whose count differs from its usual one skipped or added a collective.
         self.calls = 0
@@ -109,7 +108,6 @@ class CommTimer:
     def wrap_ddp_hook(self, hook):
         """A DDP comm hook that runs ``hook`` and times its bucket's collective."""
         self.measuring = True
-        self.hooks_installed += 1
 
         def timed_hook(state, bucket):
             self.calls += 1
