@@ -27,7 +27,7 @@ def roots() -> list[Path]:
 
 
 class RunList:
-    """The served runs: :class:`debugkit.io.store.RunEntry` objects in listing order, with
+    """The served runs: :class:`debugkit.io.served_runs.RunEntry` objects in listing order, with
     an id map and a map from each run's path (as listed, and resolved) to its id, made
     once per listing, so a page looks a run up without resolving every run's path."""
 
