@@ -16,10 +16,16 @@ On a sampled step the Recorder asks this module to
 * measure each parameter's update-to-weight ratio ``||w_after - w_before|| / ||w_before||``
   (that is ``||lr * update|| / ||w||``) around the optimizer step.
 
-All reductions stay on the device and are concatenated into one vector per sampled step;
-on CUDA that vector is copied into pinned memory without a blocking sync and read back
-at the next sampled step (or at close), when the copy has long landed. Rows go to the
-run's ``layers`` table (see docs/run-format.md).
+Cost: the hook only copies the (row-capped) output; the reductions run once per group of
+outputs that share a shape and a kind (all the blocks of a transformer, all the ReLUs of
+an MLP), stacked, with element-wise operations and plain sums rather than per-module
+``var_mean``/``isfinite`` calls (a few dozen tensor operations per sampled step instead
+of ~20 per module). They stay on the device and are concatenated into one vector per
+sampled step; on CUDA that vector is copied into pinned memory without a blocking sync.
+The step's rows go to the writer as columns (:class:`~.writer.ColumnRows`: the layout of
+the sampled step, cached, and the value vector), which the writer thread turns into an
+Arrow batch of the run's ``layers`` table (see docs/run-format.md), resolving the copy
+there.
 
 Between sampled steps the per-layer gradient norms the Recorder takes anyway feed a
 trigger: when a layer's norm leaves its recent band (an exponential moving average of
@@ -36,7 +42,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .writer import PendingTensor
+from .writer import ColumnRows, PendingTensor, RowLayout
 
 #: Quantile levels of weights and gradients; stat names ``w_q01`` ... ``g_q99``.
 QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
@@ -46,6 +52,12 @@ Q_NAMES = tuple(f"q{round(q * 100):02d}" for q in QUANTILES)
 QUANTILE_SAMPLE = 1024
 #: Output statistics read at most this many samples (evenly strided along the batch axis).
 OUTPUT_ROWS = 256
+#: Copied outputs waiting for their reduction are reduced once they hold this many elements
+#: (a bound on the memory a sampled step adds), else at the end of the step.
+OUTPUT_BUDGET = 1 << 22
+#: Parameters of up to this many elements (biases, norms' scales) are stacked by size for
+#: their quantile sample: one copy of them costs less than one ``index_select`` each.
+STACK_NUMEL = 4 * QUANTILE_SAMPLE
 OUTPUT_STATS = ("mean", "std", "max_abs", "frac_zero", "frac_nonfinite")
 #: Modules whose output is bounded: (low, high) of the output, or None to read them from
 #: the module (hardtanh's ``min_val``/``max_val``).
@@ -74,18 +86,43 @@ def _bounds(module, cls: str):
     return b
 
 
-def _spaced(t, idx_cache):
-    """``QUANTILE_SAMPLE`` evenly spaced elements of ``t`` (elements repeat when it is
-    smaller), so every tensor's sample has one length and all sort together."""
+def _spaced_all(tensors, cache):
+    """``[len(tensors), QUANTILE_SAMPLE]`` float32: :data:`QUANTILE_SAMPLE` evenly spaced
+    elements of each tensor (elements repeat when it is smaller), so that all sort together.
+
+    Small tensors of one size, dtype and device (up to :data:`STACK_NUMEL` elements) are
+    stacked and sampled with one ``index_select``; larger ones are sampled one by one (a
+    stack would copy them whole).
+    """
     import torch
 
-    flat = t.detach().reshape(-1)
-    key = (flat.numel(), flat.device)
-    idx = idx_cache.get(key)
-    if idx is None:
-        idx = idx_cache[key] = torch.linspace(0, flat.numel() - 1, QUANTILE_SAMPLE,
+    groups: dict = {}
+    for i, t in enumerate(tensors):
+        flat = t.detach().reshape(-1)
+        n = flat.numel()
+        key = (n, flat.device, flat.dtype) if n <= STACK_NUMEL else i
+        groups.setdefault(key, []).append((i, flat))
+    out: list = []
+    order: list = []
+    for members in groups.values():
+        flat = members[0][1]
+        key = (flat.numel(), flat.device)
+        idx = cache.get(key)
+        if idx is None:
+            idx = cache[key] = torch.linspace(0, flat.numel() - 1, QUANTILE_SAMPLE,
                                               device=flat.device).round().long()
-    return flat.index_select(0, idx).to(torch.float32)
+        if len(members) == 1:
+            out.append(flat.index_select(0, idx).unsqueeze(0))
+        else:
+            out.append(torch.stack([f for _, f in members]).index_select(1, idx))
+        order += [i for i, _ in members]
+    x = torch.cat(out) if len(out) > 1 else out[0]
+    if order != sorted(order):
+        inv = [0] * len(order)
+        for pos, i in enumerate(order):
+            inv[i] = pos
+        x = x.index_select(0, torch.tensor(inv, device=x.device))
+    return x.to(torch.float32)
 
 
 class LayerStats:
@@ -114,16 +151,22 @@ class LayerStats:
         self._leaves = [(name or type(m).__name__, type(m).__name__, m)
                         for name, m in module.named_modules() if next(m.children(), None) is None]
         self._params = list(named_params)
+        self._pidx = {n: i for i, (n, _) in enumerate(self._params)}
         self._forced: set[int] = set()
         self._step: int | None = None
         self._handles: list = []
-        self._outs: list = []  # (order, module, cls, stat names, stats tensor)
+        self._outs: list = []  # copied outputs awaiting reduction: (order, name, cls, kind, t)
+        self._out_elems = 0
+        self._reduced: list = []  # (entries [(order, name, cls, stat names)], stats [G, k])
         self._measured: set = set()  # modules measured in the open step (first forward only)
         self._grad_part: Any = None
         self._w0: Any = None
         self._ratio = None
         self._triggered: list[tuple[str, float]] = []
-        self._pending: list = []  # (step, meta rows, values: PendingTensor or list)
+        self._layouts: dict = {}  # the rows of a sampled step's shape, built once
+        self._idx: dict = {}
+        self._qcache: dict = {}
+        self._ndims: Any = None
         self._ema = None
         self._dev = None
         self._seen = 0
@@ -141,12 +184,7 @@ class LayerStats:
         if not (step % self.every == 0 or step in self._forced):
             return
         self._forced.discard(step)
-        self._step = step
-        self._outs = []
-        self._measured = set()
-        self._grad_part = None
-        self._w0 = None
-        self._ratio = None
+        self._open(step)
         for i, (name, cls, m) in enumerate(self._leaves):
             self._handles.append(m.register_forward_hook(self._output_hook(i, name, cls, m)))
 
@@ -159,25 +197,33 @@ class LayerStats:
 
         rows: list = []
         samples: list = []
-        cache = self.__dict__.setdefault("_idx", {})
+        cache = self._idx
         for name, p in self._params:
-            samples.append(_spaced(p, cache))
-            rows.extend((name, "param", "w_" + q) for q in Q_NAMES)
+            samples.append(p)
+            rows.append((name, "w_"))
             if p.grad is not None:
-                samples.append(_spaced(p.grad, cache))
-                rows.extend((name, "param", "g_" + q) for q in Q_NAMES)
+                samples.append(p.grad)
+                rows.append((name, "g_"))
         parts: list = []
         if samples:
-            srt = torch.stack(samples).sort(dim=1).values
-            parts.append(srt.index_select(1, self._q(srt.device)).reshape(-1))
+            stacked = _spaced_all(samples, cache)
+            if stacked.device.type == "cpu":
+                # numpy's sort of 100 x 1,024 floats takes ~0.2 ms where torch's CPU sort
+                # takes ~4 ms (one thread); on a GPU torch's sort is the fast one.
+                import numpy as np
+
+                srt = np.sort(stacked.numpy(), axis=1)
+                parts.append(torch.from_numpy(srt[:, self._q_positions()].reshape(-1)))
+            else:
+                srt = stacked.sort(dim=1).values
+                parts.append(srt.index_select(1, self._q(srt.device)).reshape(-1))
         if self._params:
-            nd = self.__dict__.get("_ndims")
+            nd = self._ndims
             if nd is None or nd.device != self._params[0][1].device:
                 nd = self._ndims = torch.tensor([float(p.dim()) for _, p in self._params],
                                                 device=self._params[0][1].device)
-            rows.extend((name, "param", "ndim") for name, _ in self._params)
             parts.append(nd)
-        self._grad_part = (rows, parts)
+        self._grad_part = (tuple(rows), parts)
         if self._hooks:
             self._w0 = [p.detach().clone() for _, p in self._params]
 
@@ -220,8 +266,7 @@ class LayerStats:
             return  # another sampled step is open: the forced next sample must do
         opened = self._step is None
         if opened:
-            self._step = step
-            self._outs, self._grad_part, self._w0, self._ratio = [], None, None, None
+            self._open(step)
         try:
             self.grads_ready(step)
             self._w0 = None if opened else self._w0
@@ -231,89 +276,135 @@ class LayerStats:
             self._step, self._grad_part = None, None
 
     def end(self, step: int) -> None:
-        """End a step: drop the hooks and queue the sampled step's rows."""
+        """End a step: drop the hooks and hand the sampled step's rows to the writer."""
         for h in self._handles:
             h.remove()
         self._handles = []
         if self._step != step:
             return
         self._step = None
+        try:
+            self._reduce_outputs()
+        except Exception:  # statistics never break the step
+            self._outs, self._reduced = [], []
         import torch
 
-        rows: list = []
         parts: list = []
-        for order, name, cls, names, t in self._outs:
-            rows.extend((order, name, cls, s) for s in names)
-            parts.append(t)
-        n_out = len(self._outs)
+        out_key = []
+        for entries, stats in self._reduced:
+            out_key.append(tuple((o, n, c, names) for o, n, c, names in entries))
+            parts.append(stats)
+        n_out = sum(len(k) for k in out_key)
+        prow: tuple = ()
         if self._grad_part is not None:
             prow, ppart = self._grad_part
-            rows.extend((n_out + self._param_index(r[0]), *r) for r in prow)
             parts.extend(ppart)
-        if self._ratio is not None:
-            rows.extend((n_out + i, name, "param", "update_ratio")
-                        for i, (name, _) in enumerate(self._params))
+        ratio = self._ratio is not None
+        if ratio:
             parts.append(self._ratio)
-        self._outs, self._grad_part, self._w0, self._ratio = [], None, None, None
-        for name, norm in self._triggered:
-            rows.append((n_out + self._param_index(name), name, "param", "trigger_grad_norm"))
-            parts.append(torch.tensor([norm], dtype=torch.float32, device=parts[0].device
-                                      if parts else "cpu"))
+        trig = tuple(name for name, _ in self._triggered)
+        if trig:
+            parts.append(torch.tensor([norm for _, norm in self._triggered],
+                                      dtype=torch.float32,
+                                      device=parts[0].device if parts else "cpu"))
+        self._reduced, self._grad_part, self._w0, self._ratio = [], None, None, None
         self._triggered = []
-        self._flush_pending(block=False)
         if not parts:
             return
+        key = (tuple(out_key), prow, ratio, trig)
+        layout = self._layouts.get(key)
+        if layout is None:
+            layout = self._layouts[key] = self._layout(out_key, n_out, prow, ratio, trig)
         vec = torch.cat([p.reshape(-1).to(torch.float64) for p in parts])
         if vec.device.type == "cuda":
             host = torch.empty(vec.shape, dtype=torch.float64, pin_memory=True)
             host.copy_(vec, non_blocking=True)
             ev = torch.cuda.Event()
             ev.record()
-            self._pending.append((step, rows, PendingTensor(host, ev)))
+            self._add("layers", ColumnRows(step, layout, PendingTensor(host, ev)))
         else:
-            self._emit(step, rows, vec.tolist())
+            self._add("layers", ColumnRows(step, layout, vec.numpy()))
 
     def close(self) -> None:
         for h in self._handles + self._hooks:
             h.remove()
         self._handles, self._hooks = [], []
-        self._flush_pending(block=True)
 
     # ------------------------------------------------------------------ internals
+    def _open(self, step: int) -> None:
+        self._step = step
+        self._outs, self._out_elems, self._reduced = [], 0, []
+        self._measured = set()
+        self._grad_part, self._w0, self._ratio = None, None, None
+
+    def _layout(self, out_key, n_out: int, prow, ratio: bool, trig) -> RowLayout:
+        """The constant columns (order, module, module_type, stat) of a sampled step."""
+        order: list = []
+        module: list = []
+        mtype: list = []
+        stat: list = []
+        for group in out_key:
+            for o, n, c, names in group:
+                k = len(names)
+                order += [o] * k
+                module += [n] * k
+                mtype += [c] * k
+                stat += names
+        pidx = self._pidx
+        for name, prefix in prow:
+            order += [n_out + pidx.get(name, 0)] * len(Q_NAMES)
+            module += [name] * len(Q_NAMES)
+            mtype += ["param"] * len(Q_NAMES)
+            stat += [prefix + q for q in Q_NAMES]
+        if prow:
+            order += [n_out + i for i in range(len(self._params))]
+            module += [n for n, _ in self._params]
+            mtype += ["param"] * len(self._params)
+            stat += ["ndim"] * len(self._params)
+        if ratio:
+            order += [n_out + i for i in range(len(self._params))]
+            module += [n for n, _ in self._params]
+            mtype += ["param"] * len(self._params)
+            stat += ["update_ratio"] * len(self._params)
+        for name in trig:
+            order.append(n_out + pidx.get(name, 0))
+            module.append(name)
+            mtype.append("param")
+            stat.append("trigger_grad_norm")
+        return RowLayout((order, module, mtype, stat))
+
     def _q(self, device):
-        """Positions of :data:`QUANTILES` in a sorted sample (nearest rank)."""
+        """Positions of :data:`QUANTILES` in a sorted sample (nearest rank), on ``device``."""
         import torch
 
-        cache = self.__dict__.setdefault("_qcache", {})
+        cache = self._qcache
         if device not in cache:
-            cache[device] = torch.tensor([round(q * (QUANTILE_SAMPLE - 1)) for q in QUANTILES],
-                                         dtype=torch.long, device=device)
+            cache[device] = torch.tensor(self._q_positions(), dtype=torch.long, device=device)
         return cache[device]
 
-    def _param_index(self, name: str) -> int:
-        idx = self.__dict__.get("_pidx")
-        if idx is None:
-            idx = self._pidx = {n: i for i, (n, _) in enumerate(self._params)}
-        return idx.get(name, 0)
+    @staticmethod
+    def _q_positions() -> list[int]:
+        return [round(q * (QUANTILE_SAMPLE - 1)) for q in QUANTILES]
 
     def _output_hook(self, order: int, name: str, cls: str, module):
-        bounds = _bounds(module, cls)
-        relu = cls in RELU_FAMILY
+        kind = (_bounds(module, cls), cls in RELU_FAMILY)
 
         def hook(mod, args, output):
             try:
-                self._measure(order, name, cls, output, bounds, relu)
+                self._stash(order, name, cls, output, kind)
             except Exception:  # statistics never break the step
                 pass
 
         return hook
 
-    def _measure(self, order, name, cls, y, bounds, relu):
+    def _stash(self, order, name, cls, y, kind):
+        """Keep a float32 copy of the module's output (at most :data:`OUTPUT_ROWS` rows of
+        the batch) for the grouped reduction. A copy, since a later in-place op (an
+        ``inplace=True`` ReLU after a Linear) would change the output under a reference."""
         import torch
 
         if order in self._measured:  # a later forward of the step (accumulation, eval, reuse)
             return
-
         if isinstance(y, (tuple, list)) and y:
             y = y[0]
         if not isinstance(y, torch.Tensor) or not y.is_floating_point() or y.numel() == 0:
@@ -321,30 +412,29 @@ class LayerStats:
         y = y.detach()
         if y.dim() >= 2 and y.shape[0] > OUTPUT_ROWS:  # a bounded cost for large batches
             y = y[:: -(-y.shape[0] // OUTPUT_ROWS)]
-        yf = y.float()
-        finite = torch.isfinite(yf)
-        z = torch.where(finite, yf, torch.zeros((), dtype=yf.dtype, device=yf.device))
-        var, mean = torch.var_mean(z, correction=0)
-        lo, hi = torch.aminmax(z)
-        zero = yf == 0
-        vals = [mean, var.sqrt(), torch.maximum(hi, -lo), zero.float().mean(),
-                1.0 - finite.float().mean()]
-        names = OUTPUT_STATS
-        if bounds is not None:
-            b0, b1 = bounds
-            m = SATURATION_MARGIN * (b1 - b0)
-            vals.append(((yf <= b0 + m) | (yf >= b1 - m)).float().mean())
-            names = names + ("frac_saturated",)
-        if relu:
-            if yf.dim() >= 2:
-                unit = 1 if yf.dim() >= 4 else yf.dim() - 1
-                dead = zero.movedim(unit, -1).reshape(-1, zero.shape[unit]).all(0)
-            else:
-                dead = zero
-            vals.append(dead.float().mean())
-            names = names + ("frac_dead_units",)
+        t = y.to(torch.float32, copy=True)
         self._measured.add(order)
-        self._outs.append((order, name, cls, names, torch.stack(vals)))
+        self._outs.append((order, name, cls, kind, t))
+        self._out_elems += t.numel()
+        if self._out_elems > OUTPUT_BUDGET:
+            self._reduce_outputs()
+
+    def _reduce_outputs(self) -> None:
+        """Reduce the copied outputs, stacked by (shape, device, kind): one set of tensor
+        operations per group instead of one per module."""
+        import torch
+
+        groups: dict = {}
+        for order, name, cls, kind, t in self._outs:
+            groups.setdefault((tuple(t.shape), t.device, kind), []).append((order, name, cls, t))
+        self._outs, self._out_elems = [], 0
+        for (shape, _, (bounds, relu)), members in groups.items():
+            x = members[0][3].unsqueeze(0) if len(members) == 1 else \
+                torch.stack([m[3] for m in members])
+            stats = _group_stats(x.reshape(len(members), *(shape or (1,))), bounds, relu)
+            names = OUTPUT_STATS + (("frac_saturated",) if bounds is not None else ()) \
+                + (("frac_dead_units",) if relu else ())
+            self._reduced.append(([(o, n, c, names) for o, n, c, _ in members], stats))
 
     def _after_update(self, optimizer, args, kwargs):
         if self._w0 is None or self._step is None:
@@ -358,15 +448,40 @@ class LayerStats:
         self._ratio = (num / den.clamp_min(1e-30)).float()
         self._w0 = None
 
-    def _flush_pending(self, *, block: bool) -> None:
-        keep = []
-        for step, rows, pend in self._pending:
-            if block or pend.event.query():
-                self._emit(step, rows, pend.resolve().tolist())
-            else:
-                keep.append((step, rows, pend))
-        self._pending = keep
 
-    def _emit(self, step: int, rows: list, values: list) -> None:
-        for (order, name, cls, stat), v in zip(rows, values):
-            self._add("layers", (step, order, name, cls, stat, v))
+def _group_stats(x, bounds, relu):
+    """``[G, k]`` statistics of ``G`` stacked outputs ``x`` (``[G, *shape]``, float32):
+    the columns of :data:`OUTPUT_STATS`, then ``frac_saturated`` when ``bounds`` is given,
+    then ``frac_dead_units`` when ``relu``.
+
+    Written with element-wise operations and plain sums, which cost a few ns an element
+    on a CPU, where ``var_mean``, ``aminmax``, ``isfinite`` and comparisons producing
+    bools cost 5-30 (measured on the bench's 24 x 4,096 stacks). Non-finite elements count
+    in ``frac_nonfinite``, as zeros in ``mean``, ``std`` and ``max_abs`` (so one NaN does
+    not hide the rest), and as non-zero (alive) in ``frac_zero`` and ``frac_dead_units``.
+    """
+    import torch
+
+    g = x.shape[0]
+    flat = x.reshape(g, -1)
+    n = flat.shape[1]
+    frac_nf = flat.mul(0).nan_to_num_(1.0, 1.0, 1.0).mean(1)  # x*0: 0, or NaN if not finite
+    z = flat.nan_to_num(0.0, 0.0, 0.0)
+    mean = z.mean(1)
+    d = z - mean.unsqueeze(1)
+    std = (torch.linalg.vecdot(d, d) / n).sqrt()
+    nz = flat.nan_to_num(1.0, 1.0, 1.0).abs_().sign_()  # 0 exactly where the output is 0
+    cols = [mean, std, z.abs().amax(1), 1.0 - nz.mean(1), frac_nf]
+    if bounds is not None:
+        b0, b1 = bounds
+        c, h = 0.5 * (b0 + b1), 0.5 * (b1 - b0) - SATURATION_MARGIN * (b1 - b0)
+        # within the margin of a bound <=> |y - centre| > half-range - margin (NaN counts as
+        # the centre, an infinity as its bound)
+        y = flat.nan_to_num(c, b1, b0)
+        cols.append(y.sub_(c).abs_().sub_(h).clamp_min_(0.0).sign_().mean(1))
+    if relu:
+        shape = x.shape[1:]
+        unit = 1 if len(shape) >= 4 else len(shape) - 1  # channels, or the last axis
+        alive = nz.reshape(x.shape).movedim(unit + 1, -1).reshape(g, -1, shape[unit]).amax(1)
+        cols.append(1.0 - alive.mean(1))
+    return torch.stack(cols, dim=1)

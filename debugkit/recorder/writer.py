@@ -38,6 +38,31 @@ class PendingTensor:
         return self.host.numpy()
 
 
+class RowLayout:
+    """The constant columns of a recurring set of rows (a sampled step's layer statistics:
+    order, module, module_type, stat), built once; their Arrow arrays are built by the
+    writer thread the first time it writes them and kept."""
+
+    __slots__ = ("columns", "arrays")
+
+    def __init__(self, columns: tuple):
+        self.columns = columns
+        self.arrays: list | None = None
+
+
+class ColumnRows:
+    """The rows of one step given as columns: ``step``, a :class:`RowLayout` and the
+    ``values`` (a numpy array or a :class:`PendingTensor`, one value per layout row),
+    queued with :meth:`RankWriter.add` like one row and expanded by the writer thread."""
+
+    __slots__ = ("step", "layout", "values")
+
+    def __init__(self, step: int, layout: RowLayout, values):
+        self.step = step
+        self.layout = layout
+        self.values = values
+
+
 BLOCK_STEPS = 256  # steps per StepBlock: one small allocation every 256 steps
 
 
@@ -233,6 +258,14 @@ class RankWriter:
         import pyarrow as pa
 
         schema = fmt.table_schema(table)
+        if any(isinstance(r, ColumnRows) for r in rows):
+            plain = [r for r in rows if not isinstance(r, ColumnRows)]
+            if plain:
+                self._write_rows(table, plain)
+            for r in rows:
+                if isinstance(r, ColumnRows):
+                    self._write_columns(table, schema, r)
+            return
         if table == "grads":
             steps, values = [], []
             for step, vals in rows:
@@ -252,6 +285,21 @@ class RankWriter:
             arrays = [_arrow_array(c, f.type) for c, f in zip(cols, schema)]
         batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
         self._stream(table).write_batch(batch)
+
+
+    def _write_columns(self, table: str, schema, r: ColumnRows) -> None:
+        import numpy as np
+        import pyarrow as pa
+
+        layout = r.layout
+        if layout.arrays is None:
+            layout.arrays = [_arrow_array(c, f.type) for c, f in zip(layout.columns, list(schema)[1:])]
+        values = r.values.resolve() if isinstance(r.values, PendingTensor) else r.values
+        n = len(layout.columns[0])
+        arrays = [_arrow_array(np.full(n, r.step, dtype=np.int64), schema[0].type),
+                  *layout.arrays,
+                  _arrow_array(np.asarray(values, dtype=np.float64), schema[-1].type)]
+        self._stream(table).write_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
 
 
 def _arrow_array(values, typ):
@@ -285,7 +333,7 @@ def _arrow_array(values, typ):
 
 
 def _row_step(row) -> int:
-    return row[0]
+    return row.step if isinstance(row, ColumnRows) else row[0]
 
 
 def _to_float(v: Any) -> float:

@@ -121,3 +121,74 @@ def test_watch_records_layer_stats_once_per_module_and_step(tmp_path):
     assert {0, 2, 4} <= set(df["step"])
     assert not df.duplicated(["step", "module", "stat"]).any()  # the first forward only
     assert (df[df["stat"] == "update_ratio"]["value"] > 0).all()
+
+
+class _Plant(nn.Module):
+    """A leaf module that plants one NaN and one inf in its output."""
+
+    def forward(self, x):
+        y = x.clone()
+        y[0, 0], y[1, 1] = float("nan"), float("inf")
+        return y
+
+
+def _reference(y, cls, bounds=None):
+    """The output statistics by their definitions (docs/layers.md), one module at a time."""
+    finite = torch.isfinite(y)
+    z = torch.where(finite, y, torch.zeros(()))
+    out = {"mean": z.mean(), "std": z.std(correction=0), "max_abs": z.abs().max(),
+           "frac_zero": (y == 0).float().mean(), "frac_nonfinite": 1 - finite.float().mean()}
+    if bounds is not None:
+        b0, b1 = bounds
+        m = 0.01 * (b1 - b0)
+        out["frac_saturated"] = ((y <= b0 + m) | (y >= b1 - m)).float().mean()
+    if cls == "ReLU":
+        out["frac_dead_units"] = (y == 0).all(0).float().mean()
+    return {k: float(v) for k, v in out.items()}
+
+
+def test_output_statistics_match_their_definitions_module_by_module(tmp_path):
+    """Outputs are reduced in stacked groups (same shape and kind): each module still gets
+    its own values, an in-place ReLU after a Linear does not change the Linear's, and
+    NaN/inf count as non-finite, not as zeros, saturated or dead."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 16), nn.ReLU(inplace=True), nn.Linear(16, 16), _Plant(),
+                      nn.Tanh(), nn.Linear(16, 16), nn.Sigmoid(), nn.Linear(16, 16),
+                      nn.ReLU(), nn.Hardtanh(-0.5, 0.5))
+    with torch.no_grad():
+        m[0].bias[:5] = -100.0  # five dead units after the first ReLU
+        m[5].weight.mul_(100.0)  # a saturating sigmoid
+    seen = {}
+
+    def keep(name):
+        def hook(mod, args, y):
+            seen.setdefault(name, y.detach().clone())
+        return hook
+
+    for name, mod in m.named_children():
+        mod.register_forward_hook(keep(name))
+    x = torch.randn(64, 8, generator=torch.Generator().manual_seed(3))
+    opt = torch.optim.SGD(m.parameters(), lr=0.0)
+    rec = Recorder(tmp_path / "r", m, opt, layer_stats_every=1)
+    with rec.step(x):
+        out = m(x)
+        opt.zero_grad()
+        torch.nan_to_num(out).sum().backward()
+        opt.step()
+    rec.close()
+    df = open_run(tmp_path / "r").layer_stats()
+    got = df[df["module_type"] != "param"]
+    bounds = {"Tanh": (-1.0, 1.0), "Sigmoid": (0.0, 1.0), "Hardtanh": (-0.5, 0.5)}
+    assert set(got["module"]) == set(seen)
+    for name, y in seen.items():
+        cls = type(m[int(name)]).__name__
+        ref = _reference(y, cls, bounds.get(cls))
+        rows = got[got["module"] == name]
+        assert (rows["module_type"] == cls).all() and (rows["order"] == int(name)).all()
+        vals = rows.set_index("stat")["value"].to_dict()
+        assert set(vals) == set(ref), name
+        for k, v in ref.items():
+            assert vals[k] == pytest.approx(v, rel=1e-4, abs=1e-6), (name, cls, k)
+    assert 0.3 < got[(got["module"] == "1") & (got["stat"] == "frac_dead_units")]["value"].iloc[0]
+    assert got[(got["module"] == "6") & (got["stat"] == "frac_saturated")]["value"].iloc[0] > 0.5
+    assert got[(got["module"] == "3") & (got["stat"] == "frac_nonfinite")]["value"].iloc[0] > 0
