@@ -50,6 +50,13 @@ SAMPLES: dict[str, tuple[list[str], int] | list[tuple[list[str], int]]] = {
     # keeps every output, driven by 1,500 requests, two of them bad (a token id past the
     # vocabulary, a temperature of 0).
     "serve-leak": (["examples.serve_leak"], 0),
+    # Layer statistics (docs/layers.md): dead ReLUs from a -1 bias init, sigmoids saturated
+    # by N(0, 1) weights, activations growing ~5.7x a layer until the loss is NaN, and Adam
+    # at lr=1e-7 whose updates are ~1e-6 of the weights.
+    "digits-dead-relu": (["examples.layer_health", "--case", "dead-relu"], 0),
+    "digits-saturated-sigmoid": (["examples.layer_health", "--case", "saturated-sigmoid"], 0),
+    "digits-unscaled-init": (["examples.layer_health", "--case", "unscaled-init"], 1),
+    "digits-adam-lr-typo": (["examples.layer_health", "--case", "adam-lr-typo"], 0),
     # Pairs for `debugkit compare`: a base, the same with lr 0.5, and with a quarter of the
     # labels exported as ignore_index (-100).
     "digits-compare-base": (["examples.digits_compare"], 0),
