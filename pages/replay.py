@@ -331,7 +331,8 @@ def _run_replay(f: dict, device: str, allow: bool, timeout: float, checkpoint: i
 
             report = replay(path, f["id"], device=device, allow_code=allow, timeout_s=timeout,
                             progress=status.write, checkpoint=checkpoint,
-                            code_roots=_code_roots(path), code_hint=HINT_SERVER)
+                            code_roots=_code_roots(path), code_hint=HINT_SERVER,
+                            refetch=False)  # a data-loading capture: no code of the run runs here
         except DebugkitError as exc:
             status.update(label="The replay could not run", state="error", expanded=True)
             _ui.show_error(exc)

@@ -25,40 +25,10 @@ MSG_MAIN_UNSAFE = ("debugkit: {cls} is defined in the script {file}, which repla
 
 
 def _import_safe(path: str, qualname: str) -> tuple[int, str] | None:
-    """Why importing the script at ``path`` would do more than define things: ``(line,
-    what)`` of its first top-level statement that runs code (a call other than
-    ``sys.path`` set-up, a loop, a ``with``), or of the class missing at its top level;
-    None when importing it only defines its classes and functions."""
-    import ast
+    """See :func:`debugkit.recorder.codespec.import_safe`."""
+    from ..recorder.codespec import import_safe
 
-    try:
-        with open(path, encoding="utf-8") as fh:
-            tree = ast.parse(fh.read(), filename=path)
-    except (OSError, SyntaxError, ValueError) as exc:
-        return 0, f"nothing it can parse ({type(exc).__name__})"
-    top = qualname.split(".")[0]
-    if not any(isinstance(n, ast.ClassDef) and n.name == top for n in tree.body):
-        return 0, f"no top-level class {top}"
-    for node in tree.body:
-        if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef,
-                             ast.ClassDef, ast.Pass)):
-            continue
-        if isinstance(node, ast.If) and "__name__" in ast.unparse(node.test):
-            continue
-        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
-            continue  # a docstring
-        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) \
-                and ast.unparse(node.value.func).startswith("sys.path."):
-            continue
-        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            value = node.value
-            calls = [c for c in ast.walk(value) if isinstance(c, ast.Call)] if value is not None else []
-            if not calls or all(ast.unparse(c.func).split(".")[0] in ("Path", "os", "torch", "dict",
-                                                                         "tuple", "list", "frozenset")
-                                for c in calls):
-                continue
-        return node.lineno, f"`{ast.unparse(node).splitlines()[0][:80]}`"
-    return None
+    return import_safe(path, qualname)
 
 
 def class_spec(cls) -> str | None:

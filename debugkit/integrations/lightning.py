@@ -96,14 +96,24 @@ class DebugkitCallback(pl.Callback):
         Default: :data:`STEP_FN` (``model.training_step(batch, 0)``).
     track_indices : bool
         Wrap the train loader's batch sampler so captures name dataset indices.
+    dataset_factory : str, optional
+        ``"module:callable"`` that rebuilds the train loader's dataset as
+        ``dataset_factory(**dataset_kwargs)``: replay of a failure raised while the loader
+        fetched or collated a batch then re-fetches its indices from the rebuilt dataset
+        (see :meth:`debugkit.Recorder.track`).
+    dataset_kwargs : dict, optional
+        Its keyword arguments (plain JSON data).
     **recorder_kwargs
         Passed to :class:`debugkit.Recorder` (``log_every``, ``halt_on_nonfinite``,
         ``guard``, ``hang_timeout_s``, ``name``, ``flush_every_s``...).
     """
 
     def __init__(self, run_dir, *, num_classes=None, model_factory=None, factory_kwargs=None,
-                 step_fn=STEP_FN, track_indices=True, **recorder_kwargs):
+                 step_fn=STEP_FN, track_indices=True, dataset_factory=None, dataset_kwargs=None,
+                 **recorder_kwargs):
         super().__init__()
+        self.dataset_factory = dataset_factory
+        self.dataset_kwargs = dataset_kwargs
         self.run_dir = run_dir
         self.num_classes = num_classes
         self.model_factory = model_factory
@@ -151,6 +161,9 @@ class DebugkitCallback(pl.Callback):
             model_factory=factory if kwargs is not None or self.model_factory else None,
             factory_kwargs=kwargs or {}, step_fn=self.step_fn if factory else None,
             num_classes=num_classes, grads_hook=False, **self.recorder_kwargs)
+        dataset = getattr(trainer.train_dataloader, "dataset", None)
+        if self.dataset_factory is not None and dataset is not None:
+            self.recorder.set_dataset_factory(dataset, self.dataset_factory, self.dataset_kwargs)
         if self.track_indices:
             self._track(trainer)
         self._wrap_log(pl_module)

@@ -95,14 +95,21 @@ class DebugkitCallback(TrainerCallback):
     model_factory, factory_kwargs, step_fn : optional
         Override :func:`model_from_config` / :func:`replay_training_step` (for a model
         class that ``transformers`` does not export).
+    dataset_factory, dataset_kwargs : optional
+        ``"module:callable"`` that rebuilds the train dataset as
+        ``dataset_factory(**dataset_kwargs)``, so that replay of a failure raised while
+        the Trainer's loader fetched or collated a batch re-fetches its dataset indices
+        (see :meth:`debugkit.Recorder.track`).
     **recorder_kwargs
         Passed to :class:`debugkit.Recorder` (``log_every``, ``halt_on_nonfinite``,
         ``name``, ``flush_every_s``...).
     """
 
     def __init__(self, run_dir, *, num_classes=None, model_factory=None, factory_kwargs=None,
-                 step_fn=STEP_FN, **recorder_kwargs):
+                 step_fn=STEP_FN, dataset_factory=None, dataset_kwargs=None, **recorder_kwargs):
         self.run_dir = run_dir
+        self.dataset_factory = dataset_factory
+        self.dataset_kwargs = dataset_kwargs
         self.num_classes = num_classes
         self.model_factory = model_factory
         self.factory_kwargs = factory_kwargs
@@ -142,7 +149,8 @@ class DebugkitCallback(TrainerCallback):
                            **self.recorder_kwargs)
         loader = kwargs.get("train_dataloader")
         if loader is not None:  # the Trainer's sampler: captures name dataset indices
-            self.watch.track_in_place(loader)
+            self.watch.track_in_place(loader, dataset_factory=self.dataset_factory,
+                                      dataset_kwargs=self.dataset_kwargs)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self.watch is None or not logs:

@@ -15,6 +15,12 @@ from typing import Any
 
 #: At most this many samples of a failed batch are re-read.
 MAX_SAMPLES = 512
+#: torch's own collate functions (``module:qualname``): they stack samples, so every
+#: dimension must agree. A custom ``collate_fn`` may pad, so a dimension whose size varies
+#: across most samples (a sequence length) is not what makes a sample odd.
+TORCH_COLLATE = ("torch.utils.data._utils.collate:default_collate",
+                 "torch.utils.data._utils.collate:default_convert",
+                 "torch.utils.data.dataloader:default_collate")
 
 ADVICE_SHAPE = ("the samples have different shapes, and the default collate stacks them: pad "
                 "them to one length in a collate_fn (torch.nn.utils.rnn.pad_sequence with "
@@ -25,6 +31,9 @@ ADVICE_STRUCTURE = ("the samples are not built alike (a different type, a missin
                     "handle the odd ones in a collate_fn")
 ADVICE_DTYPE = ("the samples hold different dtypes: cast them to one dtype in the dataset "
                 "(torch.as_tensor(x, dtype=...)) or in a collate_fn")
+ADVICE_SHAPE_CUSTOM = ("a sample's shape differs from the others' in a dimension they all share (the "
+                       "collate_fn cannot batch it): fix that sample in the dataset, or make the "
+                       "collate_fn handle such samples (crop, pad or drop them)")
 ADVICE_FETCH = ("reading the sample itself raised: fix the dataset's __getitem__ for that index "
                 "(a missing file, a bad row), or skip and log such samples when the dataset is built")
 
@@ -64,8 +73,31 @@ def _leaves(obj: Any, path: str = "", depth: int = 0, out: list | None = None) -
     return out
 
 
-def describe_failed_batch(dataset, indices: list | None, exc: BaseException) -> dict:
+def _shared_dims(samples: list[dict]) -> set:
+    """``(path, dim)`` of the leaf dimensions whose most common size at least half the
+    samples share (the others, a sequence length, vary from sample to sample)."""
+    sizes: dict = {}
+    for s in samples:
+        for lf in s["leaves"]:
+            for d, n in enumerate(lf["shape"] or []):
+                sizes.setdefault((lf["path"], d), []).append(n)
+    return {k for k, v in sizes.items() if Counter(v).most_common(1)[0][1] * 2 >= len(samples)}
+
+
+def _key(s: dict, shared: set | None) -> str:
+    return repr([(lf["path"], lf["type"],
+                  lf["shape"] if shared is None else
+                  [n if (lf["path"], d) in shared else "*" for d, n in enumerate(lf["shape"] or [])],
+                  lf["dtype"]) for lf in s["leaves"]])
+
+
+def describe_failed_batch(dataset, indices: list | None, exc: BaseException, *,
+                          stacks: bool = True) -> dict:
     """What the failed batch's samples look like, read one by one from ``dataset``.
+
+    ``stacks``: the loader's collate function stacks samples (torch's own), so any shape
+    difference makes a sample odd; False (a custom ``collate_fn``, which may pad) ignores
+    the dimensions whose size varies across most samples.
 
     Returns ``{"phase", "samples", "odd", "usual", "advice", "n_indices", "read"}``:
     ``samples`` one ``{"position", "dataset_index", "leaves": [{"path", "type", "shape",
@@ -98,8 +130,8 @@ def describe_failed_batch(dataset, indices: list | None, exc: BaseException) -> 
         return {"phase": "fetch", "samples": samples, "odd": failed, "usual": None,
                 "advice": ADVICE_FETCH, "n_indices": len(indices or []), "read": len(samples),
                 "items": items}
-    keys = [repr([(lf["path"], lf["type"], lf["shape"], lf["dtype"]) for lf in s["leaves"]])
-            for s in samples]
+    shared = None if stacks else _shared_dims(samples)
+    keys = [_key(s, shared) for s in samples]
     counts = Counter(keys)
     usual_key = counts.most_common(1)[0][0] if counts else None
     if usual_key is not None and counts[usual_key] == 1:
@@ -114,7 +146,7 @@ def describe_failed_batch(dataset, indices: list | None, exc: BaseException) -> 
                 [lf["type"] for lf in first] != [lf["type"] for lf in usual or []]:
             advice = ADVICE_STRUCTURE
         elif [lf["shape"] for lf in first] != [lf["shape"] for lf in usual or []]:
-            advice = ADVICE_SHAPE
+            advice = ADVICE_SHAPE if stacks else ADVICE_SHAPE_CUSTOM
         else:
             advice = ADVICE_DTYPE
     return {"phase": phase, "samples": samples, "odd": odd, "usual": usual, "advice": advice,
@@ -144,3 +176,56 @@ def odd_phrase(info: dict) -> str:
     more = f" and {len(odd) - 3} more" if len(odd) > 3 else ""
     return (f"{len(odd)} of {len(s)} samples differ from the others ({describe_leaves(info.get('usual'))}): "
             f"{names}{more}")
+
+
+MSG_DATASET_KWARGS = ("dataset_kwargs: {error}; replay rebuilds the dataset as "
+                      "dataset_factory(**dataset_kwargs), so they must be plain JSON data "
+                      "(strings, numbers, booleans, null, lists and string-keyed objects)")
+MSG_DATASET_NOT_FOUND = ("debugkit: dataset_factory {spec!r}: module {module!r} is not found from "
+                         "this process, so its file and SHA-256 are not recorded and replay will "
+                         "not rebuild the dataset without --allow-code")
+
+
+def dataset_code(spec: str, kwargs) -> dict:
+    """The recorded identity of a dataset factory: ``{"code": describe_callable(spec),
+    "kwargs": {...}}``. A bad spec or kwargs that do not survive a JSON round trip raise
+    :class:`~debugkit.errors.InvalidInputError`; a module that cannot be located warns."""
+    import json
+    import warnings
+
+    from ..errors import DebugkitWarning, InvalidInputError
+    from .capture import describe_callable
+
+    entry = describe_callable(spec)
+    try:
+        out = dict(kwargs or {})
+        if json.loads(json.dumps(out, allow_nan=False)) != out:
+            raise ValueError("values change in a JSON round trip (tuples, non-string keys)")
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(MSG_DATASET_KWARGS.format(error=exc)) from None
+    if entry is not None and entry.get("sha256") is None:
+        warnings.warn(MSG_DATASET_NOT_FOUND.format(spec=spec, module=entry["module"]),
+                      DebugkitWarning, stacklevel=4)
+    return {"code": entry, "kwargs": out}
+
+
+def collate_code(fn) -> dict:
+    """What a capture records of a loader's ``collate_fn``: ``{"spec", "code", "why_not"}``.
+
+    ``spec`` is ``module:qualname`` (a script's ``__main__`` resolved as
+    :func:`debugkit.recorder.codespec.callable_spec` does) or, for a callable replay
+    cannot import, its ``module:qualname`` as it reads; ``code`` its file and SHA-256
+    (:func:`~debugkit.recorder.capture.describe_callable`) when it is importable, else
+    None with ``why_not`` saying why (a lambda, a closure, a callable object...).
+    """
+    from .capture import describe_callable
+    from .codespec import callable_spec
+
+    if fn is None:
+        return {"spec": None, "code": None, "why_not": "the loader has no collate_fn"}
+    spec, why = callable_spec(fn)
+    if spec is None:
+        shown = f"{getattr(fn, '__module__', None) or type(fn).__module__}:" \
+                f"{getattr(fn, '__qualname__', None) or type(fn).__qualname__}"
+        return {"spec": shown, "code": None, "why_not": why}
+    return {"spec": spec, "code": describe_callable(spec), "why_not": None}

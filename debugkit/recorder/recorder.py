@@ -388,6 +388,7 @@ class Recorder:
         # the Replay page can say which guard would have stopped the failing batch.
         self._specs = SpecSampler()
         self._datasets_seen: dict = {}
+        self._dataset_code: dict = {}  # id(dataset) -> (dataset, its factory's identity)
         self._data_record = {"datasets": []}
         self._writer_dir = rank_dir
         self._hooks = []
@@ -503,14 +504,45 @@ class Recorder:
             raise InvalidInputError(f"event kind={kind!r}: expected a non-empty string")
         self._writer.event(kind, **fields)
 
-    def track(self, loader):
+    def track(self, loader, *, dataset_factory=None, dataset_kwargs=None):
         """Wrap a DataLoader so that captures know each batch's dataset indices.
 
         The first time a dataset is seen, rank 0 also writes its length and a fingerprint
         of a few sampled items into ``data.json`` (see :mod:`debugkit.recorder.datafp`).
+
+        Parameters
+        ----------
+        loader : torch.utils.data.DataLoader
+        dataset_factory : str, optional
+            ``"module:callable"`` that rebuilds ``loader.dataset`` as
+            ``dataset_factory(**dataset_kwargs)``, the way ``model_factory`` rebuilds the
+            model. A failure raised while the loader fetched or collated a batch then
+            records it (with its file's SHA-256), and ``debugkit replay`` re-fetches the
+            batch's dataset indices from the rebuilt dataset, compares them with the
+            captured samples and collates them again (see :meth:`set_dataset_factory`).
+        dataset_kwargs : dict, optional
+            Its keyword arguments (plain JSON data).
         """
-        self._record_dataset(getattr(loader, "dataset", None))
+        dataset = getattr(loader, "dataset", None)
+        if dataset_factory is not None:
+            self.set_dataset_factory(dataset, dataset_factory, dataset_kwargs)
+        self._record_dataset(dataset)
         return track_loader(loader, self._set_next_indices, self.capture_data_failure)
+
+    def set_dataset_factory(self, dataset, dataset_factory, dataset_kwargs=None) -> None:
+        """Record how to rebuild ``dataset`` for replay: ``dataset_factory(**dataset_kwargs)``.
+
+        :meth:`track` calls it; framework callbacks (``dataset_factory=`` of the Lightning
+        and Hugging Face callbacks) call it for the loader the framework iterates. The
+        spec is located (not imported) and its file's SHA-256 recorded; replay runs it
+        only when the file is unchanged and lies in a folder the viewer allows
+        (:mod:`debugkit.replay.policy`), in a child process.
+        """
+        from .dataload import dataset_code
+
+        if dataset is None:
+            raise InvalidInputError("set_dataset_factory(): the loader has no dataset to rebuild")
+        self._dataset_code[id(dataset)] = (dataset, dataset_code(dataset_factory, dataset_kwargs))
 
     def checkpoint(self, step=None, extra=None, *, keep_last=None) -> dict | None:
         """Write the model's (and optimizer's) state into ``checkpoints/`` atomically.
@@ -623,14 +655,24 @@ class Recorder:
             return None
         step = self._step_no
         try:
-            from .dataload import describe_failed_batch
+            from .dataload import TORCH_COLLATE, collate_code, describe_failed_batch
 
-            info = describe_failed_batch(getattr(loader, "dataset", None), indices, exc) \
+            collate = collate_code(getattr(loader, "collate_fn", None))
+            info = describe_failed_batch(getattr(loader, "dataset", None), indices, exc,
+                                         stacks=collate["spec"] in TORCH_COLLATE) \
                 if getattr(loader, "dataset", None) is not None else {"phase": "unknown", "samples": []}
             items = info.pop("items", None)
-            fn = getattr(loader, "collate_fn", None)
-            info["collate_fn"] = (f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', '?')}"
-                                  if fn is not None else None)
+            code = dict(self._code)
+            info["collate_fn"] = collate["spec"]
+            if collate["spec"] not in TORCH_COLLATE:  # torch's own needs no identity
+                if collate["code"] is not None:
+                    code["collate_fn"] = collate["code"]
+                else:
+                    info["collate_fn_not_replayable"] = collate["why_not"]
+            held = self._dataset_code.get(id(getattr(loader, "dataset", None)))
+            if held is not None and held[1]["code"] is not None:
+                code["dataset_factory"] = held[1]["code"]
+                info["dataset_kwargs"] = held[1]["kwargs"]
             info["num_workers"] = int(getattr(loader, "num_workers", 0) or 0)
             st = _Step(self, items, indices, step)
             text = str(exc)
@@ -641,7 +683,7 @@ class Recorder:
             fid = write_capture(
                 self.run_dir, kind="data_loading", step=step, rank=self.rank,
                 world_size=self.world_size, device=str(self.device), exc=exc, batch=items,
-                code=self._code, dataset_indices=indices, message=text,
+                code=code, dataset_indices=indices, message=text,
                 extra={"num_classes": self.num_classes, "data_loading": info})
             self._writer.event("failure", step=st.step, failure=fid, error_type=type(exc).__name__,
                                message=str(exc)[:2000], phase=info.get("phase"))

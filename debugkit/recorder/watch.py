@@ -160,16 +160,23 @@ class Watch:
         """Record scalars for the open step (see :meth:`debugkit.Recorder.log`)."""
         self.recorder.log(**scalars)
 
-    def track(self, loader):
-        """Wrap a DataLoader so that captures name their dataset indices."""
-        return self.recorder.track(loader)
+    def track(self, loader, *, dataset_factory=None, dataset_kwargs=None):
+        """Wrap a DataLoader so that captures name their dataset indices (and, with
+        ``dataset_factory``, replay can rebuild the dataset: see
+        :meth:`debugkit.Recorder.track`)."""
+        return self.recorder.track(loader, dataset_factory=dataset_factory,
+                                   dataset_kwargs=dataset_kwargs)
 
-    def track_in_place(self, loader) -> bool:
+    def track_in_place(self, loader, *, dataset_factory=None, dataset_kwargs=None) -> bool:
         """Name dataset indices for a loader that a framework iterates itself (the HF
         Trainer's): each training-mode forward of the model takes the next index list
-        the loader's batch sampler handed out. Returns whether it could be tracked."""
+        the loader's batch sampler handed out. Returns whether it could be tracked.
+        ``dataset_factory``: as for :meth:`track`."""
         from .tracking import track_in_place
 
+        if dataset_factory is not None:
+            self.recorder.set_dataset_factory(getattr(loader, "dataset", None), dataset_factory,
+                                              dataset_kwargs)
         self._index_sink = track_in_place(loader)
         self._index_loader = loader if self._index_sink is not None else None
         return self._index_sink is not None

@@ -139,7 +139,7 @@ def replay(run, failure_id: str | None = None, *, device: str = "auto", allow_co
            progress: Callable[[str], None] | None = None,
            search_path: list[str] | None = None, cross_check: bool = True,
            checkpoint: int | None = None, code_roots: list | None = None,
-           code_hint: str | None = None, import_roots=()) -> dict:
+           code_hint: str | None = None, import_roots=(), refetch: bool = True) -> dict:
     """Replay one captured failure and return the report.
 
     Parameters
@@ -176,6 +176,11 @@ def replay(run, failure_id: str | None = None, *, device: str = "auto", allow_co
     import_roots : list of path, optional
         Folders searched first for the capture's modules, here and on the replay
         process's ``sys.path`` (the command line's ``--code-root``, which allows them too).
+    refetch : bool
+        For a failure raised while the DataLoader fetched or collated a batch: rebuild the
+        dataset with the capture's ``dataset_factory`` (verified and allowed like a model
+        factory) and fetch the batch's indices again (:mod:`debugkit.replay.dataload`).
+        False collates the captured samples only (no code of the run runs).
 
     Raises
     ------
@@ -198,7 +203,10 @@ def replay(run, failure_id: str | None = None, *, device: str = "auto", allow_co
 
             verify_files(record)
             cap = int(memory_mb * (1 << 20)) if memory_mb is not None else default_memory_cap()
-            return replay_data_loading(record, timeout_s=t, cap=cap, progress=progress)
+            return replay_data_loading(record, timeout_s=t, cap=cap, progress=progress,
+                                       code_roots=code_roots, allow_code=allow_code,
+                                       search_path=search_path, import_roots=import_roots,
+                                       hint=code_hint, refetch=refetch)
         state_file = None
         if checkpoint is not None:
             state_file = str(stack.enter_context(local_copy(checkpoint_weights(run, checkpoint))))

@@ -89,6 +89,11 @@ def advice_for(report: dict) -> list[str]:
         dl = report.get("data_loading") or {}
         tip = _name(dl.get("advice"), "make every sample of a batch the same structure, shape and dtype")
         out.append(f"The DataLoader could not build the batch ({where}): {tip}.")
+    if failed("refetch"):
+        out.append("The dataset serves other samples at these indices than the run read: the data "
+                   "or the dataset code changed since the run, so this replay shows today's data. "
+                   "To replay the run's own batch, rebuild the dataset from the data as it was "
+                   "(version the data files, or record a snapshot's path in dataset_kwargs).")
     if failed("labels"):
         what = detail.split(";")[0] if cul.get("input") and detail else _name(
             checks["labels"].get("detail"), "some labels are outside [0, num_classes)")

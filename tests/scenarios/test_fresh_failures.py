@@ -114,6 +114,10 @@ def test_collate_failure_in_a_worker_is_a_capture_naming_the_odd_sample(audio_ru
     assert "__getitem__" in " ".join(rep["advice"])
     text = debugkit(audio_run, "replay", "run", "--code-root", ".").stdout
     assert "sample 5 (dataset index 77)" in text and "to do:" in text
+    # no dataset_factory recorded: the captured samples are collated, and the text says
+    # what to pass to have them fetched again
+    assert rep["ran"]["mode"] == "collate"
+    assert "rec.track(loader, dataset_factory='module:callable'" in text
 
 
 # ------------------------------------------------ Lightning as the docs write it
@@ -224,3 +228,63 @@ def test_collate_failure_shows_and_replays_on_the_dashboard(audio_run, monkeypat
     metrics = {m.label: m.value for m in at.metric}
     assert (metrics["Reproduced"], metrics["Sample"], metrics["Dataset index"]) == ("yes", "5", "77")
     assert any("return the same structure for every index" in w.value for w in at.warning)
+
+
+# ------------------------------- a custom collate_fn's failure, fetched again by replay
+@pytest.fixture(scope="module")
+def gps_run(tmp_path_factory):
+    return _job(tmp_path_factory, "gps_tracks", 1)
+
+
+@pytest.mark.slow
+def test_custom_collate_failure_is_fetched_again_and_names_the_odd_track(gps_run):
+    from debugkit.replay.dataload import MSG_NO_DATASET_FACTORY
+
+    info = json.loads(debugkit(gps_run, "info", "run", "--json").stdout)
+    assert [(f["kind"], f["step"], f["dataset_indices"]) for f in info["failures"]] == \
+        [("data_loading", 5, list(range(80, 96)))]
+    fs = findings(gps_run)
+    dl = fs[0]["evidence"]["data_loading"]
+    # the tracks' lengths differ (the collate_fn pads them): only the 3-column track is odd
+    assert (dl["phase"], dl["odd_positions"], dl["odd_dataset_indices"]) == ("collate", [13], [93])
+    rep = replay(gps_run)
+    assert rep["reproduced"] is True and rep["same_error"] is True
+    assert rep["ran"]["mode"] == "refetch"
+    assert "gps_tracks:make_dataset(path='tracks.jsonl')" in rep["ran"]["detail"]
+    assert [(c["name"], c["ok"]) for c in rep["checks"]] == [("refetch", True), ("collate", False)]
+    c = rep["culprit"]
+    assert (c["op"], c["sample_index"], c["dataset_index"]) == ("collate", 13, 93)
+    assert rep["culprit_positions"] == [13]
+    assert "sample 13 (dataset index 93): [0]: Tensor [6, 3] float32" in c["detail"]
+    assert rep["data_loading"]["dataset_factory"] == "gps_tracks:make_dataset"
+    assert rep["data_loading"]["collate_fn"] == "gps_tracks:collate_tracks"
+    assert rep["data_loading"]["refetch"]["mismatched"] == []
+    assert MSG_NO_DATASET_FACTORY not in rep["notes"]
+    # without --code-root the code is outside the allowed folders: the captured samples
+    # are used, and both refusals are said
+    out = debugkit(gps_run, "replay", "run", "--json").stdout
+    refused = json.loads(out)
+    assert refused["ran"]["mode"] == "collate" and refused["reproduced"] is False
+    assert any("the dataset was not rebuilt" in n and "--code-root" in n for n in refused["notes"])
+    assert [(ch["name"], ch["ok"]) for ch in refused["checks"]] == [("collate", None)]
+    assert "outside the folders whose code this replay may run" in refused["checks"][0]["detail"]
+
+
+@pytest.mark.slow
+def test_a_dataset_that_changed_since_the_run_is_a_replay_finding(gps_run, tmp_path):
+    import shutil
+
+    copy = tmp_path / "gps"
+    shutil.copytree(gps_run, copy)
+    rows = [json.loads(line) for line in (copy / "tracks.jsonl").read_text().splitlines()]
+    rows[93]["points"] = [p[:2] for p in rows[93]["points"]]  # the altitude column dropped
+    (copy / "tracks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rep = replay(copy)
+    assert rep["reproduced"] is False
+    assert [(c["name"], c["ok"]) for c in rep["checks"]] == [("refetch", False), ("collate", True)]
+    assert rep["data_loading"]["refetch"]["mismatched"] == [
+        {"position": 13, "dataset_index": 93,
+         "what": "[0]: float32 [6, 3] in the capture, float32 [6, 2] now"}]
+    assert "the dataset changed since the run" in rep["checks"][0]["detail"]
+    assert "the batch the dataset serves now is fine" in rep["checks"][1]["detail"]
+    assert any("changed since the run" in a for a in rep["advice"])
