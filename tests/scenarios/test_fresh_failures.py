@@ -288,3 +288,64 @@ def test_a_dataset_that_changed_since_the_run_is_a_replay_finding(gps_run, tmp_p
     assert "the dataset changed since the run" in rep["checks"][0]["detail"]
     assert "the batch the dataset serves now is fine" in rep["checks"][1]["detail"]
     assert any("changed since the run" in a for a in rep["advice"])
+
+
+# ---------------------------------------------- the rank that skipped a collective
+@pytest.fixture(scope="module")
+def skipped_reduce_run(tmp_path_factory):
+    import sys
+
+    from tests.scenarios.test_scenarios import JOBS, _run
+
+    cwd = tmp_path_factory.mktemp("skipped_reduce")
+    proc = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                 "--monitor-interval", "20", str(JOBS / "skipped_reduce.py"), "--out", "run"], cwd)
+    assert proc.returncode != 0
+    return cwd
+
+
+@pytest.mark.slow
+def test_rank_that_skipped_a_collective_is_named_and_the_later_failure_linked(skipped_reduce_run):
+    fs = findings(skipped_reduce_run)
+    assert [(f["kind"], f["step"], f["rank"]) for f in fs] == \
+        [("collective_mismatch", 9, 0), ("step_failure", 19, 1)]
+    root, failure = fs
+    ev = root["evidence"]
+    # rank 0 is named (the rank that left its own usual count), not rank 1 that waited
+    assert ev["ranks"] == [0] and ev["direction"] == {"0": "skipped"}
+    assert ev["calls"] == {"0": 1, "1": 2} and ev["usual_calls"] == {"0": 2, "1": 2}
+    assert ev["collective"] == "all_reduce"
+    assert "rank 0 skipped an all_reduce at step 9" in root["message"]
+    assert [(c["step"], c["rank"]) for c in ev["consequences"]] == [(19, 1)]
+    assert failure["evidence"]["related"] == [{"kind": "collective_mismatch", "step": 9, "rank": 0,
+                                               "relation": "cause"}]
+    assert "straggler" not in _kinds(fs) and "rank_divergence" not in _kinds(fs)
+    text = debugkit(skipped_reduce_run, "diagnose", "run").stdout
+    assert "rank 0 skipped an all_reduce at step 9" in text
+
+
+# ------------------- the HF Trainer's collator failing, captured through sys.excepthook
+@pytest.fixture(scope="module")
+def hf_tickets_run(tmp_path_factory):
+    return _job(tmp_path_factory, "hf_tickets", 1)
+
+
+@pytest.mark.slow
+def test_hf_collator_failure_ending_the_script_is_captured_and_fetched_again(hf_tickets_run):
+    info = json.loads(debugkit(hf_tickets_run, "info", "run", "--json").stdout)
+    assert info["status"] == "failed"
+    # the Trainer's shuffled sampler, tracked in place: no w.track in the script
+    assert [(f["kind"], f["step"], f["dataset_indices"]) for f in info["failures"]] == \
+        [("data_loading", 6, [63, 14, 16, 0, 2, 33, 47, 57])]
+    fs = findings(hf_tickets_run)
+    assert [(f["kind"], f["step"]) for f in fs] == [("step_failure", 6)]
+    dl = fs[0]["evidence"]["data_loading"]
+    assert (dl["phase"], dl["odd_positions"], dl["odd_dataset_indices"]) == ("collate", [7], [57])
+    rep = replay(hf_tickets_run)
+    assert rep["reproduced"] is True and rep["same_error"] is True
+    assert rep["ran"]["mode"] == "refetch"
+    assert "hf_tickets:make_dataset(n=96, seed=4)" in rep["ran"]["detail"]
+    assert [(c["name"], c["ok"]) for c in rep["checks"]] == [("refetch", True), ("collate", False)]
+    c = rep["culprit"]
+    assert (c["op"], c["sample_index"], c["dataset_index"]) == ("collate", 7, 57)
+    assert "['queue'][0]: int, ['queue'][1]: int" in c["detail"]
