@@ -189,7 +189,12 @@ def _findings(path: str, sig: tuple, sources: tuple | None, config: str, _inputs
     import json
 
     from debugkit.diagnose import diagnose
+    from debugkit.diagnose.run_summaries import cached_findings
 
+    if config == "{}":  # the default thresholds: what the run list's index holds, if it does
+        found = cached_findings(path, sig, sources)
+        if found is not None:
+            return found
     return diagnose(_open(path), json.loads(config), sources=None if sources is None else list(sources),
                     inputs=_inputs)
 
@@ -199,7 +204,10 @@ def findings(path: str, *, sources=None, config: dict | None = None, inputs: dic
     the run's files): the one way a page gets findings. ``sources`` keeps to some of
     :data:`debugkit.diagnose.SOURCES` (a page's area), ``config`` is the page's thresholds
     by source, ``inputs`` what the page has already read from this run (by source; they
-    follow from the run's files, so they are not part of the cache key). Raises
+    follow from the run's files, so they are not part of the cache key). With the default
+    thresholds (no ``config``) they come from the run list's index
+    (:func:`debugkit.diagnose.run_summaries.cached_findings`) when it holds the run as it is now,
+    so a new server shows them without running the detectors again. Raises
     ``DebugkitError`` for a run that cannot be read."""
     import json
 

@@ -37,7 +37,9 @@ def _findings(path: str, sig: tuple, config: tuple):
     """What `debugkit diagnose` finds about gradients and losses (with ``config``), and the
     run's step failures, in its order, from the cached matrices and scalars (read only
     when this is not cached)."""
-    return _data.findings(path, sources=("failures", "gradients"), config={"gradients": dict(config)},
+    changed = {k: v for k, v in config if v != DEFAULTS.get(k)}  # thresholds the visitor changed
+    return _data.findings(path, sources=("failures", "gradients"),
+                          config={"gradients": changed} if changed else None,
                           inputs={"gradients": {"matrices": _matrices(path, sig),
                                                 "scalars": _data.read_scalars(path)}})
 

@@ -24,8 +24,11 @@ MOMENTS = {"end": "at the end (exact)", "peak": "at the peak", "event": "at an e
 # ---------------------------------------------------------------------------- cached work
 def _findings(path: str, gpu_threshold: float, host_threshold: float) -> list:
     """What `debugkit diagnose` finds about memory, with the page's thresholds."""
-    return _data.findings(path, sources=("memory",), config={
-        "memory": {"gpu_threshold": gpu_threshold, "host_threshold": host_threshold}})
+    from debugkit.analysis.memory import DEFAULTS
+
+    cfg = {"gpu_threshold": gpu_threshold, "host_threshold": host_threshold}
+    changed = {k: v for k, v in cfg.items() if v != DEFAULTS.get(k)}  # thresholds the visitor changed
+    return _data.findings(path, sources=("memory",), config={"memory": changed} if changed else None)
 
 
 def _snap_key(p: str) -> tuple:

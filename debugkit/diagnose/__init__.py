@@ -44,13 +44,22 @@ def diagnose(run, config: dict[str, Any] | None = None, *, sources: list[str] | 
         ``collect`` as keywords (the dashboard's cached tables, e.g.
         ``{"gradients": {"matrices": ..., "scalars": ...}}``).
     """
+    found = collect_by_source(run, config, sources=sources, inputs=inputs)
+    return arrange([f for name in found for f in found[name]])
+
+
+def collect_by_source(run, config: dict[str, Any] | None = None, *, sources: list[str] | None = None,
+                      inputs: dict[str, dict] | None = None) -> dict[str, list[Finding]]:
+    """What each source finds, before :func:`arrange` (``{source: findings}``, in the
+    order of :data:`SOURCES`); the arguments are :func:`diagnose`'s. The run-list index
+    keeps this, so a page can show its sources' findings without running them again."""
     config = config or {}
     inputs = inputs or {}
-    out: list[Finding] = []
+    out: dict[str, list[Finding]] = {}
     for name in SOURCES if sources is None else [s for s in SOURCES if s in sources]:
         mod = importlib.import_module(f"{__name__}.{name}")
-        out.extend(mod.collect(run, config.get(name, {}), **inputs.get(name, {})))
-    return arrange(out)
+        out[name] = list(mod.collect(run, config.get(name, {}), **inputs.get(name, {})))
+    return out
 
 
 def arrange(findings: list[Finding]) -> list[Finding]:

@@ -7,7 +7,9 @@ the most severe finding) in one small JSON file under the cache folder
 (``$DEBUGKIT_CACHE/index/``), keyed on a digest of the run's own files (relative path,
 size, modification stamp of each): a run that changes (a live run's appends, a new
 failure capture, an edited manifest) is analysed again; one that does not is read back.
-Nothing is written into the run folders.
+Nothing is written into the run folders. Each entry also keeps what every diagnose source
+found (:func:`cached_findings`), so a dashboard page opened on a new server shows a run's
+findings without running the detectors (or importing torch for a capture's batch) again.
 
 The signatures of all the runs under a root come from one listing of the root
 (:func:`store_signatures`): on an object store (an fsspec URL) that is one ``find``
@@ -34,8 +36,9 @@ from ..io.fs import as_path, is_local, list_tree, stamp_of
 
 log = logging.getLogger(__name__)
 
-INDEX_VERSION = 3  # 2: rows carry started, duration_s, tags and top_kind/_step/_layer;
-#                    3: kind, requests and error_rate (inference runs)
+INDEX_VERSION = 4  # 2: rows carry started, duration_s, tags and top_kind/_step/_layer;
+#                    3: kind, requests and error_rate (inference runs);
+#                    4: entries carry each source's findings (:func:`cached_findings`)
 INDEX_DIR = "index"
 # The columns of a run-list row (see :func:`summarize_run`).
 ROW_FIELDS = ("id", "name", "status", "steps", "failures", "path", "error", "errors",
@@ -140,7 +143,7 @@ def _entry_file(folder: Path, path: str) -> Path:
     return folder / (hashlib.sha256(str(path).encode()).hexdigest()[:32] + ".json")
 
 
-def _read_entry(file: Path, path: str, digest: str) -> dict | None:
+def _read_data(file: Path, path: str, digest: str) -> dict | None:
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -149,7 +152,12 @@ def _read_entry(file: Path, path: str, digest: str) -> dict | None:
             or data.get("debugkit") != __version__ or data.get("path") != str(path) \
             or data.get("signature") != digest or not isinstance(data.get("row"), dict):
         return None
-    return data["row"]
+    return data
+
+
+def _read_entry(file: Path, path: str, digest: str) -> dict | None:
+    data = _read_data(file, path, digest)
+    return data["row"] if data is not None else None
 
 
 def findings_counts(found) -> dict:
@@ -183,10 +191,12 @@ def serving_counts(run, started: float | None = None) -> dict:
     return out
 
 
-def _analyse(entry, mirror: Path | None = None) -> dict:
+def _analyse(entry, mirror: Path | None = None) -> tuple[dict, dict | None]:
+    """The run-list row of a run and what each diagnose source found (None when the run
+    cannot be analysed)."""
     from ..io import served_runs
     from ..io.run import open_run
-    from . import diagnose
+    from . import arrange, collect_by_source
 
     if mirror is not None:  # a run in an object store, read from its local copy
         row = served_runs.summarize(served_runs.RunEntry(entry.id, mirror, entry.root))
@@ -198,18 +208,57 @@ def _analyse(entry, mirror: Path | None = None) -> dict:
                 "top_layer": None, "kind": None, "requests": None, "error_rate": None})
     if row["error"] is not None:
         row["top"] = f"cannot analyse: {row['error']}"
-        return row
+        return row, None
+    by_source = None
     try:
         run = open_run(entry.path)
         row.update(serving_counts(run, row.get("started")))
-        row.update(findings_counts(diagnose(run)))
+        by_source = collect_by_source(run)
+        row.update(findings_counts(arrange([f for fs in by_source.values() for f in fs])))
     except DebugkitError as exc:
         row["top"] = f"cannot analyse: {exc}"
     except Exception as exc:  # noqa: BLE001 - one bad run is one row, never the whole list
         log.exception("analysing run %s for the run list", entry.id)
         row["top"] = "cannot analyse: " + MSG_RUN_UNEXPECTED.format(
             run=entry.id, type=type(exc).__name__, detail=exc)
-    return row
+        by_source = None
+    return row, by_source
+
+
+def _storable(by_source: dict) -> dict:
+    """``{source: [finding dicts]}`` of the sources whose findings read back from JSON
+    exactly as they are (a tuple, a non-string key or an array in the evidence would not:
+    that source is left out, and a page runs it itself)."""
+    out = {}
+    for name, found in by_source.items():
+        dicts = [f.to_dict() for f in found]
+        try:
+            if json.loads(json.dumps(dicts)) == dicts:
+                out[name] = dicts
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+def cached_findings(path: str, sig: tuple, sources=None, *, folder: Path | None = None) -> list | None:
+    """What ``diagnose(run, sources=sources)`` gives for the run at ``path`` whose files
+    signature is ``sig`` (default thresholds), from the index, or None when the index
+    does not hold the run as it is now."""
+    from ..analysis.findings import Finding
+    from . import SOURCES, arrange
+
+    folder = index_dir() if folder is None else folder
+    data = _read_data(_entry_file(folder, str(path)), str(path), signature_digest(sig))
+    stored = data.get("findings") if data is not None else None
+    if not isinstance(stored, dict):
+        return None
+    names = [s for s in SOURCES if sources is None or s in sources]
+    if any(not isinstance(stored.get(n), list) for n in names):
+        return None
+    try:
+        return arrange([Finding(**d) for n in names for d in stored[n]])
+    except (TypeError, ValueError):
+        return None  # an entry this version cannot read: analyse again
 
 
 def summarize_run(entry, sig: tuple | None = None, *, folder: Path | None = None,
@@ -248,13 +297,19 @@ def summarize_run(entry, sig: tuple | None = None, *, folder: Path | None = None
         if row.get("status") == fmt.STATE_RUNNING:
             row["status"] = _live_status(entry, row["status"])
         return row
-    row = _analyse(entry, mirror)
+    row, by_source = _analyse(entry, mirror)
+    data = {"version": INDEX_VERSION, "debugkit": __version__, "path": str(entry.path),
+            "signature": digest, "row": {k: row.get(k) for k in ROW_FIELDS}}
+    if by_source is not None:
+        data["findings"] = _storable(by_source)
     try:
-        atomic_write_json(file, {"version": INDEX_VERSION, "debugkit": __version__,
-                                 "path": str(entry.path), "signature": digest,
-                                 "row": {k: row.get(k) for k in ROW_FIELDS}})
-    except OSError:
-        pass  # a read-only cache folder: the list still shows, just not faster next time
+        atomic_write_json(file, data)
+    except (OSError, TypeError, ValueError):
+        try:  # findings whose evidence JSON cannot hold: the row alone
+            data.pop("findings", None)
+            atomic_write_json(file, data)
+        except (OSError, TypeError, ValueError):
+            pass  # a read-only cache folder: the list still shows, just not faster next time
     return {**row, "cached": False}
 
 

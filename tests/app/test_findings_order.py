@@ -63,3 +63,39 @@ def test_checkpoints_shows_its_findings_in_the_order_debugkit_diagnose_prints(tm
     train_with_checkpoints(tmp_path / "frozen", freeze_first=True)
     _check("checkpoints", tmp_path / "frozen", ("nonfinite_weights", "frozen_layer"),
            run_path=tmp_path / "frozen")
+
+
+def test_a_new_server_shows_a_listed_runs_findings_from_the_index():
+    """After Home has listed the runs (the index holds what every diagnose source found),
+    a page on a new server (no Streamlit cache) shows the same cards without running a
+    detector: no torch import for the capture's batch, no gradient analysis."""
+    import importlib
+
+    import streamlit as st
+
+    failures_source = importlib.import_module("debugkit.diagnose.failures")
+    gradient_source = importlib.import_module("debugkit.diagnose.gradients")
+
+    run = "digits-exploding"
+    expected = [f for f in _diagnose(ROOT / "sample_runs" / run)
+                if f[0] in ("exploding_grad", "loss_spike", "nonfinite_grad", "step_failure")]
+    open_page(None)  # Home: the run list fills the index
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    calls = []
+
+    def refuse(*a, **k):
+        calls.append(1)
+        raise AssertionError("a detector ran")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(failures_source, "collect", refuse)
+        mp.setattr(gradient_source, "collect", refuse)
+        at = open_page("gradients", run=run)
+        assert _cards(at) == expected
+        assert not calls
+    # changed thresholds are not what the index holds: the detectors run
+    explode = next(n for n in at.number_input if n.label == "explode_factor")
+    explode.set_value(12.0).run()
+    assert not at.exception
+    assert [k for k, *_ in _cards(at)].count("nonfinite_grad") == 1
