@@ -39,6 +39,10 @@ SHOTS = [
     ("replay", "/replay?run=digits-bad-label", "Replay"),
     ("compare", "/compare?run=digits-compare-lr&base=digits-compare-base", "Compare runs"),
     ("audit", "/audit?run=credit-audit", "Bias audit"),
+    # an inference run (debugkit.serve): requests on the x axis
+    ("serving-overview", "/overview?run=serve-leak", "Latency: rolling percentiles"),
+    ("serving-memory", "/memory?run=serve-leak", "Host memory after each request"),
+    ("serving-replay", "/replay?run=serve-leak&failure=r0-000-req0000707-nonfinite", "called as"),
 ]
 
 # Wait until Streamlit has finished the script run, no element is still a loading

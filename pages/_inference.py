@@ -42,8 +42,8 @@ def _views(path: str, sig: tuple, window: int) -> dict:
         compute_latency_windows,
         compute_outcome_counts,
         order_requests,
-        summarize_requests,
     )
+    from debugkit.analysis.serving import summarize_requests
 
     req = order_requests(_data.read_requests(path))
     return {"requests": req, "windows": compute_latency_windows(req, window),
@@ -93,14 +93,16 @@ def render_overview(path: str, info: dict) -> None:
         st.warning("The service's process went away without closing the run (killed, or its "
                    "machine died). Every request flushed before that is shown.")
     s = v["summary"]
+    n, by, lat = s["requests"], s["by_outcome"], s["latency_ms"] or {}
+    failed = by.get("error", 0) + by.get("nonfinite", 0)
     c = st.columns(6)
-    c[0].metric("Requests", f"{s['requests']:,}")
-    c[1].metric("Error rate", "—" if s["error_rate"] is None else f"{s['error_rate']:.2%}",
-                help=f"{s['errors']:,} errors and {s['nonfinite']:,} non-finite outputs")
-    c[2].metric("Fallbacks", f"{s['fallbacks']:,}",
-                help=None if s["fallback_rate"] is None else f"{s['fallback_rate']:.2%} of requests")
-    c[3].metric("p50 latency", _fmt_ms(s["p50_ms"]))
-    c[4].metric("p99 latency", _fmt_ms(s["p99_ms"]), help=f"p95 {_fmt_ms(s['p95_ms'])}")
+    c[0].metric("Requests", f"{n:,}")
+    c[1].metric("Error rate", f"{failed / n:.2%}" if n else "—",
+                help=f"{by.get('error', 0):,} errors and {by.get('nonfinite', 0):,} non-finite outputs")
+    c[2].metric("Fallbacks", f"{by.get('fallback', 0):,}",
+                help=f"{by.get('fallback', 0) / n:.2%} of requests" if n else None)
+    c[3].metric("p50 latency", _fmt_ms(lat.get("p50")))
+    c[4].metric("p99 latency", _fmt_ms(lat.get("p99")), help=f"p95 {_fmt_ms(lat.get('p95'))}")
     c[5].metric("Captures", len(failures), help="failing requests captured for replay")
     if not s["requests"]:
         st.info("No request recorded yet: `debugkit.serve` writes rows every `flush_every_s`.",
@@ -115,7 +117,7 @@ def render_overview(path: str, info: dict) -> None:
         event = _ui.chart(build_latency_figure(v["requests"], v["windows"]), key="latency",
                           on_select="rerun", selection_mode="points")
         _follow_click(event, _runs.run_id_for(path), by_id)
-        if s["errors"] or s["nonfinite"] or s["fallbacks"]:
+        if failed or by.get("fallback"):
             _ui.chart(build_outcome_figure(v["counts"]), key="outcomes")
     _failing_requests(path, failures)
     _findings(path)
@@ -292,8 +294,12 @@ def show_request_culprit(report: dict) -> None:
     st.error(_ui.md(q["detail"]), icon=":material/target:")
     c = st.columns(4)
     c[0].metric("Input field", q.get("field") or "—")
-    c[1].metric("Token id", "—" if q.get("token_id") is None else str(q["token_id"]),
-                help=None if q.get("vocab_size") is None else f"vocabulary [0, {q['vocab_size']})")
+    if q.get("value") is not None and q.get("token_id") is None:
+        c[1].metric("Value", f"{q['value']:g}", help="the one-element input that reached the op "
+                                                    "which turned finite values into NaN/Inf")
+    else:
+        c[1].metric("Token id", "—" if q.get("token_id") is None else str(q["token_id"]),
+                    help=None if q.get("vocab_size") is None else f"vocabulary [0, {q['vocab_size']})")
     c[2].metric("Position", "—" if q.get("position") is None else str(q["position"]))
     c[3].metric("Shape", "—" if q.get("shape") is None else
                 f"{q.get('dtype') or ''}[{', '.join(map(str, q['shape']))}]")

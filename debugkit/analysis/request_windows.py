@@ -1,5 +1,6 @@
-"""An inference run's requests in order: rolling latency percentiles, outcome counts per
-window of requests, and a summary (for the Overview, Memory and Home pages).
+"""An inference run's requests in order: rolling latency percentiles and outcome counts
+per window of requests (for the Overview and Memory pages; the run's totals are
+:func:`debugkit.analysis.serving.summarize_requests`).
 
 Pure functions over :meth:`debugkit.io.run.Run.requests` (columns ``request, rank,
 wall_time, latency_ms, outcome, fallback, error_type, signature, input_numel,
@@ -99,20 +100,3 @@ def compute_outcome_counts(requests: pd.DataFrame, bins: int = 60) -> pd.DataFra
         out[o] = counts[o].astype("int64")
     out["failed"] = out["error"] + out["nonfinite"] + out["fallback"]
     return out.reset_index(drop=True)[cols]
-
-
-def summarize_requests(requests: pd.DataFrame) -> dict:
-    """The run's requests in numbers: ``requests``, ``errors``, ``nonfinite``, ``fallbacks``,
-    ``error_rate`` (errors and non-finite outputs over requests; None without requests),
-    ``fallback_rate``, ``p50_ms``, ``p95_ms``, ``p99_ms`` (over every request; None
-    without requests), ``first_time`` and ``last_time`` (wall times)."""
-    n = int(len(requests))
-    counts = requests["outcome"].value_counts() if n else pd.Series(dtype="int64")
-    errors, nonfinite, fallbacks = (int(counts.get(k, 0)) for k in ("error", "nonfinite", "fallback"))
-    lat = requests["latency_ms"].astype("float64").to_numpy() if n else np.array([])
-    pct = {f"p{p}_ms": (float(np.percentile(lat, p)) if len(lat) else None) for p in PERCENTILES}
-    return {"requests": n, "errors": errors, "nonfinite": nonfinite, "fallbacks": fallbacks,
-            "error_rate": (errors + nonfinite) / n if n else None,
-            "fallback_rate": fallbacks / n if n else None, **pct,
-            "first_time": float(requests["wall_time"].min()) if n else None,
-            "last_time": float(requests["wall_time"].max()) if n else None}

@@ -98,8 +98,8 @@ def _print_text(rep: dict, advice: list[str], repro: str | None) -> None:
     fields = [f"{k}={c[k]}" for k in ("module", "op", "input", "sample_index", "dataset_index")
               if c.get(k) is not None]
     if q:
-        fields = [f"{k}={q[k]}" for k in ("field", "token_id", "position", "shape", "dtype")
-                  if q.get(k) is not None] + [f"module={c['module']}"] * (c.get("module") is not None)
+        fields = [f"{k}={q[k]}" for k in ("field", "token_id", "value", "position", "shape", "dtype")
+                  if q.get(k) is not None] + [f"module={c['module']}"] * bool(c.get("module"))
     detail = (q or {}).get("detail") or c.get("detail")
     print(f"culprit:    {detail or 'none found'}" + (f"\n            {', '.join(fields)}" if fields else ""))
     print("checks:")

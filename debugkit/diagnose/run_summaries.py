@@ -181,11 +181,14 @@ def serving_counts(run, started: float | None = None) -> dict:
 
     if run.kind != fmt.KIND_INFERENCE:
         return {"kind": run.kind, "requests": None, "error_rate": None}
-    from ..analysis.request_windows import summarize_requests
+    from ..analysis.serving import summarize_requests
 
-    s = summarize_requests(run.requests())
-    out = {"kind": run.kind, "requests": s["requests"], "error_rate": s["error_rate"]}
-    last = s["last_time"]
+    req = run.requests()
+    s = summarize_requests(req)
+    n, by = s["requests"], s["by_outcome"]
+    out = {"kind": run.kind, "requests": n,
+           "error_rate": (by.get("error", 0) + by.get("nonfinite", 0)) / n if n else None}
+    last = float(req["wall_time"].max()) if n else None
     if started is not None and last is not None and math.isfinite(last) and last >= started:
         out["duration_s"] = round(last - started, 3)
     return out

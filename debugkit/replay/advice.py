@@ -161,6 +161,9 @@ def _request_advice(req: dict) -> str:
     what = f"`{field}`" if field and field != "inputs" else "the input"
     if req.get("token_id") is not None and req.get("vocab_size") is not None:
         rule = f"reject token ids outside [0, {req['vocab_size']}) in {what}"
+    elif req.get("value") is not None:
+        rule = (f"refuse a {what} of {req['value']:g} (the value that made the output "
+                "non-finite) and any other value outside the range the model is meant for")
     elif req.get("shape") is not None:
         rule = f"check the shape and dtype of {what} against what the model takes"
     else:

@@ -241,7 +241,9 @@ def run_pass(model, batch, mode, step_fn, probe, device, *, anomaly: bool,
             warnings.simplefilter("always")
             with torch.autograd.set_detect_anomaly(anomaly, check_nan=True):
                 if mode == "request":
-                    with torch.no_grad():
+                    from .probes import nonfinite_op_watch
+
+                    with torch.no_grad(), nonfinite_op_watch(probe):
                         output = call_model(model, batch, call or "single")
                     out["outputs_nonfinite"] = nonfinite_outputs(output)
                     loss = None
@@ -458,7 +460,7 @@ def _probe_findings(probe) -> dict:
             "shape_findings": probe.shape_findings, "forward_born": probe.forward_born,
             "forward_entry": probe.forward_entry, "backward": probe.backward,
             "output_width": probe.output_width, "output_absmax": probe.output_absmax,
-            "loss_op": probe.loss_op}
+            "loss_op": probe.loss_op, "nonfinite_op": getattr(probe, "nonfinite_op", None)}
 
 
 def main(argv: list[str] | None = None) -> int:

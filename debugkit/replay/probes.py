@@ -434,3 +434,47 @@ def loss_op_watch(probe: Probe):
             return out
 
     return _Watch()
+
+
+def nonfinite_op_watch(probe: Probe):
+    """A ``TorchFunctionMode`` for a replayed request's forward: records, in
+    ``probe.nonfinite_op``, the first torch op (inside the model's modules or not) whose
+    output holds NaN/Inf although every tensor it was given is finite, with the request
+    inputs among its operands (found by storage, as :meth:`Probe._input_path`):
+    ``{"op", "kind", "at", "module", "operands": [{"path", "shape", "value"}]}`` (``value``
+    for a one-element operand). It names the field that made the output non-finite
+    (``logits / temperature`` with ``temperature`` 0), which module-level probes cannot:
+    every module saw finite inputs."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    probe.nonfinite_op = None
+
+    class _Watch(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if probe.nonfinite_op is not None:
+                return out
+            try:
+                outs = [t for t in _tensors(out) if t.is_floating_point()]
+                bad = next((t for t in outs if not _finite(t.detach())), None)
+                if bad is None:
+                    return out
+                ins = [t for t in _tensors(list(args)) + _tensors(kwargs or {})
+                       if isinstance(t, torch.Tensor)]
+                if not all(_finite(t.detach()) for t in ins):
+                    return out
+                operands = []
+                for t in ins:
+                    path = probe._input_path(t)
+                    if path is not None:
+                        operands.append({"path": path, "shape": list(t.shape),
+                                         "value": float(t.detach().reshape(-1)[0]) if t.numel() == 1 else None})
+                probe.nonfinite_op = {"op": _op_name(func), "kind": _kind(bad.detach()), "at": _caller(),
+                                      "module": probe.frames[-1]["module"] if probe.frames else None,
+                                      "operands": operands}
+            except Exception:  # observing must never change the replayed request
+                pass
+            return out
+
+    return _Watch()

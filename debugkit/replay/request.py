@@ -9,16 +9,19 @@ culprit as a path into those inputs (``batch['input_ids']``) with a sample and a
 :func:`request_section` turns that into the ``request`` part of the report:
 
 ``{"request", "signature", "call", "outcome", "field", "token_id", "position",
-"vocab_size", "shape", "dtype", "detail"}``
+"vocab_size", "shape", "dtype", "value", "detail"}``
 
 ``field`` is the keyword (``input_ids``), ``args[i]`` or ``inputs``; ``token_id`` and
 ``position`` are set when an out-of-range index (an embedding's) is the culprit; ``shape``
-and ``dtype`` are the culprit input's, or the shape a module refused. Pure functions over
+and ``dtype`` are the culprit input's, or the shape a module refused; ``value`` is a
+one-element input that reached the op which turned finite values into NaN/Inf (a
+temperature of 0). Pure functions over
 the report's dicts (no torch).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidInputError
@@ -65,6 +68,10 @@ def _embedding(raw: dict | None, input_path: str | None) -> dict | None:
     return next((e for e in found if e.get("path") == input_path), found[0] if found else None)
 
 
+def _nonfinite_op(raw: dict | None) -> dict | None:
+    return ((raw or {}).get("diagnosis") or {}).get("nonfinite_op")
+
+
 def _shape_finding(raw: dict | None) -> dict | None:
     found = (((raw or {}).get("diagnosis") or {}).get("shape_findings")) or []
     return found[0] if found else None
@@ -79,7 +86,7 @@ def request_section(record: dict, raw: dict | None, report: dict,
         "request": req if isinstance(req, int) else record.get("step"),
         "signature": record.get("signature"), "call": call, "outcome": record.get("outcome"),
         "field": None, "token_id": None, "position": None, "vocab_size": None,
-        "shape": None, "dtype": None, "detail": None}
+        "shape": None, "dtype": None, "value": None, "detail": None}
     culprit = report.get("culprit") or {}
     if cross_check is not None and str(culprit.get("detail") or "").endswith("(found by the CPU cross-check)"):
         theirs = cross_check.get("request") or {}
@@ -114,6 +121,25 @@ def request_section(record: dict, raw: dict | None, report: dict,
         out["detail"] = (f"{what} has shape {out['shape']}" + (f"; `{f['module']}` expects {expected}"
                                                                 if f and expected else "")
                          if out["shape"] is not None else culprit.get("detail"))
+    elif _check(report, "finite_forward").get("ok") is False and (op := _nonfinite_op(raw)):
+        # every module saw finite inputs: the op that made NaN/Inf and the request's operand
+        o = next((x for x in op.get("operands") or []), None)
+        site = op.get("at") or {}
+        where = (f" at {Path(site['file']).name}:{site['line']} (`{site['code']}`)"
+                 if site.get("file") else "")
+        in_module = f" in `{op['module']}`" if op.get("module") else ""
+        if o is not None:
+            out["field"] = field_of(o["path"], call)
+            out["shape"] = o.get("shape")
+            if o["path"] in inputs:
+                out["dtype"] = inputs[o["path"]]["dtype"]
+            out["value"] = o.get("value")
+            val = f" = {o['value']:g}" if o.get("value") is not None else ""
+            out["detail"] = (f"{_phrase(out['field'])}{val} reaches {op['op']}{in_module}{where}, "
+                             f"which turns finite values into {op['kind']}")
+        else:
+            out["detail"] = (f"{op['op']}{in_module}{where} turns finite values into {op['kind']} "
+                             "(no request input among its operands)")
     elif _check(report, "finite_inputs").get("ok") is False:
         out["detail"] = f"{what} holds NaN/Inf" + (f" (shape {out['shape']})" if out["shape"] else "")
     elif _check(report, "dtype_device").get("ok") is False:

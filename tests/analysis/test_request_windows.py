@@ -11,7 +11,6 @@ from debugkit.analysis.request_windows import (
     compute_latency_windows,
     compute_outcome_counts,
     order_requests,
-    summarize_requests,
 )
 
 
@@ -56,7 +55,7 @@ def test_requests_are_ordered_by_start_time_over_ranks():
     assert o["latency_ms"].tolist() == [1.0, 10.0, 2.0, 20.0, 3.0]
 
 
-def test_outcome_counts_per_window_and_summary():
+def test_outcome_counts_per_window():
     outcomes = ["ok"] * 10
     outcomes[2] = "error"
     outcomes[3] = "fallback"
@@ -66,15 +65,9 @@ def test_outcome_counts_per_window_and_summary():
     c = compute_outcome_counts(df, bins=2)
     assert c[["seq_start", "seq_end", "ok", "error", "nonfinite", "fallback", "failed"]].values.tolist() == [
         [0, 4, 3, 1, 0, 1, 2], [5, 9, 3, 1, 1, 0, 2]]
-    s = summarize_requests(df)
-    assert (s["requests"], s["errors"], s["nonfinite"], s["fallbacks"]) == (10, 2, 1, 1)
-    assert s["error_rate"] == pytest.approx(0.3) and s["fallback_rate"] == pytest.approx(0.1)
-    assert s["p50_ms"] == pytest.approx(4.5)
 
 
 def test_no_requests():
     empty = _requests([])
     assert compute_latency_windows(empty).empty
     assert compute_outcome_counts(empty).empty
-    s = summarize_requests(empty)
-    assert s["requests"] == 0 and s["error_rate"] is None and s["p99_ms"] is None

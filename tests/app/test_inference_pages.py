@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from debugkit import open_run
+from tests.conftest import SAMPLE_RUNS
 from tests.serve_fixtures import record_service, tagger_traffic, write_project
 
 from ._apptest import open_page
@@ -119,3 +121,50 @@ def test_home_lists_the_inference_run_with_its_own_status(svc):
     assert row["requests"] == 300 and row["error_rate"] == pytest.approx(1 / 300)
     assert row["failures"] == 1
     assert rows["digits-mlp"]["kind"] == "training" and rows["digits-mlp"]["status"] == "finished"
+
+
+# sample_runs/serve-leak: examples/serve_leak.py's HTTP service under a bounded load, with a
+# handler that keeps every output (a leak), a bad token id and a zero temperature planted.
+
+def test_memory_of_the_sample_shows_the_leak_and_its_projection():
+    at = open_page("memory", run="serve-leak")
+    (warn,) = [w.value for w in at.warning]
+    assert warn.startswith("Rank 0: host RSS grows by 37.4 MiB per 1,000 requests from request 0")
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Growth per 1,000 requests"] == "37.4 MiB"
+    assert metrics["Requests to 75%"] == "474,077"
+    (spec,) = _specs(at)
+    names = [t["name"] for t in spec["data"]]
+    assert names == ["Host memory", "leak: +37.4 MiB per 1,000 requests"]
+    trend = spec["data"][1]
+    assert _arr(trend["x"]) == [0, 1499]
+    # 474,077 more requests: far beyond this run's 1,500, so named rather than drawn
+    notes = [a["text"] for a in spec["layout"]["annotations"]]
+    assert any(n.startswith("at this rate 75% (17.7 GiB) is reached at request ") and
+               n.endswith("far right of this range") for n in notes), notes
+
+
+def test_overview_of_the_sample_lists_its_failing_requests_and_fallbacks():
+    at = open_page("overview", run="serve-leak")
+    metrics = {m.label: m.value for m in at.metric}
+    assert (metrics["Requests"], metrics["Fallbacks"], metrics["Captures"]) == ("1,500", "59", "2")
+    assert metrics["Error rate"] == "0.13%"  # 2 of 1,500
+    latency, outcomes = _specs(at)
+    assert [t["name"] for t in latency["data"]] == ["request latency", "p50", "p95", "p99", "error",
+                                                    "non-finite output", "fallback taken"]
+    assert sum(_arr(outcomes["data"][2]["y"])) == 59
+    text = _texts(at)
+    assert "**request 310 · rank 0 · IndexError**" in text
+    assert "**request 707 · rank 0 · non-finite output**" in text
+    assert {f["kind"] for f in open_run(SAMPLE_RUNS / "serve-leak").failures()} == {"request"}
+
+
+def test_replay_of_the_sample_s_zero_temperature_names_the_field_and_value():
+    at = open_page("replay", timeout=240, run="serve-leak", failure="r0-000-req0000707-nonfinite")
+    button = at.button(key="replay_button")
+    assert not button.disabled  # a bundled sample with verified code
+    button.click().run()
+    assert not at.exception, at.exception
+    metrics = {m.label: m.value for m in at.metric}
+    assert (metrics["Input field"], metrics["Value"], metrics["Shape"]) == ("temperature", "0", "float32[]")
+    assert metrics["Forward time"].endswith(" s")

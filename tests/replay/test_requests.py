@@ -13,7 +13,7 @@ import pytest
 
 from tests.serve_fixtures import record_service, tagger_traffic, write_project
 
-from .conftest import check, replay_json, run_cli
+from .conftest import ROOT, check, replay_json, run_cli
 from .test_repro import run_repro
 
 
@@ -165,3 +165,35 @@ def test_cross_check_plan():
     assert plan_cross_check("cuda:0", "cuda:0") == "cpu"          # replay once more on the CPU
     assert plan_cross_check("cuda:1", "cpu") == "replayed_on_cpu"  # already there: a note
     assert plan_cross_check("cpu", "cpu") is None
+
+
+SAMPLE = ROOT / "sample_runs" / "serve-leak"
+
+
+def test_sample_serve_leak_bad_token_request():
+    """sample_runs/serve-leak (examples/serve_leak.py, an HTTP service under load):
+    request 310 carries token id 519 for a vocabulary of 512."""
+    r = replay_json(SAMPLE, "--device", "cpu")
+    assert r["failure"] == "r0-000-req0000310-error"
+    assert (r["reproduced"], r["same_error"]) == (True, True)
+    q = r["request"]
+    assert (q["field"], q["token_id"], q["position"], q["vocab_size"], q["shape"]) == \
+        ("input_ids", 519, 16, 512, [1, 32])
+    state = check(r, "captured_state")
+    assert state["ok"] is True and state["detail"].startswith("the factory rebuilt the served model's weights")
+
+
+def test_sample_serve_leak_zero_temperature_request():
+    """Request 707 of the sample: temperature 0 divides the logits; every module's inputs
+    were finite, so the culprit is the op and the request field that reached it."""
+    r = replay_json(SAMPLE, "--device", "cpu", "--failure", "r0-000-req0000707-nonfinite")
+    assert (r["reproduced"], r["same_error"]) == (True, True)
+    assert r["replay"]["message"] == "output holds inf (24576 of 24576 values)"
+    q = r["request"]
+    assert (q["field"], q["value"], q["shape"], q["dtype"]) == ("temperature", 0.0, [], "float32")
+    assert q["detail"] == ("input field `temperature` = 0 reaches Tensor.div at serve_leak.py:64 "
+                           "(`return logits if temperature is None else logits / temperature`), "
+                           "which turns finite values into inf")
+    assert check(r, "finite_forward")["ok"] is False and check(r, "finite_inputs")["ok"] is True
+    assert any(a.startswith("Validate requests at the service's edge: refuse a `temperature` of 0 ")
+               for a in r["advice"])
