@@ -213,3 +213,39 @@ def test_describe_inputs():
 
     assert describe_inputs(np.zeros((2, 2), dtype=np.float32)) == ("input:float32[2,2]", 4)
     assert json.dumps(describe_inputs(torch.zeros(0)))  # plain strings and ints
+
+
+def test_rows_and_captures_are_written_off_the_request_thread(tmp_path, monkeypatch):
+    """The request thread only queues: Arrow batches are built by the writer thread and
+    captures written by the capture thread."""
+    import debugkit.recorder.serve as serve_mod
+    from debugkit.recorder.writer import RankWriter
+
+    seen = {}
+    real_capture, real_rows = serve_mod.write_capture, RankWriter._write_rows
+
+    def capture(*a, **k):
+        seen["capture"] = threading.current_thread().name
+        return real_capture(*a, **k)
+
+    def rows(self, table, part):
+        seen.setdefault("rows", set()).add(threading.current_thread().name)
+        return real_rows(self, table, part)
+
+    monkeypatch.setattr(serve_mod, "write_capture", capture)
+    monkeypatch.setattr(RankWriter, "_write_rows", rows)
+    monkeypatch.setattr(serve_mod, "DROPPED_EVENT_EVERY_S", 0.0)  # a dropped-capture event at once
+    rec = debugkit.serve(_model(), tmp_path / "r", flush_every_s=0.05, capture_budget={"per_kind": 1})
+    for _ in range(3):
+        with pytest.raises(RuntimeError), rec.request(torch.ones(1)):
+            raise RuntimeError("boom")
+    import time
+
+    deadline = time.monotonic() + 60
+    while len(open_run(tmp_path / "r").requests()) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)  # the writer thread appends them (flush_every_s=0.05)
+    rec._captures.join()
+    dropped = [e for e in open_run(tmp_path / "r").events() if e["kind"] == "capture_dropped"]
+    assert [e["dropped"] for e in dropped] == [1, 2]  # written as they happen, not only at close
+    rec.close()
+    assert seen["capture"] == "debugkit-serve-capture" and seen["rows"] == {"debugkit-writer"}
