@@ -30,11 +30,12 @@ there.
 Between sampled steps the per-layer gradient norms the Recorder takes anyway feed a
 trigger: when a layer's norm leaves its recent band (an exponential moving average of
 its log, ± max(log 4, 4 x the moving absolute deviation); norms below 1 % of the total
-count as that 1 %), the next step is sampled and
-its rows name the layers that moved (stat ``trigger_grad_norm``). A failure capture
-records the weight and gradient quantiles of its step on the spot and samples the next
-step. Memory per sampled step is bounded by one copy of the trained parameters (for the
-update ratio) plus a few scalars per module and parameter.
+count as that 1 %), that step is sampled too, by running its forward again before the
+optimizer step (:func:`forward_again`), and so is the next; its rows name the layers that
+moved (stat ``trigger_grad_norm``). A non-finite capture records its step the same way
+(an exception's capture: weights and gradients only) and samples the next step. Memory
+per sampled step is bounded by one copy of the trained parameters (for the update ratio)
+plus the output copies (reduced whenever they reach :data:`OUTPUT_BUDGET` elements).
 """
 
 from __future__ import annotations
@@ -227,14 +228,17 @@ class LayerStats:
         if self._hooks:
             self._w0 = [p.detach().clone() for _, p in self._params]
 
-    def observe_norms(self, step: int, values) -> None:
+    def observe_norms(self, step: int, values) -> bool:
         """The grad-norm trigger, fed the Recorder's per-layer norms of a logged step (a
-        list, or on CUDA a pending copy read once it has landed)."""
+        list, or on CUDA a pending copy read once it has landed). Returns True when the
+        norms of this very step (a list) left their band: the Recorder then asks for
+        :meth:`sample_now` while the weights are still those of the step's forward."""
+        now = True
         if isinstance(values, PendingTensor):
             prev, self._last_norms = self._last_norms, values
             if prev is None or not prev.event.query():
-                return
-            values = prev.host.numpy()
+                return False
+            values, now = prev.host.numpy(), False
         import numpy as np
 
         v = np.abs(np.asarray(values, dtype=np.float64))
@@ -243,24 +247,42 @@ class LayerStats:
         x = np.log(v[:-1] + TRIGGER_SHARE * v[-1] + 1e-30)
         if self._ema is None or self._ema.shape != x.shape:
             self._ema, self._dev, self._seen = x.copy(), np.zeros_like(x), 1
-            return
+            return False
         d = x - self._ema
         self._seen += 1
+        fired = False
         if self._seen > TRIGGER_WARMUP:
             out = ~(np.abs(d) <= np.maximum(TRIGGER_FLOOR, TRIGGER_DEVS * self._dev))
             if out.any():
+                fired = now
                 self._forced.add(step + 1)
                 idx = np.flatnonzero(out)
                 self._triggered = [(self._params[i][0], float(np.exp(x[i]))) for i in idx
                                    if i < len(self._params)]
                 if not np.isfinite(x).all():
-                    return  # keep the band as it was before the blow-up
+                    return fired  # keep the band as it was before the blow-up
         self._ema += TRIGGER_ALPHA * d
         self._dev += TRIGGER_ALPHA * (np.abs(d) - self._dev)
+        return fired
 
-    def on_failure(self, step: int) -> None:
-        """A failure capture at ``step``: record its weights and gradients now (the forward
-        hooks of an unsampled step are not there) and sample the next step."""
+    def sample_now(self, step: int, forward) -> None:
+        """Sample ``step`` after its forward has run (the trigger fired on its norms, or it
+        failed): run the forward again with the hooks (``forward()``, see
+        :func:`forward_again`), then take the gradients' quantiles. Nothing happens when
+        the step is already sampled or another one is open."""
+        if self._step is not None:
+            if self._step == step and not self._measured and forward is not None:
+                self._forward_with_hooks(forward)
+            return
+        self._open(step)
+        if forward is not None:
+            self._forward_with_hooks(forward)
+        self.grads_ready(step)
+
+    def on_failure(self, step: int, forward=None) -> None:
+        """A failure capture at ``step``: record its weights and gradients now, its module
+        outputs too when ``forward`` can run its forward again (the hooks of an unsampled
+        step were not there when it ran), and sample the next step."""
         self._forced.add(step + 1)
         if self._step is not None and self._step != step:
             return  # another sampled step is open: the forced next sample must do
@@ -268,6 +290,8 @@ class LayerStats:
         if opened:
             self._open(step)
         try:
+            if forward is not None and not self._measured:
+                self._forward_with_hooks(forward)
             self.grads_ready(step)
             self._w0 = None if opened else self._w0
             if opened:
@@ -336,6 +360,17 @@ class LayerStats:
         self._outs, self._out_elems, self._reduced = [], 0, []
         self._measured = set()
         self._grad_part, self._w0, self._ratio = None, None, None
+
+    def _forward_with_hooks(self, forward) -> None:
+        handles = [m.register_forward_hook(self._output_hook(i, name, cls, m))
+                   for i, (name, cls, m) in enumerate(self._leaves)]
+        try:
+            forward()
+        except Exception:  # statistics never break the step (the outputs are then missing)
+            pass
+        finally:
+            for h in handles:
+                h.remove()
 
     def _layout(self, out_key, n_out: int, prow, ratio: bool, trig) -> RowLayout:
         """The constant columns (order, module, module_type, stat) of a sampled step."""
@@ -447,6 +482,36 @@ class LayerStats:
         den = torch.stack(torch._foreach_norm(self._w0))
         self._ratio = (num / den.clamp_min(1e-30)).float()
         self._w0 = None
+
+
+def forward_again(module, batch, rng_state: dict) -> None:
+    """Run ``module``'s forward on a step's ``batch`` again, as the step ran it: without
+    autograd, from the step's starting RNG state (the same dropout masks, unless the
+    training code drew numbers before its forward), leaving the RNG and the module's
+    buffers (BatchNorm's running statistics) as they were. The inputs are ``batch[0]`` of
+    an ``(inputs, target)`` pair, the keyword arguments of a dict batch, or the batch.
+    Only valid before the optimizer step changed the weights.
+    """
+    import torch
+
+    saved = [(b, b.detach().clone()) for b in module.buffers()]
+    cuda = rng_state.get("torch_cuda")
+    devices = list(range(len(cuda))) if cuda else []
+    try:
+        with torch.random.fork_rng(devices=devices), torch.no_grad():
+            torch.set_rng_state(rng_state["torch_cpu"])
+            if cuda:
+                torch.cuda.set_rng_state_all(cuda)
+            if isinstance(batch, dict):
+                module(**batch)
+            elif isinstance(batch, (tuple, list)) and len(batch) == 2:
+                module(batch[0])
+            else:
+                module(batch)
+    finally:
+        with torch.no_grad():
+            for b, v in saved:
+                b.copy_(v)
 
 
 def _group_stats(x, bounds, relu):

@@ -803,8 +803,9 @@ class Recorder:
         if st.step % self.log_every:
             return
         values = self._norms.compute()
-        if self._layer_stats is not None:
-            self._layer_stats.observe_norms(st.step, values)
+        if (self._layer_stats is not None and self._layer_stats.observe_norms(st.step, values)
+                and not self._opt_stepped):  # this step's norms moved: its outputs too
+            self._layer_stats.sample_now(st.step, self._forward_again(st))
         self._step_grads = (st.step, values)
         self._losses_checked = len(self._step_scalars)
         if not self._nonfinite.found:
@@ -846,7 +847,8 @@ class Recorder:
 
     def _capture(self, st: _Step, kind: str, exc, message=None, extra=None) -> str:
         if self._layer_stats is not None:
-            self._layer_stats.on_failure(st.step)
+            self._layer_stats.on_failure(
+                st.step, self._forward_again(st) if kind == "nonfinite" else None)
         fid = write_capture(
             self.run_dir, kind=kind, step=st.step, rank=self.rank, world_size=self.world_size,
             device=str(self.device), exc=exc, batch=st.batch, model=self._module,
@@ -855,6 +857,17 @@ class Recorder:
             extra={"num_classes": self.num_classes,
                    "optimizer_stepped": self._opt_stepped, **(extra or {})})
         return fid
+
+    def _forward_again(self, st: _Step):
+        """A callable running the open step's forward again for the layer statistics, or
+        None when the weights have changed since (the optimizer stepped) or there is no
+        batch."""
+        if st.batch is None or self._opt_stepped or self._cur is not st:
+            return None
+        from .layerstats import forward_again
+
+        module, batch, rng = self._module, st.batch, self._rng
+        return lambda: forward_again(module, batch, rng)
 
     def _end_step(self, st: _Step, exc):
         t1 = time.perf_counter()

@@ -39,12 +39,19 @@ def test_sample_shows_its_layer_finding(sample):
     assert len(df) and 0 in set(df["step"])
 
 
-def test_the_nan_sample_records_the_failing_step():
-    """digits-unscaled-init stops on a NaN loss at step 2: the growth finding names the
-    failing step, and the layers table holds that step's weights and gradients."""
-    r = open_run(SAMPLE_RUNS / "digits-unscaled-init")
-    (fail,) = r.failures()
-    step = fail["step"] if isinstance(fail, dict) else fail.step
-    at = r.layer_stats()
-    at = at[at["step"] == step]
+def test_the_nan_sample_records_the_outputs_of_the_failing_step():
+    """digits-unscaled-init stops on a NaN loss at step 2, an unsampled step (every 10):
+    the capture ran that step's forward again with the hooks, so the layers table holds
+    its module outputs (the first non-finite one in module 4) with its weights and
+    gradients, and the growth finding names where the NaN was born."""
+    p = subprocess.run([console_script(), "diagnose", str(SAMPLE_RUNS / "digits-unscaled-init"),
+                        "--json"], capture_output=True, text=True, timeout=300)
+    (growth,) = [f for f in json.loads(p.stdout)["findings"] if f["kind"] == "activation_growth"]
+    assert growth["evidence"]["first_nonfinite_step"] == 2
+    assert growth["evidence"]["first_nonfinite_module"] == "4"
+    at = open_run(SAMPLE_RUNS / "digits-unscaled-init").layer_stats()
+    at = at[at["step"] == 2]
     assert {"w_q50", "g_q50"} <= set(at["stat"])
+    outs = at[at["module_type"] != "param"].pivot(index="module", columns="stat", values="value")
+    assert len(outs) == 17 and outs.loc["0", "frac_nonfinite"] == 0
+    assert outs.loc["4", "frac_nonfinite"] > 0

@@ -69,14 +69,27 @@ def test_only_sampled_steps_carry_hooks_and_rows(tmp_path):
     assert run.manifest["layer_stats_every"] == 5
 
 
-def test_a_gradient_norm_leaving_its_band_samples_the_next_step(tmp_path):
-    run, _ = _loop(tmp_path / "r", steps=20, every=100, scale_at=14)
+def test_a_gradient_norm_leaving_its_band_samples_its_step_and_the_next(tmp_path):
+    """The norms of step 14 leave their band (a planted x1e4 loss): step 14's outputs are
+    recorded by running its forward again before the optimizer step, its rows name the
+    layers that moved, and step 15 is sampled too."""
+    run, hooks = _loop(tmp_path / "r", steps=20, every=100, scale_at=14)
     df = run.layer_stats()
-    assert 15 in set(df["step"]), sorted(set(df["step"]))
-    trig = df[(df["step"] == 15) & (df["stat"] == "trigger_grad_norm")]
+    assert set(df["step"]) == {0, 14, 15}, sorted(set(df["step"]))  # nothing else moved
+    assert hooks[14] == 0  # step 14 ran without hooks: its outputs come from the re-run
+    at14 = df[df["step"] == 14]
+    trig = at14[at14["stat"] == "trigger_grad_norm"]
     assert len(trig) and set(trig["module"]) <= {"0.weight", "0.bias", "2.weight", "2.bias",
                                                  "4.weight", "4.bias"}
-    assert not (set(df["step"]) - {0, 15})  # nothing else moved: nothing else sampled
+    outs = at14[at14["module_type"] != "param"]
+    assert set(outs["module"]) == {"0", "1", "2", "3", "4"}
+    # step 15 (hooks on its own forward) records the same statistics, and step 14 its
+    # update ratio (the re-run came before the optimizer step)
+    at15 = df[(df["step"] == 15) & (df["module_type"] != "param")]
+    a = outs.set_index(["module", "stat"])["value"]
+    b = at15.set_index(["module", "stat"])["value"]
+    assert set(a.index) == set(b.index)
+    assert "update_ratio" in set(at14["stat"])
 
 
 def test_a_failure_step_records_weights_and_grads_and_samples_the_next(tmp_path):
@@ -192,3 +205,50 @@ def test_output_statistics_match_their_definitions_module_by_module(tmp_path):
     assert 0.3 < got[(got["module"] == "1") & (got["stat"] == "frac_dead_units")]["value"].iloc[0]
     assert got[(got["module"] == "6") & (got["stat"] == "frac_saturated")]["value"].iloc[0] > 0.5
     assert got[(got["module"] == "3") & (got["stat"] == "frac_nonfinite")]["value"].iloc[0] > 0
+
+
+def _nan_loss_job(run, every, steps=6, nan_at=5):
+    """BatchNorm and Dropout in the model; the loss of step ``nan_at`` is made NaN after a
+    finite forward. Returns the model and its Dropout outputs per step."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.5),
+                      nn.Linear(16, 1))
+    opt = torch.optim.SGD(m.parameters(), lr=0.05)
+    seen: dict = {}
+    step = {"i": 0}
+    m[3].register_forward_hook(lambda mod, a, y: seen.setdefault(step["i"], y.detach().clone()))
+    rec = Recorder(run, m, opt, layer_stats_every=every)
+    for i in range(steps):
+        step["i"] = i
+        x = torch.randn(32, 8, generator=torch.Generator().manual_seed(i))
+        with rec.step((x, x[:, :1])):
+            loss = m(x).pow(2).mean() * (float("nan") if i == nan_at else 1.0)
+            opt.zero_grad()
+            loss.backward()
+            rec.log(loss=loss)
+            opt.step()
+    rec.close()
+    return m, seen
+
+
+def test_a_nonfinite_step_records_its_outputs_as_its_forward_produced_them(tmp_path):
+    """Step 5's loss is NaN on an unsampled step: the capture runs its forward again with
+    the hooks, from the step's RNG state (Dropout draws the same mask), and leaves the
+    model's buffers and the RNG as they were (a twin without layer statistics ends with
+    the same BatchNorm statistics and generator state)."""
+    m, seen = _nan_loss_job(tmp_path / "r", every=100)
+    rng_after = torch.get_rng_state()
+    twin, twin_seen = _nan_loss_job(tmp_path / "twin", every=None)
+    assert torch.equal(seen[5], twin_seen[5])
+    assert torch.equal(rng_after, torch.get_rng_state())
+    assert torch.equal(m[1].running_mean, twin[1].running_mean)
+    assert torch.equal(m[1].running_var, twin[1].running_var)
+    run = open_run(tmp_path / "r")
+    assert len(run.failures()) == 1
+    df = run.layer_stats()
+    assert set(df["step"]) == {0, 5}
+    drop = df[(df["step"] == 5) & (df["module"] == "3")].set_index("stat")["value"]
+    ref = _reference(seen[5], "Dropout")
+    for k in ("mean", "std", "max_abs", "frac_zero"):
+        assert drop[k] == pytest.approx(ref[k], rel=1e-5), k
+    assert {"w_q50", "g_q50"} <= set(df[df["step"] == 5]["stat"])
