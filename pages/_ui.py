@@ -164,12 +164,25 @@ def keep_widget_state(*prefixes: str) -> None:
         st.session_state[key] = st.session_state[key]
 
 
+def is_dark() -> bool:
+    """Whether the visitor's page is in the dark theme (the app follows the visitor's
+    system setting, or the one picked in the app menu)."""
+    try:
+        return (st.context.theme or {}).get("type") == "dark"
+    except Exception:  # an older Streamlit, or no browser (a bare script run)
+        return False
+
+
 def chart(fig, *, key: str | None = None, csv_name: str = "chart", **kwargs):
     """``st.plotly_chart(fig, key=key, **kwargs)`` and, under it, a small *CSV* button that
     downloads the data the chart draws (:func:`debugkit.charts.export.figure_csv`, made
     only when clicked). Returns what ``st.plotly_chart`` returns (a selection event)."""
     from debugkit.charts.export import figure_csv
 
+    if is_dark():
+        from debugkit.charts.theme import for_dark_theme
+
+        fig = for_dark_theme(fig)  # white gaps, grey rules and labels drawn for a light page
     event = st.plotly_chart(fig, key=key, **kwargs)
     n = st.session_state.get("_csv_buttons", 0) + 1
     st.session_state["_csv_buttons"] = n

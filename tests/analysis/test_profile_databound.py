@@ -124,7 +124,9 @@ def test_debugkit_profile_of_a_fresh_data_bound_job(tmp_path):
 
 def test_loop_flame_tree_starts_at_the_loop(prof):
     tree, info = ap.compute_loop_flame_tree(prof, prof.thread_ids("main"))
-    assert tree.loc[0, "name"] == f"training loop: {info['loop']}"
+    # the root names the loop without the recording machine's folders (its /tmp/...)
+    assert tree.loc[0, "name"] == f"training loop: {ap.display_paths_in(info['loop'])}"
+    assert info["loop"].startswith("main (/") and "(/" not in tree.loc[0, "name"]
     assert tree.loc[1, "name"] == "main" and tree.loc[1, "depth"] == 1
     assert (tree["depth"] == 1).sum() == 1  # every stack starts at the loop's frame
     assert int(tree.loc[0, "samples"]) == 960  # the loop's samples (4 phase samples elsewhere)

@@ -85,3 +85,24 @@ def test_an_800px_window_breaks_no_label_or_title_inside_a_word(server, browser,
         assert broken == []
     finally:
         ctx.close()
+
+
+def test_in_the_dark_theme_no_chart_keeps_a_white_frame_or_white_gaps(server, browser):
+    """The gradient heatmap was drawn on a white plot area with white rules between its
+    layer groups: a white box on a dark page."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 800}, color_scheme="dark")
+    page = ctx.new_page()
+    page.set_default_timeout(60_000)
+    try:
+        for path in ("/gradients?run=digits-exploding", "/checkpoints?run=digits-resumed"):
+            page.goto(server.url + path)
+            wait_for_app(page)
+            page.locator(".js-plotly-plot >> visible=true").first.wait_for()
+            whites = page.evaluate("""() => [...document.querySelectorAll('.js-plotly-plot')].flatMap(gd => {
+                const l = gd._fullLayout, light = c => /^(white|#fff(fff)?|rgb\\(255, 255, 255\\))$/i.test(c || '');
+                return [light(l.plot_bgcolor) ? 'plot_bgcolor' : null,
+                        ...(l.shapes || []).map(s => light(s.line && s.line.color) ? 'shape' : null)]
+                       .filter(Boolean); })""")
+            assert whites == [], (path, whites)
+    finally:
+        ctx.close()

@@ -9,6 +9,7 @@ import re
 import numpy as np
 
 from .flame import DEFAULT_FOLD, _build_trie, _tree_frame
+from .paths import display_paths_in
 from .selection import Selection, _stack_of_pos, _unique, select
 
 STEP_PHASES = ("data", "forward", "backward", "optimizer")
@@ -215,4 +216,6 @@ def compute_loop_flame_tree(profile, thread_ids=None, by: str = "function", min_
                     int(samples.sum()), float(weight.sum()))
     values = np.stack([cut.samples.astype(np.float64), cut.weight_s], axis=1)
     parent, key, depth, total, selfv = _build_trie(cut.keys_flat, cut.offsets, values, len(cut.key_name))
-    return _tree_frame(parent, key, depth, total, selfv, cut, min_fraction, f"training loop: {info['loop']}"), info
+    # the root names the loop without the recording machine's folders (as the page's caption)
+    return _tree_frame(parent, key, depth, total, selfv, cut, min_fraction,
+                       f"training loop: {display_paths_in(info['loop'])}"), info
