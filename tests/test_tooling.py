@@ -120,3 +120,21 @@ def test_tests_find_console_scripts_next_to_the_interpreter():
              for i, line in enumerate(p.read_text().splitlines(), 1) if bare.search(line)]
     assert not found, f"console scripts looked up on PATH: {found}"
     assert "shutil.which(\"debugkit\")" not in "".join(p.read_text() for p in (ROOT / "tests").rglob("*.py"))
+
+
+MAX_MODULE_LINES = 700
+WHY_LONGER = "# Why this module is over the 700 lines"
+
+
+def test_every_module_is_under_700_lines_or_says_why():
+    """Small modules with one job (docs/STYLE.md): a module of debugkit/, pages/ or app.py
+    over 700 lines either splits along its sections (as analysis/profile/ and
+    analysis/gradients/ are packages) or says at its top, in a comment starting with
+    WHY_LONGER within its first 30 lines, why it is one module."""
+    files = [ROOT / "app.py", *sorted((ROOT / "debugkit").rglob("*.py")), *sorted((ROOT / "pages").rglob("*.py"))]
+    long = []
+    for f in files:
+        lines = f.read_text(encoding="utf-8").splitlines()
+        if len(lines) > MAX_MODULE_LINES and not any(x.startswith(WHY_LONGER) for x in lines[:30]):
+            long.append(f"{f.relative_to(ROOT)}: {len(lines)} lines")
+    assert not long, "split these along their sections, or say why at the top:\n" + "\n".join(long)

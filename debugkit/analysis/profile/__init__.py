@@ -28,14 +28,46 @@ so ``from debugkit.analysis.profile import compute_flame_tree`` keeps working):
 
 from __future__ import annotations
 
-from .data_wait import describe_breakdown, detect_data_wait
-from .diff import compute_diff_tree, compute_profile_diff
-from .flame import DEFAULT_FOLD, FOLDED_LABEL, compute_flame_tree, frame_package, match_frames, search_summary
-from .functions import compute_function_table
-from .idle import IDLE_LEAVES, idle_keys, idle_stacks
-from .paths import display_path, display_paths_in, frame_package_path
-from .selection import Selection, select
-from .steps import OTHER, STEP_PHASES, STEP_RULES, compute_loop_flame_tree, compute_step_breakdown
+from .data_wait import (
+    describe_breakdown,
+    detect_data_wait,
+)
+from .diff import (
+    compute_diff_tree,
+    compute_profile_diff,
+)
+from .flame import (
+    DEFAULT_FOLD,
+    FOLDED_LABEL,
+    compute_flame_tree,
+    frame_package,
+    match_frames,
+    search_summary,
+)
+from .functions import (
+    compute_function_table,
+)
+from .idle import (
+    IDLE_LEAVES,
+    idle_keys,
+    idle_stacks,
+)
+from .paths import (
+    display_path,
+    display_paths_in,
+    frame_package_path,
+)
+from .selection import (
+    Selection,
+    select,
+)
+from .steps import (
+    OTHER,
+    STEP_PHASES,
+    STEP_RULES,
+    compute_loop_flame_tree,
+    compute_step_breakdown,
+)
 from .summary import (
     MSG_COUNT_AGREES,
     MSG_COUNT_LAUNCHER,
@@ -54,15 +86,3 @@ from .workers import (
     compute_worker_hotspots,
     describe_worker_top,
 )
-
-__all__ = [
-    "Selection", "select", "IDLE_LEAVES", "idle_keys", "idle_stacks",
-    "compute_function_table", "DEFAULT_FOLD", "FOLDED_LABEL", "compute_flame_tree",
-    "frame_package", "match_frames", "search_summary", "OTHER", "STEP_PHASES", "STEP_RULES",
-    "compute_loop_flame_tree", "compute_step_breakdown", "FEW_SAMPLES", "MSG_FEW_SAMPLES",
-    "MSG_WORKERS_VIEW", "MSG_WORKER_TOP", "compute_worker_hotspots", "describe_worker_top",
-    "display_path", "display_paths_in", "frame_package_path", "describe_breakdown",
-    "detect_data_wait", "compute_diff_tree", "compute_profile_diff", "MSG_COUNT_AGREES",
-    "MSG_COUNT_LAUNCHER", "MSG_COUNT_UNEXPLAINED", "MSG_COUNT_UNEXPLAINED_EXTRA",
-    "compute_idle_summary", "explain_sample_count", "summarize_profile", "thread_rows",
-]
