@@ -32,7 +32,7 @@ from .. import format as fmt
 from .._fsutil import atomic_write_json
 from .._version import __version__
 from ..errors import MSG_RUN_UNEXPECTED, DebugkitError
-from ..io.fs import as_path, is_local, list_tree, stamp_of
+from ..io.fs import as_path, is_local, list_tree, stamp_of, stat_files
 
 log = logging.getLogger(__name__)
 
@@ -74,14 +74,8 @@ def store_signatures(root) -> dict[str, tuple]:
             if rel_dir == ".":
                 continue
             top, _, rest = rel_dir.partition(os.sep)
-            sig = out.setdefault(top, [])
-            for name in sorted(files):
-                p = os.path.join(dirpath, name)
-                try:
-                    st = os.stat(p)
-                except OSError:
-                    continue
-                sig.append((os.path.join(rest, name) if rest else name, st.st_size, st.st_mtime_ns))
+            out.setdefault(top, []).extend((os.path.join(rest, name) if rest else name, size, ns)
+                                           for name, size, ns in stat_files(dirpath, files))
         return {k: tuple(v) for k, v in out.items()}
     for rel, info in sorted(list_tree(root).items()):  # the listing find_runs made
         top, _, rest = rel.partition("/")

@@ -55,6 +55,21 @@ def split_roots(text: str) -> list[str]:
     return out
 
 
+def stat_files(dirpath: str, files) -> list[tuple[str, int, int]]:
+    """``(name, size, st_mtime_ns)`` of each of ``files`` (names in the local folder
+    ``dirpath``, as ``os.walk`` lists them), sorted by name; a file gone since the listing
+    is left out. One stat per file for :func:`files_signature` and the run index's
+    listing of a whole store (:func:`debugkit.diagnose.run_summaries.store_signatures`)."""
+    out = []
+    for name in sorted(files):
+        try:
+            st = os.stat(os.path.join(dirpath, name))
+        except OSError:
+            continue
+        out.append((name, st.st_size, st.st_mtime_ns))
+    return out
+
+
 def files_signature(path) -> tuple:
     """``(relative path, size, modification stamp)`` of every file under ``path``.
 
@@ -65,13 +80,9 @@ def files_signature(path) -> tuple:
     if is_local(path):
         for root, dirs, files in os.walk(path):
             dirs.sort()
-            for name in sorted(files):
-                p = os.path.join(root, name)
-                try:
-                    st = os.stat(p)
-                except OSError:
-                    continue
-                sig.append((os.path.relpath(p, path), st.st_size, st.st_mtime_ns))
+            rel = os.path.relpath(root, path)
+            sig += [(name if rel == "." else os.path.join(rel, name), size, ns)
+                    for name, size, ns in stat_files(root, files)]
         return tuple(sig)
     fs, base = path.fs, path.path.rstrip("/")
     try:
