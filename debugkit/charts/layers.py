@@ -13,8 +13,11 @@ FAN_BANDS = (("q01", "q99", 0.15), ("q05", "q95", 0.25), ("q25", "q75", 0.4))
 FAN_COLOR = "31, 119, 180"
 
 
-def build_layer_stat_heatmap_figure(modules, steps, values, *, stat: str, log: bool = False):
+def build_layer_stat_heatmap_figure(modules, steps, values, *, stat: str, log: bool = False,
+                                    focus=None):
     """Heatmap of ``stat``: modules (rows, forward order) x sampled steps (columns).
+
+    ``focus``: ``(module, step)`` of a cell to outline (a finding's), or None.
 
     ``log`` draws log10 of the absolute value (for ``max_abs`` and the quantiles); an
     exact zero (a dead module's output) is drawn at the bottom of the colour scale, one
@@ -42,6 +45,10 @@ def build_layer_stat_heatmap_figure(modules, steps, values, *, stat: str, log: b
                       xaxis={"title": "step", "type": "category"},
                       yaxis={"autorange": "reversed", "title": "module", "type": "category"},
                       height=max(320, 22 * len(modules) + 140))
+    if focus is not None and focus[0] in list(modules) and focus[1] in list(steps):
+        x, y = list(steps).index(focus[1]), list(modules).index(focus[0])
+        fig.add_shape(type="rect", x0=x - 0.5, x1=x + 0.5, y0=y - 0.5, y1=y + 0.5,
+                      line={"color": "#d62728", "width": 3}, name="focus")
     return fig
 
 

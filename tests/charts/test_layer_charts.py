@@ -48,3 +48,18 @@ def test_a_dead_modules_zero_output_is_drawn_on_a_log_heatmap():
     assert np.isnan(z[2, 1])
     assert np.asarray(fig.data[0].customdata, dtype=float)[1, 0] == 0.0
     assert "customdata" in fig.data[0].hovertemplate
+
+
+def test_the_focus_cell_is_outlined_and_a_missing_one_is_not():
+    import numpy as np
+
+    from debugkit.charts.layers import build_layer_stat_heatmap_figure
+
+    vals = np.arange(6, dtype=float).reshape(3, 2)
+    fig = build_layer_stat_heatmap_figure(["0", "1", "2"], [0, 10], vals, stat="mean",
+                                          focus=("2", 10))
+    (shape,) = fig.layout.shapes
+    assert (shape.x0, shape.x1, shape.y0, shape.y1) == (0.5, 1.5, 1.5, 2.5)
+    fig = build_layer_stat_heatmap_figure(["0", "1", "2"], [0, 10], vals, stat="mean",
+                                          focus=("2", 20))
+    assert not fig.layout.shapes
