@@ -29,7 +29,8 @@ MAX_PROJECTION_FACTOR = 20
 def build_latency_figure(requests: pd.DataFrame, windows: pd.DataFrame, *,
                          max_points: int = 3000):
     """Each request's latency (light points), the rolling p50/p95/p99 lines, and a marker
-    on each failed request (error, non-finite output, fallback) that carries its capture id.
+    on each failed request (error, non-finite output, fallback) that carries its capture id;
+    the y axis is logarithmic (latency is heavy-tailed).
 
     Parameters
     ----------
@@ -74,7 +75,9 @@ def build_latency_figure(requests: pd.DataFrame, windows: pd.DataFrame, *,
             hovertemplate=(f"request %{{x}}: {OUTCOME_LABELS[outcome]}<br>%{{y:.2f}} ms"
                            "<br>capture %{customdata}<extra></extra>")))
     fig.update_xaxes(title_text="request")
-    fig.update_yaxes(title_text="latency (ms)", rangemode="tozero")
+    # latency is heavy-tailed: a log axis keeps a warm-up request of 500 ms from flattening
+    # the 0.2 ms p50 and the 5 ms p99 into the floor
+    fig.update_yaxes(title_text="latency (ms, log scale)", type="log")
     fig.update_layout(height=380, margin={"l": 60, "r": 20, "t": 40, "b": 40}, hovermode="closest",
                       legend={"orientation": "h", "y": -0.2},
                       title={"text": f"Latency: rolling percentiles over {int(win)} requests"

@@ -41,6 +41,7 @@ def test_latency_figure_draws_percentiles_and_marks_failed_requests():
     err = fig.data[4]
     assert list(err.x) == [50] and list(err.customdata) == ["r0-000-req0000050-error"]
     assert fig.layout.xaxis.title.text == "request"
+    assert fig.layout.yaxis.type == "log"
     assert fig.layout.title.text == "Latency: rolling percentiles over 100 requests"
 
 

@@ -37,8 +37,8 @@ def serving(tmp_path_factory):
 
 
 def _shot(page, tmp_path: Path, name: str) -> None:
-    """A full-page PNG; also into $DEBUGKIT_SHOTS_DIR when set (docs/img, by hand)."""
-    page.screenshot(path=str(tmp_path / name), full_page=True)
+    """A PNG of the viewport; also into $DEBUGKIT_SHOTS_DIR when set (docs/img, by hand)."""
+    page.screenshot(path=str(tmp_path / name))
     if os.environ.get("DEBUGKIT_SHOTS_DIR"):
         shutil.copy(tmp_path / name, Path(os.environ["DEBUGKIT_SHOTS_DIR"]) / name)
 
@@ -52,7 +52,7 @@ def test_overview_then_replay_of_the_failing_request(serving, page, tmp_path):
     assert metrics.filter(has_text="Requests").first.inner_text().split()[-1] == "300"
     assert page.locator(".js-plotly-plot").count() == 2  # latency and errors/fallbacks
     page.get_by_text("index out of range in self").first.wait_for()
-    _shot(page, tmp_path, "overview-inference.png")
+    _shot(page, tmp_path, "serving-overview-run-1280x800.png")
 
     page.get_by_role("link", name="Replay this request").first.click()
     wait_for_app(page)
@@ -65,4 +65,5 @@ def test_overview_then_replay_of_the_failing_request(serving, page, tmp_path):
     wait_for_app(page)
     assert culprit.get_by_text("input_ids").first.is_visible()
     assert page.get_by_text("Validate requests at the service's edge").first.is_visible()
-    _shot(page, tmp_path, "replay-request.png")
+    culprit.scroll_into_view_if_needed()
+    _shot(page, tmp_path, "serving-replay-culprit-1280x800.png")
