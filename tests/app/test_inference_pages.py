@@ -168,3 +168,31 @@ def test_replay_of_the_sample_s_zero_temperature_names_the_field_and_value():
     metrics = {m.label: m.value for m in at.metric}
     assert (metrics["Input field"], metrics["Value"], metrics["Shape"]) == ("temperature", "0", "float32[]")
     assert metrics["Forward time"].endswith(" s")
+
+
+def test_a_service_still_recording_is_serving(tmp_path, monkeypatch):
+    """A debugkit.serve run whose recorder is open: Home and Overview say "serving"."""
+    import torch
+
+    import debugkit
+
+    root = write_project(tmp_path / "proj")
+    monkeypatch.syspath_prepend(str(root))
+    from sproj.model import build_tagger
+
+    model = build_tagger().eval()
+    rec = debugkit.serve(model, str(Path(os.environ["DEBUGKIT_STORE"]) / "live"),
+                         model_factory="sproj.model:build_tagger", flush_every_s=0.2)
+    try:
+        for inputs in tagger_traffic(30, bad_at=-1):
+            with torch.no_grad(), rec.request(inputs) as r:
+                r.output(model(**inputs))
+        rec.flush()
+        at = open_page(None)
+        rows = {r["run"]: r for r in at.dataframe[0].value.to_dict("records")}
+        assert rows["live"]["status"] == "serving" and rows["live"]["requests"] == 30
+        at = open_page("overview", run="live")
+        assert ":blue-badge[:material/podcasts: serving]" in [m.value for m in at.markdown]
+        assert {m.label: m.value for m in at.metric}["Requests"] == "30"
+    finally:
+        rec.close()
