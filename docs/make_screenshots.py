@@ -32,6 +32,10 @@ SHOTS = [
     ("scalars", "/scalars?run=digits-exploding&key=loss&key=lr", "last:Log scale"),
     ("gradients", "/gradients?run=digits-exploding", "Gradients"),
     ("layers", "/layers?run=dead-relu", "Quantiles over steps"),
+    # the NaN sample, with the first non-finite output of its failing step in focus (what a
+    # finding's "Show" button opens)
+    ("layers-nan", "/layers?run=digits-unscaled-init&stat=frac_nonfinite&step=2&module=4",
+     "Quantiles over steps"),
     ("memory", "/memory?run=memory-leak", "Memory"),
     ("profiler", "/profiler?run=digits-profiled", "Profiler"),
     ("distributed", "/distributed?run=ddp-straggler", "Distributed"),

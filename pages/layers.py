@@ -145,8 +145,9 @@ def render():
         module, step = focus
         cell = stats[(stats["module"] == module) & (stats["step"] == step)]
         st.markdown(f"**Step {step} · {_ui.code(module)}** ({_ui.md(cell['module_type'].iloc[0])})")
-        st.dataframe(cell[["stat", "value"]].sort_values("stat").set_index("stat"),
-                     key="layers_focus_table")
+        table = cell[["stat", "value"]].sort_values("stat").set_index("stat")
+        # as text: values of every magnitude (1e-7 ratios, 1e30 outputs) in one column
+        st.dataframe(table["value"].map(lambda v: f"{v:.4g}").to_frame(), key="layers_focus_table")
     params = list(dict.fromkeys(stats[stats["stat"] == "w_q50"].sort_values("order")["module"]))
     if params:
         st.subheader("Quantiles over steps")

@@ -532,11 +532,16 @@ def _group_stats(x, bounds, relu):
     n = flat.shape[1]
     frac_nf = flat.mul(0).nan_to_num_(1.0, 1.0, 1.0).mean(1)  # x*0: 0, or NaN if not finite
     z = flat.nan_to_num(0.0, 0.0, 0.0)
-    mean = z.mean(1)
-    d = z - mean.unsqueeze(1)
-    std = (torch.linalg.vecdot(d, d) / n).sqrt()
+    # mean and std of z / max|z|, scaled back: squares of outputs near 1e20 and beyond
+    # would overflow float32
+    max_abs = z.abs().amax(1)
+    scale = max_abs.clamp_min(1e-30).unsqueeze(1)
+    zs = z / scale
+    mean_s = zs.mean(1)
+    d = zs.sub_(mean_s.unsqueeze(1))
+    std = (torch.linalg.vecdot(d, d) / n).sqrt_() * scale.squeeze(1)
     nz = flat.nan_to_num(1.0, 1.0, 1.0).abs_().sign_()  # 0 exactly where the output is 0
-    cols = [mean, std, z.abs().amax(1), 1.0 - nz.mean(1), frac_nf]
+    cols = [mean_s * scale.squeeze(1), std, max_abs, 1.0 - nz.mean(1), frac_nf]
     if bounds is not None:
         b0, b1 = bounds
         c, h = 0.5 * (b0 + b1), 0.5 * (b1 - b0) - SATURATION_MARGIN * (b1 - b0)

@@ -146,9 +146,11 @@ class _Plant(nn.Module):
 
 
 def _reference(y, cls, bounds=None):
-    """The output statistics by their definitions (docs/layers.md), one module at a time."""
+    """The output statistics by their definitions (docs/layers.md), one module at a time,
+    in float64."""
+    y = y.double()
     finite = torch.isfinite(y)
-    z = torch.where(finite, y, torch.zeros(()))
+    z = torch.where(finite, y, torch.zeros((), dtype=y.dtype))
     out = {"mean": z.mean(), "std": z.std(correction=0), "max_abs": z.abs().max(),
            "frac_zero": (y == 0).float().mean(), "frac_nonfinite": 1 - finite.float().mean()}
     if bounds is not None:
@@ -171,6 +173,7 @@ def test_output_statistics_match_their_definitions_module_by_module(tmp_path):
     with torch.no_grad():
         m[0].bias[:5] = -100.0  # five dead units after the first ReLU
         m[5].weight.mul_(100.0)  # a saturating sigmoid
+        m[7].weight.mul_(1e25)  # outputs near 1e25: their squares overflow float32
     seen = {}
 
     def keep(name):
