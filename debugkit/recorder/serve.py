@@ -17,7 +17,6 @@ cost.
 from __future__ import annotations
 
 import atexit
-import math
 import os
 import queue
 import threading
@@ -72,9 +71,21 @@ def _check_budget(value) -> dict[str, int]:
 
 
 # ---------------------------------------------------------------------------- inputs
+#: ``(key, dtype, shape) -> (signature part, numel)`` of tensor inputs: a service sees few
+#: distinct shapes, and a lookup costs less than formatting (cleared past 4,096 entries).
+_SIG_CACHE: dict = {}
+
+
 def _leaf_sig(key: str, v, torch_tensor) -> tuple[str, int]:
     if isinstance(v, torch_tensor):
-        return f"{key}:{str(v.dtype)[6:]}[{','.join(map(str, v.shape))}]", v.numel()
+        ck = (key, v.dtype, v.shape)
+        hit = _SIG_CACHE.get(ck)
+        if hit is None:
+            if len(_SIG_CACHE) >= 4096:
+                _SIG_CACHE.clear()
+            hit = _SIG_CACHE[ck] = (f"{key}:{str(v.dtype)[6:]}[{','.join(map(str, v.shape))}]",
+                                    v.numel())
+        return hit
     dtype = getattr(v, "dtype", None)
     shape = getattr(v, "shape", None)
     if dtype is not None and isinstance(shape, tuple):  # a numpy array
@@ -127,9 +138,10 @@ def _nonfinite_outputs(out, torch, depth: int = 0) -> list[str]:
     if depth > 4:
         return []
     if isinstance(out, torch.Tensor):
-        if not out.is_floating_point() and not out.is_complex():
+        if out.dtype not in _float_dtypes(torch):
             return []
-        if out.numel() == 0 or math.isfinite(out.detach().sum().item()):
+        total = (out.detach() if out.requires_grad else out).sum().item()
+        if total - total == 0:  # NaN for a NaN or an Inf (and complex ones); 0 for an empty tensor
             return []
         return ["output"] if not bool(torch.isfinite(out).all()) else []
     items: Any = ()
@@ -142,6 +154,18 @@ def _nonfinite_outputs(out, torch, depth: int = 0) -> list[str]:
         for name in _nonfinite_outputs(v, torch, depth + 1):
             bad.append(str(k) if name == "output" else f"{k}.{name}")
     return bad
+
+
+_FLOAT_DTYPES: frozenset = frozenset()
+
+
+def _float_dtypes(torch) -> frozenset:
+    """torch's floating and complex dtypes (a set lookup costs less than two method calls)."""
+    global _FLOAT_DTYPES
+    if not _FLOAT_DTYPES:
+        _FLOAT_DTYPES = frozenset(d for d in vars(torch).values() if isinstance(d, torch.dtype)
+                                  and (d.is_floating_point or d.is_complex))
+    return _FLOAT_DTYPES
 
 
 def _call_of(inputs) -> str:

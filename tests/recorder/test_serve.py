@@ -249,3 +249,18 @@ def test_rows_and_captures_are_written_off_the_request_thread(tmp_path, monkeypa
     assert [e["dropped"] for e in dropped] == [1, 2]  # written as they happen, not only at close
     rec.close()
     assert seen["capture"] == "debugkit-serve-capture" and seen["rows"] == {"debugkit-writer"}
+
+
+def test_nonfinite_outputs_by_sum_confirmed_elementwise():
+    from debugkit.recorder.serve import _nonfinite_outputs
+
+    nan, inf = float("nan"), float("inf")
+    assert _nonfinite_outputs(torch.tensor([1.0, nan]), torch) == ["output"]
+    assert _nonfinite_outputs(torch.tensor([3e38, 3e38]), torch) == []  # the sum overflows; the values do not
+    assert _nonfinite_outputs(torch.zeros(0), torch) == []
+    assert _nonfinite_outputs({"a": torch.tensor([inf]), "b": (torch.ones(2), torch.tensor([-inf]))},
+                              torch) == ["a", "b.1"]
+    assert _nonfinite_outputs(torch.tensor([1 + 1j, complex(nan, 0)]), torch) == ["output"]
+    assert _nonfinite_outputs(torch.ones(3, requires_grad=True) * 2, torch) == []
+    assert _nonfinite_outputs(torch.ones(2, dtype=torch.int64), torch) == []
+    assert _nonfinite_outputs(torch.tensor([inf], dtype=torch.bfloat16), torch) == ["output"]
