@@ -17,6 +17,10 @@ st.set_page_config(page_title="debugkit", page_icon=str(FAVICON), layout="wide")
 # Narrow windows (800 px with the sidebar open leaves ~500 px): a row of columns wraps
 # instead of squeezing each column until its labels break letter by letter.
 st.html("""<style>
+/* a page link's label wraps instead of being cut with an ellipsis (Home's "Where to look") */
+[data-testid="stMain"] [data-testid="stPageLink-NavLink"] span,
+[data-testid="stMain"] [data-testid="stPageLink-NavLink"] [data-testid="stMarkdownContainer"],
+[data-testid="stMain"] [data-testid="stPageLink-NavLink"] p { white-space: normal; overflow: visible; }
 @media (max-width: 1100px) {
   [data-testid="stHorizontalBlock"] { flex-wrap: wrap; }
   [data-testid="stHorizontalBlock"] > [data-testid="stColumn"] { min-width: min(200px, 100%); }

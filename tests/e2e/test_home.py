@@ -62,7 +62,14 @@ def test_the_favicon_is_served_by_the_app_and_the_theme_follows_the_user(server,
             ctx.close()
 
 
-@pytest.mark.parametrize("path", ["/gradients?run=digits-exploding", "/scalars?run=digits-exploding"])
+NARROW_PAGES = ["/home", "/overview?run=digits-bad-label", "/scalars?run=digits-exploding",
+                "/gradients?run=digits-exploding", "/layers?run=digits-dead-relu", "/memory?run=memory-leak",
+                "/profiler?run=digits-profiled", "/distributed?run=ddp-straggler",
+                "/checkpoints?run=digits-resumed", "/replay?run=digits-bad-label",
+                "/compare?run=digits-compare-lr&base=digits-compare-base", "/audit?run=credit-audit"]
+
+
+@pytest.mark.parametrize("path", NARROW_PAGES)
 def test_an_800px_window_breaks_no_label_or_title_inside_a_word(server, browser, path):
     ctx = browser.new_context(viewport={"width": 800, "height": 800})
     page = ctx.new_page()
@@ -70,7 +77,10 @@ def test_an_800px_window_breaks_no_label_or_title_inside_a_word(server, browser,
     try:
         page.goto(server.url + path)
         wait_for_app(page)
-        page.locator(".js-plotly-plot, [data-testid='stDataFrame']").first.wait_for()
+        page.locator("[data-testid='stHeading']").first.wait_for()
+        if path == "/home":
+            page.get_by_text("Where to look").wait_for()  # the end of the page
+        page.wait_for_timeout(1500)  # charts and grids drawn after the script run
         # a widget label or a column narrower than its longest word breaks it letter by
         # letter ("Ran k"); every column keeps at least ~200 px, or wraps to its own row
         narrow = page.evaluate("""() => [...document.querySelectorAll('[data-testid="stColumn"]')]
@@ -80,9 +90,14 @@ def test_an_800px_window_breaks_no_label_or_title_inside_a_word(server, browser,
         broken = page.evaluate("""() => [...document.querySelectorAll('[data-testid="stWidgetLabel"] p')]
             .filter(p => { const r = document.createRange(); r.selectNodeContents(p);
                            const words = p.textContent.split(/\\s+/).filter(Boolean).length;
-                           return r.getClientRects().length > Math.max(words, 1); })
+                           const lines = new Set([...r.getClientRects()].map(x => Math.round(x.top))).size;
+                           return lines > Math.max(words, 1); })
             .map(p => p.textContent)""")
         assert broken == []
+        # nor is a page link's label cut off (Home's "Where to look" list was)
+        cut = page.evaluate("""() => [...document.querySelectorAll('[data-testid="stMain"] [data-testid="stPageLink-NavLink"] span')]
+            .filter(s => s.scrollWidth > s.clientWidth + 1).map(s => s.textContent)""")
+        assert cut == []
     finally:
         ctx.close()
 
