@@ -18,6 +18,11 @@ navigation to its first scalar chart (``scalar-card line-chart``) is taken the s
 cold (first visit of the new server) and warm (a new browser context). Every page is
 printed with its difference to TensorBoard too (``--no-tensorboard`` leaves it out).
 
+Each repeat visits TensorBoard, the floor and every page in turn (interleaved, so a change
+of the machine's load falls on all of them), and each visit also records what does not
+depend on the load: HTTP and websocket bytes, the Plotly figure JSON among them, the script
+runs the server finished and the server's CPU seconds (a second table).
+
 The floor: a one-chart Streamlit script (``st.plotly_chart`` of a three-bar figure, no
 debugkit) served and timed the same way, so each page's time can be read as Streamlit's
 own page load plus what the page adds (the "over the floor" columns).

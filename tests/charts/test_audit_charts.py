@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -65,3 +67,30 @@ def test_beeswarm_offsets_spread_ties_symmetrically():
 def test_short_labels():
     assert short("number_of_people_being_liable_to_provide_maintenance_for") == "number_of_peopl…_maintenance_for"
     assert short("age") == "age"
+
+
+def test_beeswarm_names_each_feature_once_and_sends_compact_points():
+    """The SHAP beeswarm, the audit page's largest figure: one trace per feature with its
+    name once (``meta``, shown on hover), the two kinds in one legend entry each, and
+    float32 coordinates, so the figure sent to the browser stays small (issue 35 item 9)."""
+    import pandas as pd
+
+    from debugkit.charts.audit import build_beeswarm_figure
+
+    rng = np.random.default_rng(0)
+    n = 400
+    values = pd.DataFrame({"credit_amount_in_deutsche_mark": rng.normal(3000, 900, n),
+                           "duration_in_month": rng.integers(4, 72, n),
+                           "status_of_existing_checking_account": rng.choice(["... < 0 DM", "no checking account"], n)})
+    shap = pd.DataFrame({c: rng.normal(0, 0.2, n) for c in values})
+    fig = build_beeswarm_figure(shap, values, list(values), sensitive=())
+    assert [t.meta for t in fig.data] == list(values)
+    assert [t.name for t in fig.data if t.showlegend] == ["numeric feature", "categorical feature (value on hover)"]
+    assert all("%{meta} = " in t.hovertemplate for t in fig.data)
+    assert fig.data[0].customdata[0] == pytest.approx(values.iloc[0, 0], rel=1e-6)
+    assert list(fig.data[2].text[:2]) == list(values.iloc[:2, 2])
+    # no per-point text repeats a feature's name; the points' bytes on the wire
+    spec = fig.to_json()
+    assert "status_of_existing_checking_account = " not in spec
+    per_point = len(json.dumps(json.loads(spec)["data"])) / (3 * n)
+    assert per_point < 35, per_point  # 71 when every point carried "<feature> = <value>", float64 x, y
