@@ -17,7 +17,17 @@ Variants, interleaved in rounds so that machine noise hits all of them alike:
 
 Prints median step times and overheads; the targets are debugkit's overhead at most
 1/10 of TensorBoard's and under 12 % of the bare step, and what the Recorder adds beyond
-the fused norm itself under 3 %.
+the fused norm itself under 3 %. The same comparison by the training thread's CPU time
+(``time.thread_time`` around each step: time spent waiting for a core does not count, so
+a loaded machine moves it far less than wall time; cache and SMT contention still do),
+per-step medians and paired by round, and the CPU of debugkit's writer thread per step
+(read from its own thread CPU clock), which runs beside the training thread.
+
+Then (small config; ``--no-isolated`` skips it) the Recorder's own code timed alone:
+the gradients fixed, a no-op optimizer whose step hooks still fire, the step context and
+``rec.log`` called 200 times per round, rounds interleaved, each part (RNG state,
+spec learning, ``rec.log``, the rows, the non-finite check) switched off in turn; the
+minimum over rounds, which load inflates least.
 
 Then (``--breakdown``, on by default) the cost of each part of the Recorder's step,
 timed inside a separate recorded loop by wrapping the Recorder's own methods: gradient
@@ -90,6 +100,8 @@ def compare(config, rounds, steps, tmp, peers=()):
     bg.begin("debugkit")
     rec = Recorder(tmp / f"run-{config}", models["debugkit"], optimizer=opts["debugkit"])
     bg.end("debugkit")
+    # The writer thread's own CPU clock (ns resolution; /proc's stat counts 10 ms ticks).
+    writer_clock = time.pthread_getcpuclockid(rec._writer._thread.ident)
     bg.begin("tensorboard")
     tb = SummaryWriter(str(tmp / f"tb-{config}"))
     bg.end("tensorboard")
@@ -161,6 +173,8 @@ def compare(config, rounds, steps, tmp, peers=()):
     names = list(fns)
     bg_cpu = {k: 0.0 for k in names}
     per_round: dict[str, list[float]] = {k: [] for k in names}  # each round's median step
+    per_round_cpu: dict[str, list[float]] = {k: [] for k in names}  # ... and its median thread CPU
+    w0 = time.clock_gettime(writer_clock)
     for r in range(rounds):
         order = names[r % len(names):] + names[:r % len(names)]  # rotating order
         for k in order:
@@ -174,22 +188,29 @@ def compare(config, rounds, steps, tmp, peers=()):
                 cpu[k].append(time.thread_time() - c0)
                 counters[k] += 1
             per_round[k].append(statistics.median(times[k][-steps:]))
+            per_round_cpu[k].append(statistics.median(cpu[k][-steps:]))
             b1 = bg.snapshot()
             for owner in b1:  # background work may spill into another variant's turn
                 bg_cpu[owner] += b1[owner] - b0.get(owner, 0.0)
+    writer_cpu = time.clock_gettime(writer_clock) - w0
     rec.close()
     tb.close()
     for lg in loggers.values():
         lg.close()
     n_steps = rounds * steps
-    # Paired by round (the variants of one round ran within seconds of each other), so
-    # that load which drifts between rounds cancels: median over rounds of
-    # (debugkit - norms) / bare.
-    paired = statistics.median((d - n) / b for d, n, b in zip(
-        per_round["debugkit"], per_round["norms"], per_round["bare"]))
-    return ({k: statistics.median(v) for k, v in times.items()},
-            {k: statistics.median(v) for k, v in cpu.items()},
-            {k: v / n_steps for k, v in bg_cpu.items()}, paired)
+
+    def paired(rounds_of):
+        """Paired by round (the variants of one round ran within seconds of each other),
+        so that load which drifts between rounds cancels: median over rounds of
+        (debugkit - norms) / bare."""
+        return statistics.median((d - n) / b for d, n, b in zip(
+            rounds_of["debugkit"], rounds_of["norms"], rounds_of["bare"]))
+
+    return {"wall": {k: statistics.median(v) for k, v in times.items()},
+            "cpu": {k: statistics.median(v) for k, v in cpu.items()},
+            "background": {k: v / n_steps for k, v in bg_cpu.items()},
+            "paired": paired(per_round), "paired_cpu": paired(per_round_cpu),
+            "writer_cpu": writer_cpu / n_steps}
 
 
 class _Timer:
@@ -299,6 +320,85 @@ def breakdown(config, steps, tmp):
     return parts, statistics.median(step_times)
 
 
+ISOLATED_PARTS = {
+    "rng": "RNG state at the step's start",
+    "spec": "batch-spec learning",
+    "log": "rec.log(loss=...)",
+    "rows": "the step's rows into the writer's block",
+    "check": "the non-finite check",
+}
+
+
+def isolated(rounds, tmp, n=200):
+    """The Recorder's own code per step with the model's work taken out: the gradients
+    fixed, a no-op optimizer whose step hooks still fire, ``n`` steps per round, rounds
+    interleaved in rotating order, the training thread's CPU; each part switched off in
+    turn (by patching the Recorder's internals: attribution only). Minimums over rounds,
+    which a loaded machine inflates least (the code is the same every round).
+
+    Returns ``{variant: us per step beyond the fused norm}`` (``full``: as shipped)."""
+    from debugkit import Recorder
+    from debugkit.recorder import recorder as recmod
+
+    class NoStep(torch.optim.Optimizer):
+        def __init__(self, ps):
+            super().__init__(ps, {"lr": 1e-3})
+
+        def step(self, closure=None):
+            return None
+
+    m = build(CONFIGS["small"][0])
+    x = torch.randn(CONFIGS["small"][1], CONFIGS["small"][0])
+    y = torch.randint(0, 10, (CONFIGS["small"][1],))
+    F.cross_entropy(m(x), y).backward()
+    ps = list(m.parameters())
+    loss = F.cross_entropy(m(x), y).detach()
+    o0 = NoStep(ps)
+
+    def norms():
+        vals = torch.stack(torch._foreach_norm([p.grad for p in ps])).tolist()
+        vals.append(math.hypot(*vals))
+        o0.step()
+
+    fns, recs = {"norms": norms}, []
+    for name in ("full", *ISOLATED_PARTS):
+        o = NoStep(ps)
+        rec = Recorder(tmp / f"isolated-{name}", m, optimizer=o, flush_every_s=2.0)
+        recs.append(rec)
+        if name == "spec":
+            rec._specs._specs = None
+        elif name == "rows":
+            rec._finish_step_rows = lambda st, t1, ok, rec=rec: setattr(rec, "_step_no", st.step + 1)
+        elif name == "check":
+            rec._nonfinite.check = lambda *a, **k: None
+
+        def f(o=o, rec=rec, log=name != "log"):
+            with rec.step((x, y)):
+                if log:
+                    rec.log(loss=loss)
+                o.step()
+        fns[name] = f
+    orig = recmod.take_rng_state
+    best = {k: math.inf for k in fns}
+    for f in fns.values():
+        for _ in range(300):  # past the dense part of spec learning
+            f()
+    names = list(fns)
+    for r in range(rounds):
+        for k in names[r % len(names):] + names[:r % len(names)]:
+            if k == "rng":
+                recmod.take_rng_state = dict
+            f = fns[k]
+            c0 = time.thread_time()
+            for _ in range(n):
+                f()
+            best[k] = min(best[k], (time.thread_time() - c0) / n)
+            recmod.take_rng_state = orig
+    for rec in recs:
+        rec.close()
+    return {k: (v - best["norms"]) * 1e6 for k, v in best.items() if k != "norms"}
+
+
 LABELS = {
     "norms": "gradient norms (GradNormComputer.compute)",
     "rng": "RNG capture (torch CPU generator state)",
@@ -320,6 +420,10 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--breakdown-steps", type=int, default=2000)
     ap.add_argument("--no-breakdown", action="store_true")
+    ap.add_argument("--no-isolated", action="store_true",
+                    help="skip the Recorder's own code timed alone (small config)")
+    ap.add_argument("--json", metavar="PATH", default=None,
+                    help="append each configuration's figures as one JSON line to PATH")
     ap.add_argument("--peers", default="all",
                     help=f"comma-separated peer variants ({', '.join(PEERS)}), 'all' (those installed) or "
                          "'none'")
@@ -334,7 +438,8 @@ def main(argv=None):
     for config in configs:
         width, batch = CONFIGS[config]
         load0 = os.getloadavg()[0]
-        med, cpu, bg, paired = compare(config, a.rounds, a.steps, tmp, peers)
+        res = compare(config, a.rounds, a.steps, tmp, peers)
+        med, cpu, bg, paired = res["wall"], res["cpu"], res["background"], res["paired"]
         base = med["bare"]
         print(f"\n[{config}] model: 24 x Linear({width},{width})+ReLU, batch {batch}, CPU, "
               f"1 thread; {a.rounds} rounds x {a.steps} steps per variant, rotating order; "
@@ -357,6 +462,40 @@ def main(argv=None):
               f"step (target <= 12%); norms alone = {(med['norms'] / base - 1) * 100:.1f}%; "
               f"debugkit beyond the norms = {(med['debugkit'] - med['norms']) / base * 100:.1f}%"
               f" (target <= 3%); paired by round: {paired * 100:.1f}%")
+        # The training thread's CPU time is what the Recorder's own code costs that thread;
+        # it does not count the time the thread waited for a core, so it moves far less
+        # with the machine's load than wall time (cache contention still shows).
+        cbase = cpu["bare"]
+        print(f"by training-thread CPU (time.thread_time, per-step medians): norms alone = "
+              f"{(cpu['norms'] / cbase - 1) * 100:.1f}%; debugkit beyond the norms = "
+              f"{(cpu['debugkit'] - cpu['norms']) / cbase * 100:.1f}% "
+              f"({(cpu['debugkit'] - cpu['norms']) * 1e6:.1f} us; paired by round: "
+              f"{res['paired_cpu'] * 100:.1f}%) (target <= 3%)")
+        print(f"debugkit's writer thread (its own CPU clock, beside training): "
+              f"{res['writer_cpu'] * 1e6:.1f} us per step = {res['writer_cpu'] / cbase * 100:.2f}% "
+              f"of the bare step's CPU")
+        if a.json:
+            import json
+
+            with open(a.json, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"config": config, "load_before": load0,
+                                     "load_after": os.getloadavg()[0], "rounds": a.rounds,
+                                     "steps": a.steps, **res}) + "\n")
+        if config == "small" and not a.no_isolated:
+            iso = isolated(a.rounds, tmp)
+            full = iso["full"]
+            print(f"[small] the Recorder's own code alone (gradients fixed, no-op optimizer step "
+                  f"with its hooks; min over {a.rounds} interleaved rounds of 200 steps, training-"
+                  f"thread CPU): {full:.1f} us beyond the fused norm = "
+                  f"{full / (cbase * 1e6) * 100:.2f}% of this run's bare step; each part (what "
+                  "switching it off saves):")
+            for k, label in ISOLATED_PARTS.items():
+                print(f"  {label:<58} {full - iso[k]:>8.1f} us")
+            if a.json:
+                import json
+
+                with open(a.json, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps({"config": config, "isolated_us": iso}) + "\n")
         if a.no_breakdown:
             continue
         parts, rec_step = breakdown(config, a.breakdown_steps, tmp)
