@@ -220,9 +220,10 @@ def _show_culprit(report: dict, f: dict) -> None:
         st.markdown("  \n".join(
             f"**{label}:** " + ("—" if v is None else "`(the model's top level)`" if v == "" else _ui.code(v))
             for label, v in fields))
-        cols = st.columns(4)
-        cols[0].metric("Sample", "—" if c.get("sample_index") is None else str(c["sample_index"]))
-        cols[1].metric("Dataset index", "—" if c.get("dataset_index") is None else str(c["dataset_index"]))
+        if not report.get("request"):  # a request has no dataset index; its row is in the table
+            cols = st.columns(4)
+            cols[0].metric("Sample", "—" if c.get("sample_index") is None else str(c["sample_index"]))
+            cols[1].metric("Dataset index", "—" if c.get("dataset_index") is None else str(c["dataset_index"]))
         if c.get("input") and c.get("sample_index") is not None:
             _show_sample_values(f, c, report.get("culprit_positions") or [])
 

@@ -106,6 +106,7 @@ def test_replay_of_a_failing_request_names_the_token(svc):
     assert metrics["Reproduced"] == "yes"
     assert (metrics["Input field"], metrics["Token id"], metrics["Position"], metrics["Shape"]) == \
         ("input_ids", "150", "3", "int64[1, 8]")
+    assert "Dataset index" not in metrics  # a training sample's words, not a request's
     assert any(e.value == ("input field \\`input_ids\\` holds token id 150 at position 3, outside the "
                            "vocabulary [0, 100) of \\`emb\\`") for e in at.error)  # escaped Markdown
     assert any(w.value.startswith("Validate requests at the service's edge: reject token ids outside "
