@@ -7,8 +7,7 @@ in Debian's chromium (Playwright) at the given viewport, and writes PNGs.
 
 ``--scheme dark`` opens the pages in a browser that prefers a dark colour scheme (the
 app follows it) and adds ``-dark`` to the file names, to look at every chart in the dark
-theme. The Layers shot is of a run with a dead ReLU recorded for it
-(tests/analysis/_layer_jobs.py), put in the server's run store.
+theme.
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ SHOTS = [
     ("overview", "/overview?run=digits-bad-label", "Target 12 is out of bounds."),
     ("scalars", "/scalars?run=digits-exploding&key=loss&key=lr", "last:Log scale"),
     ("gradients", "/gradients?run=digits-exploding", "Gradients"),
+    # a run whose second ReLU alone is dead (tests/analysis/_layer_jobs.py), put in the store
     ("layers", "/layers?run=dead-relu", "Quantiles over steps"),
     # the NaN sample, with the first non-finite output of its failing step in focus (what a
     # finding's "Show" button opens)
