@@ -19,7 +19,6 @@ METRICS = {"step time": "step_time_s", "own work (data wait + compute)": "busy_s
 @st.cache_data(**_data.CACHE, show_spinner=False)
 def _analysis(path: str, sig: tuple):
     from debugkit.analysis import distributed as ad
-    from debugkit.diagnose.distributed import collect
     from debugkit.io.distributed import read_hangs, read_rank_info
     from debugkit.io.rank_traces import find_rank_traces
     from debugkit.io.run import open_run
@@ -29,15 +28,15 @@ def _analysis(path: str, sig: tuple):
     windows = ad.compute_straggler_windows(times)
     grad_norms = run.grad_norms()
     divergence = ad.compute_grad_divergence(grad_norms)
-    # The findings from diagnose, over what this page has read and computed already.
-    findings = collect(run, {}, times=times, grad_norms=grad_norms, windows=windows,
-                       divergence=divergence)
+    # The findings from diagnose (its order), over what this page has read and computed already.
+    findings = _data.findings(path, sources=("distributed",), inputs={"distributed": {
+        "times": times, "grad_norms": grad_norms, "windows": windows, "divergence": divergence}})
     return {
         "ranks": run.ranks, "manifest": run.manifest, "info": read_rank_info(run),
         "times": times, "summary": ad.compute_rank_summary(times), "windows": windows,
         "divergence": divergence,
         "hangs": read_hangs(run), "events": run.events(), "failures": run.failures(),
-        "findings": [f.to_dict() for f in findings],
+        "findings": findings,
         "trace_files": len(find_rank_traces(run)),
     }
 
@@ -71,17 +70,9 @@ def _hang_text(path: str, sig: tuple, rank: int, name: str) -> str:
 
 
 def _findings_block(findings):
-    kinds = {"rank_crashed": ":material/heart_broken:", "rank_lost": ":material/person_off:",
-             "straggler": ":material/slow_motion_video:", "hang": ":material/hourglass_top:",
-             "rank_divergence": ":material/call_split:"}
-    shown = sorted((f for f in findings if f["kind"] in kinds),
-                   key=lambda f: f["kind"] not in ("rank_crashed", "rank_lost"))
-    if not shown:
-        st.success("No dead rank, straggler, hang or rank divergence found.", icon=":material/check:")
-    for f in shown:
-        box = st.error if f["severity"] == "error" else st.warning
-        box(f"**{_ui.md(f['kind'])}** · rank {_ui.md(f['rank']) if f['rank'] is not None else '—'} · "
-            f"{_ui.md(f['message'])}", icon=kinds[f["kind"]])
+    kinds = ("rank_crashed", "rank_lost", "straggler", "hang", "rank_divergence")
+    _ui.show_findings([f for f in findings if f.kind in kinds],
+                      empty="No dead rank, straggler, hang or rank divergence found.")
 
 
 def _step_time_tab(a, stragglers):
@@ -267,10 +258,10 @@ def render():
     st.dataframe(shown, hide_index=True, width="stretch",
                  column_config={"heartbeat_time": st.column_config.DatetimeColumn(
                      "last heartbeat (UTC)", format="YYYY-MM-DD HH:mm:ss")})
-    stragglers = sorted({f["rank"] for f in a["findings"] if f["kind"] == "straggler"
-                         and f["rank"] is not None})
+    stragglers = sorted({f.rank for f in a["findings"] if f.kind == "straggler"
+                         and f.rank is not None})
     # A hung run opens on its Hangs tab.
-    hung = any(f["kind"] == "hang" for f in a["findings"])
+    hung = any(f.kind == "hang" for f in a["findings"])
     tabs = _query.tabs(TABS, "dist_tab", default="hangs" if hung else None, run_path=path)
     with tabs[0]:
         _step_time_tab(a, stragglers)

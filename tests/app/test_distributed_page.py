@@ -15,9 +15,13 @@ def _open(run_id: str) -> AppTest:
 def test_straggler_sample_shows_rank_2_and_the_charts():
     at = _open("ddp-straggler")
     assert at.title[0].value == "Distributed"
-    warnings = [w.value for w in at.warning]
-    assert any("Rank 2 is a straggler" in w for w in warnings)
-    assert any("Rank 2 starts its last gloo:all_reduce" in w for w in warnings)
+    # the findings as every page draws them (pages._ui.show_findings), in diagnose's order
+    cards = [m.value for m in at.markdown if m.value.startswith(":material/")]
+    assert cards[:2] == [":material/warning: **straggler** · step 1 · rank 2",
+                         ":material/warning: **straggler** · rank 2"]
+    captions = [c.value for c in at.caption]
+    assert any("Rank 2 is a straggler" in c for c in captions)
+    assert any("Rank 2 starts its last gloo:all_reduce" in c for c in captions)
     assert [t.label for t in at.tabs] == ["Step time", "Data wait vs compute", "Hangs",
                                           "Gradient divergence", "Profiler traces"]
     info = at.dataframe[0].value
@@ -36,7 +40,7 @@ def test_switching_the_step_time_value():
 def test_hang_sample_highlights_rank_1_and_diffs_the_stacks():
     at = _open("ddp-hang")
     errors = [e.value for e in at.error]
-    assert any(e.startswith("**hang** · rank 1") for e in errors)
+    assert any(m.value.startswith(":material/error: **hang** · step 22 · rank 1") for m in at.markdown)
     assert "Rank 1 diverges: the others wait for it." in errors
     view = next(d.value for d in at.dataframe if "divergent" in d.value.columns)
     assert view.set_index("rank")["divergent"].to_dict() == {0: False, 1: True}

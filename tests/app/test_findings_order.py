@@ -52,6 +52,8 @@ def _check(page, path, kinds=None, **open_kw):
                                        "dead_layer", "loss_spike", "nonfinite_loss", "step_failure")),
     ("gradients", "digits-compare-lr", ("exploding_grad", "loss_spike")),
     ("memory", "memory-leak", ("memory_leak", "memory_pressure", "fragmentation")),
+    ("distributed", "ddp-straggler", ("rank_crashed", "rank_lost", "straggler", "hang", "rank_divergence")),
+    ("distributed", "ddp-hang", ("rank_crashed", "rank_lost", "straggler", "hang", "rank_divergence")),
 ])
 def test_a_page_shows_its_findings_in_the_order_debugkit_diagnose_prints(page, run, kinds):
     _check(page, ROOT / "sample_runs" / run, kinds, run=run)
