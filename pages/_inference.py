@@ -185,35 +185,10 @@ def _model_and_env(info: dict) -> None:
 
 
 # ---------------------------------------------------------------------------- Memory
-def leak_lines(found: list, requests) -> list[dict]:
-    """The memory findings' fitted lines on the run-wide request axis (``seq``), for
-    :func:`debugkit.charts.requests.build_request_memory_figure`: a finding counts a
-    rank's requests from 0, so its start and last request are mapped to their ``seq``."""
-    out = []
-    for f in found:
-        ev = f.evidence if hasattr(f, "evidence") else f["evidence"]
-        kind = f.kind if hasattr(f, "kind") else f["kind"]
-        rank = f.rank if hasattr(f, "rank") else f["rank"]
-        if kind != "request_memory_leak":
-            continue
-        rows = requests[(requests["rank"] == rank) & requests["mem_after_bytes"].notna()]
-        if not len(rows) or ev.get("bytes_per_1000_requests") is None:
-            continue
-        seqs = rows["seq"].to_numpy()
-        start = min(max(int(ev.get("start_request") or 0), 0), len(seqs) - 1)
-        rate = float(ev["bytes_per_1000_requests"]) / 1000.0
-        n_span = (len(seqs) - 1) - start
-        seq_span = float(seqs[-1] - seqs[start])
-        out.append({"mem_kind": ev.get("mem_kind"), "start_seq": float(seqs[start]),
-                    "last_seq": float(seqs[-1]), "level_bytes": float(ev["level_bytes"]),
-                    # the rank's rate per its own request, spread over the run's requests
-                    "bytes_per_request": rate * n_span / seq_span if seq_span > 0 else rate})
-    return out
-
-
 def render_memory(path: str, info: dict) -> None:
     """The Memory page of an inference run: memory after each request."""
     from debugkit.analysis.memory import compute_bands
+    from debugkit.analysis.request_windows import place_leak_lines
     from debugkit.charts.requests import build_request_memory_figure
 
     try:
@@ -254,7 +229,7 @@ def render_memory(path: str, info: dict) -> None:
     if not found:
         st.success("No leak: memory does not grow with the request count.", icon=":material/check:")
     bands = compute_bands(cap, {"gpu_threshold": gpu_thr, "host_threshold": host_thr})
-    _ui.chart(build_request_memory_figure(req, bands, leaks=leak_lines(found, req)),
+    _ui.chart(build_request_memory_figure(req, bands, leaks=place_leak_lines(found, req)),
               key="request_memory")
     if not len(bands):
         st.caption("No capacity recorded for this run, so there is no threshold line.")

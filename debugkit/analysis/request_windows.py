@@ -100,3 +100,45 @@ def compute_outcome_counts(requests: pd.DataFrame, bins: int = 60) -> pd.DataFra
         out[o] = counts[o].astype("int64")
     out["failed"] = out["error"] + out["nonfinite"] + out["fallback"]
     return out.reset_index(drop=True)[cols]
+
+
+def place_leak_lines(findings, requests: pd.DataFrame) -> list[dict]:
+    """The ``request_memory_leak`` findings' fitted lines on the run-wide request axis.
+
+    A finding (:mod:`debugkit.analysis.serving`) counts one rank's requests with a memory
+    reading from 0 (``start_request``) and gives its rate per 1,000 of them; the chart's x
+    axis is ``seq`` over every rank. Each line starts at the ``seq`` of the rank's
+    ``start_request``-th reading and ends at its last, and its rate is spread over the
+    run's requests between them (two interleaved ranks: half the rank's rate per ``seq``).
+
+    Parameters
+    ----------
+    findings : list of Finding
+        Any findings; only ``request_memory_leak`` ones are placed.
+    requests : DataFrame
+        :func:`order_requests`.
+
+    Returns
+    -------
+    list of dict
+        ``mem_kind``, ``start_seq``, ``last_seq``, ``level_bytes`` (the fitted level at
+        the rank's last reading) and ``bytes_per_request`` (per ``seq``), as
+        :func:`debugkit.charts.requests.build_request_memory_figure` takes them.
+    """
+    out = []
+    for f in findings:
+        ev = f.evidence
+        if f.kind != "request_memory_leak" or ev.get("bytes_per_1000_requests") is None:
+            continue
+        rows = requests[(requests["rank"] == f.rank) & requests["mem_after_bytes"].notna()]
+        if not len(rows):
+            continue
+        seqs = rows["seq"].to_numpy()
+        start = min(max(int(ev.get("start_request") or 0), 0), len(seqs) - 1)
+        rate = float(ev["bytes_per_1000_requests"]) / 1000.0
+        seq_span = float(seqs[-1] - seqs[start])
+        out.append({"mem_kind": ev.get("mem_kind"), "start_seq": float(seqs[start]),
+                    "last_seq": float(seqs[-1]), "level_bytes": float(ev["level_bytes"]),
+                    "bytes_per_request": (rate * (len(seqs) - 1 - start) / seq_span
+                                          if seq_span > 0 else rate)})
+    return out

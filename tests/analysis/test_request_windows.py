@@ -11,6 +11,7 @@ from debugkit.analysis.request_windows import (
     compute_latency_windows,
     compute_outcome_counts,
     order_requests,
+    place_leak_lines,
 )
 
 
@@ -71,3 +72,24 @@ def test_no_requests():
     empty = _requests([])
     assert compute_latency_windows(empty).empty
     assert compute_outcome_counts(empty).empty
+
+
+def test_a_rank_s_leak_is_placed_on_the_run_wide_request_axis():
+    from debugkit.analysis.findings import Finding
+
+    # two ranks interleaved: rank 1's requests are seq 1, 3, 5, ...
+    a = _requests([1.0] * 50, ranks=[0] * 50)
+    b = _requests([1.0] * 50, ranks=[1] * 50, t0=1.7e9 + 0.05)
+    df = order_requests(pd.concat([a, b]))
+    df["mem_after_bytes"] = pd.array([1000] * len(df), dtype="Int64")
+    df["mem_kind"] = "rss"
+    leak = Finding(kind="request_memory_leak", step=10, rank=1, layer=None, severity="warning",
+                   message="", evidence={"mem_kind": "rss", "start_request": 10,
+                                         "bytes_per_1000_requests": 2_000_000.0, "level_bytes": 5e6})
+    other = Finding(kind="latency_regression", step=3, rank=0, layer=None, severity="warning",
+                    message="", evidence={})
+    (line,) = place_leak_lines([leak, other], df)
+    assert (line["start_seq"], line["last_seq"]) == (21.0, 99.0)  # rank 1's 11th and 50th request
+    # 2,000 B per rank-1 request = 1,000 B per request of the run (39 of them over 78 seqs)
+    assert line["bytes_per_request"] == pytest.approx(1000.0)
+    assert (line["level_bytes"], line["mem_kind"]) == (5e6, "rss")
