@@ -88,6 +88,7 @@ def as_path(value):
             __import__(backend[0])
         except ImportError:
             raise MissingDependencyError(backend[0], f"opening {value}", backend[1]) from None
+    _remembering(scheme)
     try:
         return UPath(value, **STORAGE_OPTIONS.get(scheme, {}))
     except (ImportError, ValueError) as exc:
@@ -103,8 +104,30 @@ BACKENDS = {
 #: Storage options per scheme. Object stores' listing caches are off: a cached listing
 #: never expires in s3fs, so a file a live run (or another writer) adds later would stay
 #: invisible to ``exists``/``is_file``; readers list what they need once per call instead.
-STORAGE_OPTIONS = {"s3": {"use_listings_cache": False}, "s3a": {"use_listings_cache": False},
+#: The S3 client's connection pool matches the concurrent fetches of a prefetch
+#: (:data:`debugkit.objcache.FETCH_CONCURRENCY`; botocore's default is 10).
+_S3 = {"use_listings_cache": False, "config_kwargs": {"max_pool_connections": 64}}
+STORAGE_OPTIONS = {"s3": _S3, "s3a": _S3,
                    "gs": {"use_listings_cache": False}, "gcs": {"use_listings_cache": False}}
+_REMEMBERING: set[str] = set()
+
+
+def _remembering(scheme: str) -> None:
+    """Give an object store's fsspec class the listing- and prefetch-aware subclass of
+    :mod:`debugkit.objcache` (once per scheme): pages read a run from one listing and
+    one batched fetch instead of a request per question."""
+    if scheme in _REMEMBERING or scheme not in BACKENDS:
+        return
+    import fsspec
+
+    from .objcache import enable
+
+    try:
+        cls = fsspec.get_filesystem_class(scheme)
+    except (ImportError, ValueError):
+        return  # as_path says what is missing
+    fsspec.register_implementation(scheme, enable(cls), clobber=True)
+    _REMEMBERING.add(scheme)
 
 
 def _is_upath(value) -> bool:

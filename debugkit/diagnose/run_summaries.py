@@ -33,6 +33,7 @@ from .._fsutil import atomic_write_json
 from .._version import __version__
 from ..errors import MSG_RUN_UNEXPECTED, DebugkitError
 from ..io.fs import as_path, is_local, list_tree, stamp_of, stat_files
+from ..objcache import prefetch_many
 
 log = logging.getLogger(__name__)
 
@@ -83,54 +84,6 @@ def store_signatures(root) -> dict[str, tuple]:
             continue
         out.setdefault(top, []).append((rest, int(info.get("size") or 0), stamp_of(info)))
     return {k: tuple(v) for k, v in out.items()}
-
-
-#: Files a mirror of a run in an object store leaves out: the analyses that read them
-#: (checkpoint weights, profiles) read them in place, once, when they run.
-MIRROR_MAX_FILE_BYTES = 64 << 20
-
-
-def mirror_runs(entries, sigs: dict[str, tuple]) -> dict[str, Path]:
-    """Local copies of runs in an object store, for analysing them: every small file of
-    every run fetched at once, concurrently (one batched ``cat`` of fsspec: S3 requests
-    overlap instead of one round trip per file), into ``$DEBUGKIT_CACHE/mirror/``.
-    ``{run url: local folder}``; files over :data:`MIRROR_MAX_FILE_BYTES` are not
-    copied. A run changed in the bucket has another signature, so it is fetched again."""
-    from .._fsutil import cache_dir
-
-    todo, out = {}, {}
-    fs = None
-    for e in entries:
-        sig = sigs.get(str(e.path))
-        if sig is None or is_local(e.path):
-            continue
-        fs = e.path.fs
-        base = e.path.path.rstrip("/")
-        local = cache_dir() / "mirror" / signature_digest((str(e.path),) + tuple(sig))
-        out[str(e.path)] = local
-        if (local / ".complete").is_file():
-            continue
-        for rel, size, _stamp in sig:
-            if size <= MIRROR_MAX_FILE_BYTES and ".." not in rel.split("/"):
-                todo[f"{base}/{rel}"] = local / rel
-    failed = set()
-    if todo and fs is not None:
-        got = fs.cat(list(todo), on_error="return")
-        for name, dest in todo.items():
-            data = got.get(name)
-            if not isinstance(data, bytes):
-                failed.add(str(dest))
-                continue
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(data)
-    done = {}
-    for url, local in out.items():
-        if any(f.startswith(str(local) + os.sep) for f in failed):
-            continue  # a file could not be fetched: analysed in place instead
-        local.mkdir(parents=True, exist_ok=True)
-        (local / ".complete").touch()
-        done[url] = local
-    return done
 
 
 def _entry_file(folder: Path, path: str) -> Path:
@@ -188,19 +141,14 @@ def serving_counts(run, started: float | None = None) -> dict:
     return out
 
 
-def _analyse(entry, mirror: Path | None = None) -> tuple[dict, dict | None]:
+def _analyse(entry) -> tuple[dict, dict | None]:
     """The run-list row of a run and what each diagnose source found (None when the run
     cannot be analysed)."""
     from ..io import served_runs
     from ..io.run import open_run
     from . import arrange, collect_by_source
 
-    if mirror is not None:  # a run in an object store, read from its local copy
-        row = served_runs.summarize(served_runs.RunEntry(entry.id, mirror, entry.root))
-        row["path"] = str(entry.path)
-        entry = served_runs.RunEntry(entry.id, mirror, entry.root)
-    else:
-        row = served_runs.summarize(entry)
+    row = served_runs.summarize(entry)
     row.update({"errors": None, "warnings": None, "top": "", "top_kind": None, "top_step": None,
                 "top_layer": None, "kind": None, "requests": None, "error_rate": None})
     if row["error"] is not None:
@@ -258,8 +206,7 @@ def cached_findings(path: str, sig: tuple, sources=None, *, folder: Path | None 
         return None  # an entry this version cannot read: analyse again
 
 
-def summarize_run(entry, sig: tuple | None = None, *, folder: Path | None = None,
-                  mirror: Path | None = None) -> dict:
+def summarize_run(entry, sig: tuple | None = None, *, folder: Path | None = None) -> dict:
     """The run-list row of one run, from the index when the run's files are unchanged.
 
     Parameters
@@ -271,8 +218,6 @@ def summarize_run(entry, sig: tuple | None = None, *, folder: Path | None = None
         for a whole root at once.
     folder : Path, optional
         The index folder (default: :func:`index_dir`).
-    mirror : Path, optional
-        A local copy of a run in an object store (:func:`mirror_runs`) to analyse.
 
     Returns
     -------
@@ -294,7 +239,7 @@ def summarize_run(entry, sig: tuple | None = None, *, folder: Path | None = None
         if row.get("status") == fmt.STATE_RUNNING:
             row["status"] = _live_status(entry, row["status"])
         return row
-    row, by_source = _analyse(entry, mirror)
+    row, by_source = _analyse(entry)
     data = {"version": INDEX_VERSION, "debugkit": __version__, "path": str(entry.path),
             "signature": digest, "row": {k: row.get(k) for k in ROW_FIELDS}}
     if by_source is not None:
@@ -308,6 +253,24 @@ def summarize_run(entry, sig: tuple | None = None, *, folder: Path | None = None
         except (OSError, TypeError, ValueError):
             pass  # a read-only cache folder: the list still shows, just not faster next time
     return {**row, "cached": False}
+
+
+def _run_listings(entries) -> dict[str, dict]:
+    """``{run url: {relative name: info}}`` of runs in an object store, from the one
+    listing of their root (:func:`debugkit.io.fs.list_tree`)."""
+    by_root: dict[str, dict[str, dict]] = {}
+    for e in entries:
+        if e.root is None or str(e.path) == str(e.root):
+            continue
+        if str(e.root) not in by_root:
+            runs: dict[str, dict] = {}
+            for rel, info in list_tree(e.root).items():
+                top, _, rest = rel.partition("/")
+                if rest:
+                    runs.setdefault(top, {})[rest] = info
+            by_root[str(e.root)] = runs
+    return {str(e.path): by_root[str(e.root)][e.path.name] for e in entries
+            if e.root is not None and e.path.name in by_root.get(str(e.root), {})}
 
 
 def _live_status(entry, cached: str) -> str:
@@ -336,17 +299,22 @@ def summarize_runs(entries, *, folder: Path | None = None) -> list[dict]:
             sig = by_root[key].get(e.path.name if hasattr(e.path, "name") else str(e.path))
             if sig is not None:
                 sigs[str(e.path)] = sig
-    # runs in an object store that the index does not hold as they are now: fetched at
-    # once, concurrently, and analysed from local copies (not one round trip per file)
+    # runs in an object store that the index does not hold as they are now: the small
+    # files of all of them fetched at once, concurrently, into the cache (one batch, not a
+    # round trip per file); each is then analysed in place, its reads answered from there
     index = index_dir() if folder is None else folder
     stale = [e for e in entries if not is_local(e.path) and str(e.path) in sigs
              and _read_entry(_entry_file(index, str(e.path)), str(e.path),
                              signature_digest(sigs[str(e.path)])) is None]
-    mirrors = mirror_runs(stale, sigs) if stale else {}
+    listings = _run_listings(stale)
+    if listings:
+        prefetch_many([(e.path, listings[str(e.path)]) for e in stale if str(e.path) in listings])
     for e in entries:
         sig = sigs.get(str(e.path))
         try:
-            rows.append(summarize_run(e, sig, folder=folder, mirror=mirrors.get(str(e.path))))
+            if str(e.path) in listings:  # the listing the batch came from answers its reads
+                prefetch_many([(e.path, listings[str(e.path)])])
+            rows.append(summarize_run(e, sig, folder=folder))
         except Exception as exc:  # noqa: BLE001 - one bad run is one error row
             log.exception("listing run %s", e.id)
             msg = MSG_RUN_UNEXPECTED.format(run=e.id, type=type(exc).__name__, detail=exc)

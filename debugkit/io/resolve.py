@@ -5,7 +5,8 @@ in-place run folder the reader can open.
 A zip is unpacked once into the cache (:func:`debugkit.io.upload.open_zip_cached`), a
 zip at a URL is fetched into the cache first, and a TensorBoard folder is converted
 once per version of its event files (:func:`debugkit.io.tensorboard.open_tensorboard_cached`).
-A run folder at a URL is read in place (see :mod:`debugkit.io.fs`).
+A run folder at a URL is read in place (see :mod:`debugkit.io.fs`), from one listing and
+one concurrent fetch of its small files into the cache (:func:`debugkit.objcache.prefetch`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ def resolve_run_path(path: str | os.PathLike) -> tuple[Path, Path]:
         outside it.
     """
     p = as_path(path)
+    if not is_local(p):
+        from ..objcache import prefetch
+
+        prefetch(p)  # one listing + one batched fetch of its small files, not one per read
     if not p.exists():
         raise RunDirError(MSG_NO_SUCH_PATH.format(path=p))
     source = p

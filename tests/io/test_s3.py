@@ -170,11 +170,11 @@ def test_the_run_list_rereads_a_run_changed_in_the_bucket(s3, tmp_path, monkeypa
     added is listed, and the rows equal the local runs' rows."""
     import time
 
+    from debugkit import objcache
     from debugkit.diagnose import run_summaries
-    from debugkit.io import fs as fsmod
     from debugkit.io import served_runs
 
-    monkeypatch.setattr(fsmod, "LISTING_TTL_S", 0.0)
+    monkeypatch.setattr(objcache, "LISTING_TTL_S", 0.0)
     bucket = s3.new_bucket()
     fs = s3.filesystem()
     fs.put(f"{SAMPLE_RUNS / 'digits-mlp'}/", f"{bucket}/runs/a/", recursive=True)

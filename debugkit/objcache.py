@@ -1,0 +1,434 @@
+"""Runs in an object store read from one listing and one batched fetch, not a request per file.
+
+A page that opens a run at an ``s3://`` URL asks dozens of small questions (does the
+manifest exist, which ranks are there, is this a folder, read these eight small files...).
+On a real network each is a round trip (20-80 ms), and the readers ask them one after the
+other. This module answers them from memory and the local cache instead:
+
+- **Listings are remembered.** Every flat listing (``find``) of a prefix is kept for
+  :data:`LISTING_TTL_S` seconds, and ``info``/``exists``/``isdir``/``isfile``/``ls``/``find``
+  of any path under that prefix are answered from it, without a request. A run list's one
+  listing of the store root (:func:`debugkit.io.fs.list_tree`) so answers for every run.
+- **A run is prefetched.** :func:`prefetch` (called by
+  :func:`debugkit.io.resolve.resolve_run_path` for a run folder at a URL, and by the run
+  list for runs it has to analyse) lists the run (one request, or none when a fresh listing
+  covers it) and fetches every small file the cache lacks in one concurrent batch
+  (:data:`FETCH_CONCURRENCY` requests in flight), into ``$DEBUGKIT_CACHE/objects/``. Reads
+  (``open``, ``cat``) of those files are then served from the cache. A prefetched run's
+  listing is refreshed when it is older than :data:`LISTING_TTL_S` (one request), and only
+  files whose size or stamp changed are fetched again.
+- **Keyed by what the store says.** A cached object is named by a digest of its URL, size,
+  ETag and modification stamp: a file rewritten in the bucket is another object; nothing
+  stale is served beyond the listing's :data:`LISTING_TTL_S`.
+- **Bounded.** The objects are ordinary cache entries (evicted least recently used to keep
+  ``$DEBUGKIT_CACHE_MAX_MB``); files over :data:`PREFETCH_MAX_FILE_BYTES` (checkpoint
+  weights, big profiles) and anything beyond a quarter of the cache's bound are not
+  prefetched but read in place when asked for. A write through the same filesystem drops
+  the listings that cover it.
+
+It works by giving the fsspec filesystem class of an object-store scheme a subclass
+(:func:`enable`, applied by :func:`debugkit.location.as_path`), so every reader that goes
+through ``UPath``/fsspec benefits without knowing. Layer 0: nothing here reads a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import os
+import threading
+import time
+from pathlib import Path
+
+#: How long a listing answers for the paths under it (seconds). A file added to the bucket
+#: is seen within this time.
+LISTING_TTL_S = 2.0
+#: Files up to this size are prefetched with their run; larger ones are read in place.
+PREFETCH_MAX_FILE_BYTES = 4 << 20
+#: Requests in flight at once in a prefetch batch (the S3 client's connection pool is set
+#: to match in :data:`debugkit.location.STORAGE_OPTIONS`).
+FETCH_CONCURRENCY = 64
+#: Listings kept per filesystem (least recently made dropped first).
+MAX_LISTINGS = 256
+OBJECTS = "objects"
+
+_ENABLED: dict[type, type] = {}
+_ENABLED_LOCK = threading.Lock()
+
+
+def enable(cls: type) -> type:
+    """The listing- and prefetch-aware subclass of an async fsspec filesystem class
+    (``cls`` itself for other classes)."""
+    from fsspec.asyn import AsyncFileSystem
+
+    if not (isinstance(cls, type) and issubclass(cls, AsyncFileSystem)) or issubclass(cls, _Remembering):
+        return cls
+    from fsspec.asyn import sync_wrapper
+
+    with _ENABLED_LOCK:
+        sub = _ENABLED.get(cls)
+        if sub is None:
+            ns = {"__module__": cls.__module__, "__doc__": cls.__doc__}
+            # the backend's own sync methods (s3fs: ``isdir = sync_wrapper(_isdir)``) call
+            # its coroutines; the subclass's call these
+            for name in _OVERRIDDEN:
+                ns[name] = sync_wrapper(getattr(_Remembering, "_" + name))
+            sub = type(cls.__name__, (_Remembering, cls), ns)
+            _ENABLED[cls] = sub
+    return sub
+
+
+class _Listing:
+    __slots__ = ("prefix", "made", "files", "dirs", "pinned")
+
+    def __init__(self, prefix: str, found: dict, pinned: bool):
+        self.prefix, self.made, self.pinned = prefix, time.monotonic(), pinned
+        self.files: dict[str, dict] = {}
+        self.dirs: set[str] = {prefix}
+        for name, info in found.items():
+            name = name.rstrip("/")
+            if info.get("type") == "directory":
+                if name.startswith(prefix + "/"):
+                    self.dirs.add(name)
+                continue
+            if not name.startswith(prefix + "/"):
+                continue
+            self.files[name] = info
+            parent = name.rpartition("/")[0]
+            while len(parent) > len(prefix) and parent not in self.dirs:
+                self.dirs.add(parent)
+                parent = parent.rpartition("/")[0]
+
+    def fresh(self) -> bool:
+        return time.monotonic() - self.made < LISTING_TTL_S
+
+    def covers(self, path: str) -> bool:
+        return path == self.prefix or path.startswith(self.prefix + "/")
+
+    def dir_info(self, path: str) -> dict:
+        return {"name": path, "size": 0, "type": "directory", "Key": path,
+                "StorageClass": "DIRECTORY"}
+
+
+def _stamp(info: dict) -> str:
+    return "|".join(str(info.get(k)) for k in ("ETag", "etag", "LastModified", "mtime", "updated",
+                                               "generation") if info.get(k) is not None)
+
+
+class _Remembering:
+    """Mixed in before an async fsspec filesystem class (see :func:`enable`)."""
+
+    # ------------------------------------------------------------------ the remembered listings
+    def _dk_state(self):
+        st = self.__dict__.get("_dk")
+        if st is None:
+            st = self.__dict__.setdefault("_dk", {"listings": {}, "lock": threading.Lock()})
+        return st
+
+    def _dk_norm(self, path) -> str:
+        return self._strip_protocol(str(path)).rstrip("/")  # type: ignore[attr-defined]
+
+    def _dk_covering(self, path: str):
+        """The fresh listing covering ``path`` (the deepest), or None; a stale pinned one
+        is returned too, marked for refresh by the caller."""
+        st = self._dk_state()
+        best = None
+        with st["lock"]:
+            for prefix, lst in list(st["listings"].items()):
+                if not lst.covers(path):
+                    continue
+                if not lst.fresh() and not lst.pinned:
+                    del st["listings"][prefix]
+                    continue
+                if best is None or len(lst.prefix) > len(best.prefix):
+                    best = lst
+        return best
+
+    def _dk_remember(self, prefix: str, found: dict, pinned: bool = False) -> _Listing:
+        st = self._dk_state()
+        lst = _Listing(prefix, found, pinned)
+        with st["lock"]:
+            old = st["listings"].pop(prefix, None)
+            lst.pinned = pinned or bool(old and old.pinned)
+            st["listings"][prefix] = lst
+            while len(st["listings"]) > MAX_LISTINGS:
+                st["listings"].pop(next(iter(st["listings"])))
+        return lst
+
+    def _dk_forget(self, path) -> None:
+        path = self._dk_norm(path)
+        st = self._dk_state()
+        with st["lock"]:
+            for prefix in [p for p, lst in st["listings"].items()
+                           if lst.covers(path) or path.startswith(p + "/") or p.startswith(path + "/")]:
+                del st["listings"][prefix]
+
+    async def _dk_lookup(self, path: str):
+        lst = self._dk_covering(path)
+        if lst is not None and not lst.fresh():  # a prefetched run: listed again, once
+            found = await super()._find(lst.prefix, detail=True)  # type: ignore[misc]
+            lst = self._dk_remember(lst.prefix, found, pinned=True)
+            await self._dk_fetch(_wanted(self, lst))
+        return lst
+
+    # ------------------------------------------------------------------ the cached objects
+    def _dk_object(self, key: str, info: dict) -> Path:
+        from ._fsutil import cache_dir
+
+        fsid = ""
+        try:
+            fsid = str(self.fsid)  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 - a backend without an fsid
+            fsid = type(self).__name__
+        digest = hashlib.sha256(f"{fsid}|{key}|{info.get('size')}|{_stamp(info)}".encode()).hexdigest()
+        return cache_dir() / OBJECTS / digest[:40]
+
+    def _dk_cached(self, path: str, lst):
+        """The cache file holding ``path``'s current content (as the listing ``lst`` has
+        it), or None."""
+        if lst is None or not lst.fresh():
+            return None
+        info = lst.files.get(path)
+        if info is None:
+            return None
+        f = self._dk_object(path, info)
+        try:
+            if f.stat().st_size == int(info.get("size") or 0):
+                return f
+        except OSError:
+            pass
+        return None
+
+    async def _dk_fetch(self, items) -> int:
+        """Fetch ``[(key, info)]`` not yet cached, concurrently, into the cache; returns how
+        many were fetched."""
+        todo = [(k, i, self._dk_object(k, i)) for k, i in items]
+        todo = [(k, i, f) for k, i, f in todo if not f.is_file()]
+        if not todo:
+            return 0
+        folder = todo[0][2].parent
+        folder.mkdir(parents=True, exist_ok=True)
+        sem = asyncio.Semaphore(FETCH_CONCURRENCY)
+        cat = super()._cat_file  # type: ignore[misc]
+        kw = {"max_concurrency": 1} if "max_concurrency" in inspect.signature(cat).parameters else {}
+
+        async def one(key, info, dest):
+            async with sem:
+                try:
+                    data = await cat(key, **kw)
+                except Exception:  # noqa: BLE001 - not cached: read in place when asked for
+                    return 0
+            if len(data) != int(info.get("size") or 0):
+                return 0  # rewritten since it was listed: read in place
+            tmp = dest.with_name(f".tmp-{dest.name}-{os.getpid()}-{threading.get_ident()}")
+            try:
+                tmp.write_bytes(data)
+                os.replace(tmp, dest)
+            except OSError:
+                return 0
+            return 1
+
+        return sum(await asyncio.gather(*(one(k, i, f) for k, i, f in todo)))
+
+    # ------------------------------------------------------------------ fsspec's methods
+    async def _info(self, path, *args, **kwargs):
+        p = self._dk_norm(path)
+        lst = None if args or any(kwargs.values()) else await self._dk_lookup(p)
+        if lst is not None:
+            if p in lst.files:
+                return dict(lst.files[p])
+            if p in lst.dirs:
+                return lst.dir_info(p)
+            raise FileNotFoundError(path)
+        return await super()._info(path, *args, **kwargs)  # type: ignore[misc]
+
+    async def _exists(self, path, *args, **kwargs):
+        p = self._dk_norm(path)
+        lst = await self._dk_lookup(p)
+        if lst is not None:
+            return p in lst.files or p in lst.dirs
+        return await super()._exists(path, *args, **kwargs)  # type: ignore[misc]
+
+    async def _isdir(self, path):
+        p = self._dk_norm(path)
+        lst = await self._dk_lookup(p)
+        if lst is not None:
+            return p in lst.dirs
+        return await super()._isdir(path)  # type: ignore[misc]
+
+    async def _isfile(self, path):
+        p = self._dk_norm(path)
+        lst = await self._dk_lookup(p)
+        if lst is not None:
+            return p in lst.files
+        return await super()._isfile(path)  # type: ignore[misc]
+
+    async def _ls(self, path, detail=False, **kwargs):
+        p = self._dk_norm(path)
+        lst = None if any(kwargs.values()) else await self._dk_lookup(p)
+        if lst is not None and p in lst.dirs:
+            out = [dict(i) for k, i in lst.files.items() if k.rpartition("/")[0] == p]
+            out += [lst.dir_info(d) for d in lst.dirs if d != p and d.rpartition("/")[0] == p]
+            out.sort(key=lambda i: i["name"])
+            return out if detail else [i["name"] for i in out]
+        if lst is not None and p in lst.files:
+            return [dict(lst.files[p])] if detail else [p]
+        if lst is not None:
+            raise FileNotFoundError(path)
+        return await super()._ls(path, detail=detail, **kwargs)  # type: ignore[misc]
+
+    async def _find(self, path, maxdepth=None, withdirs=None, detail=False, **kwargs):
+        p = self._dk_norm(path)
+        lst = await self._dk_lookup(p)
+        if lst is None or maxdepth is not None or any(kwargs.values()):
+            found = await super()._find(path, maxdepth=maxdepth, withdirs=withdirs,  # type: ignore[misc]
+                                        detail=True, **kwargs)
+            if maxdepth is None and not withdirs and not any(kwargs.values()) and p and found \
+                    and all(k.startswith(p + "/") for k in found):
+                self._dk_remember(p, found)  # one flat listing answers for everything under it
+            return found if detail else sorted(found)
+        if p in lst.files and p not in lst.dirs:
+            out = {p: dict(lst.files[p])}
+        else:
+            out = {k: dict(i) for k, i in lst.files.items() if k.startswith(p + "/")}
+            if withdirs:
+                out.update({d: lst.dir_info(d) for d in lst.dirs if d.startswith(p + "/")})
+        out = dict(sorted(out.items()))
+        return out if detail else list(out)
+
+    async def _cat_file(self, path, start=None, end=None, **kwargs):
+        p = self._dk_norm(path)
+        f = self._dk_cached(p, await self._dk_lookup(p))
+        if f is not None:
+            try:
+                data = f.read_bytes()
+            except OSError:
+                data = None
+            if data is not None:
+                return data[start:end] if (start is not None or end is not None) else data
+        return await super()._cat_file(path, start=start, end=end, **kwargs)  # type: ignore[misc]
+
+    def _open(self, path, mode="rb", *args, **kwargs):
+        if "r" in mode and "+" not in mode:
+            from fsspec.asyn import sync
+
+            p = self._dk_norm(path)
+            f = self._dk_cached(p, sync(self.loop, self._dk_lookup, p))
+            if f is not None:
+                try:
+                    return open(f, "rb")
+                except OSError:
+                    pass
+        else:
+            self._dk_forget(path)
+        return super()._open(path, mode, *args, **kwargs)  # type: ignore[misc]
+
+    # writes through this filesystem drop the listings they make stale
+    async def _pipe_file(self, path, *args, **kwargs):
+        self._dk_forget(path)
+        return await super()._pipe_file(path, *args, **kwargs)  # type: ignore[misc]
+
+    async def _put_file(self, lpath, rpath, *args, **kwargs):
+        self._dk_forget(rpath)
+        return await super()._put_file(lpath, rpath, *args, **kwargs)  # type: ignore[misc]
+
+    async def _rm_file(self, path, *args, **kwargs):
+        self._dk_forget(path)
+        return await super()._rm_file(path, *args, **kwargs)  # type: ignore[misc]
+
+    async def _rm(self, path, *args, **kwargs):
+        for p in path if isinstance(path, list) else [path]:
+            self._dk_forget(p)
+        return await super()._rm(path, *args, **kwargs)  # type: ignore[misc]
+
+    async def _cp_file(self, path1, path2, *args, **kwargs):
+        self._dk_forget(path2)
+        return await super()._cp_file(path1, path2, *args, **kwargs)  # type: ignore[misc]
+
+
+_OVERRIDDEN = ("info", "exists", "isdir", "isfile", "ls", "find", "cat_file", "pipe_file",
+               "put_file", "rm_file", "rm", "cp_file")
+
+
+def _wanted(fs, lst: _Listing) -> list[tuple[str, dict]]:
+    """The files of a listing a prefetch fetches: each up to PREFETCH_MAX_FILE_BYTES, in
+    name order, while their total fits a quarter of the cache's bound."""
+    from ._fsutil import cache_max_bytes
+
+    budget = cache_max_bytes() // 4
+    out = []
+    for key, info in sorted(lst.files.items()):
+        size = int(info.get("size") or 0)
+        if size > PREFETCH_MAX_FILE_BYTES or size > budget:
+            continue
+        budget -= size
+        out.append((key, info))
+    return out
+
+
+def _fs_of(path):
+    fs = getattr(path, "fs", None)
+    return fs if isinstance(fs, _Remembering) else None
+
+
+def prefetch(path, listing: dict | None = None) -> bool:
+    """Make the folder ``path`` (a ``UPath``) fast to read: list it (one request, none
+    when a fresh listing covers it; ``listing`` — ``{relative name: info}`` — gives one)
+    and fetch its small files the cache lacks in one concurrent batch. Reads under it are
+    then answered from memory and the cache, and the listing is renewed (one request)
+    when older than :data:`LISTING_TTL_S`. False when ``path`` is not on an object store
+    or holds no file."""
+    fs = _fs_of(path)
+    if fs is None:
+        return False
+    from fsspec.asyn import sync
+
+    from ._fsutil import touch_cache_entry, trim_cache
+
+    prefix = fs._dk_norm(path.path)
+    if listing is not None:
+        found = {f"{prefix}/{rel}": dict(info, name=f"{prefix}/{rel}") for rel, info in listing.items()}
+    else:
+        try:
+            found = sync(fs.loop, fs._find, prefix, detail=True)
+        except (OSError, ValueError):
+            return False
+    if not found or not all(k.startswith(prefix + "/") for k in found):
+        return False  # nothing there, or a file: read as before
+    lst = fs._dk_remember(prefix, found, pinned=True)
+    items = _wanted(fs, lst)
+    missing = [(k, i) for k, i in items if not fs._dk_object(k, i).is_file()]
+    if missing:
+        trim_cache(reserve=sum(int(i.get("size") or 0) for _, i in missing))
+        sync(fs.loop, fs._dk_fetch, missing)
+    for k, i in items:
+        if (k, i) not in missing:
+            touch_cache_entry(fs._dk_object(k, i))
+    return True
+
+
+def prefetch_many(paths_listings) -> int:
+    """:func:`prefetch` for many folders at once (``[(UPath, {relative name: info})]``,
+    as one listing of their root gives): every small file the cache lacks, of all of
+    them, in one concurrent batch. Returns how many files were fetched."""
+    by_fs: dict[int, tuple] = {}
+    for path, listing in paths_listings:
+        fs = _fs_of(path)
+        if fs is None or not listing:
+            continue
+        prefix = fs._dk_norm(path.path)
+        found = {f"{prefix}/{rel}": dict(info, name=f"{prefix}/{rel}") for rel, info in listing.items()}
+        lst = fs._dk_remember(prefix, found, pinned=True)
+        by_fs.setdefault(id(fs), (fs, []))[1].extend(
+            (k, i) for k, i in _wanted(fs, lst) if not fs._dk_object(k, i).is_file())
+    from fsspec.asyn import sync
+
+    from ._fsutil import trim_cache
+
+    n = 0
+    for fs, missing in by_fs.values():
+        if missing:
+            trim_cache(reserve=sum(int(i.get("size") or 0) for _, i in missing))
+            n += sync(fs.loop, fs._dk_fetch, missing)
+    return n
