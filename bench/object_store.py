@@ -23,14 +23,12 @@ and the same five on a local copy of the store. It prints seconds (median of
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,57 +74,6 @@ print(time.perf_counter() - t0)
 """
 
 
-class DelayProxy:
-    """A TCP proxy on loopback that holds each request ``delay_s`` before forwarding it.
-
-    A request is what a client sends after the last response (or on a new connection):
-    the first bytes from the client after bytes went the other way wait ``delay_s``.
-    ``requests`` counts them."""
-
-    def __init__(self, target_port: int, delay_s: float):
-        self.target_port, self.delay_s = target_port, delay_s
-        self.requests = 0
-        self.port = None
-        self._loop = asyncio.new_event_loop()
-        ready = threading.Event()
-        threading.Thread(target=self._run, args=(ready,), daemon=True).start()
-        ready.wait()
-
-    def _run(self, ready):
-        asyncio.set_event_loop(self._loop)
-
-        async def start():
-            server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-            self.port = server.sockets[0].getsockname()[1]
-            ready.set()
-            await server.serve_forever()
-
-        self._loop.run_until_complete(start())
-
-    async def _handle(self, creader, cwriter):
-        sreader, swriter = await asyncio.open_connection("127.0.0.1", self.target_port)
-        state = {"last": "server"}
-
-        async def pipe(reader, writer, side):
-            try:
-                while data := await reader.read(1 << 16):
-                    if side == "client" and state["last"] == "server":
-                        self.requests += 1
-                        await asyncio.sleep(self.delay_s)
-                    state["last"] = side
-                    writer.write(data)
-                    await writer.drain()
-            except (ConnectionError, asyncio.IncompleteReadError):
-                pass
-            finally:
-                try:
-                    writer.close()
-                except Exception:  # noqa: BLE001
-                    pass
-
-        await asyncio.gather(pipe(creader, swriter, "client"), pipe(sreader, cwriter, "server"))
-
-
 def timed(code: str, args, env, repeat: int, fresh_cache=None) -> float:
     times = []
     for _ in range(repeat):
@@ -166,7 +113,7 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=1)
     args = ap.parse_args(argv)
 
-    from tests.s3server import start_s3_server
+    from tests.s3server import CountingProxy, start_s3_server
 
     tmp = Path(tempfile.mkdtemp(prefix="dk-bench-s3-"))
     server = start_s3_server(tmp / "s3")
@@ -178,7 +125,7 @@ def main(argv=None):
         bucket = server.new_bucket("bench")
         server.filesystem().put(f"{local}/", f"{bucket}/runs/", recursive=True)
         port = int(server.endpoint.rsplit(":", 1)[1])
-        proxy = DelayProxy(port, args.latency_ms / 1000)
+        proxy = CountingProxy(port, args.latency_ms / 1000)
         env = dict(os.environ, **server.env())
         env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{proxy.port}"
         s3 = measure(f"s3://{bucket}/runs", args.runs, env, tmp / "cache-s3" / "c", args.repeat, proxy)

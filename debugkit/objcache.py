@@ -41,9 +41,11 @@ import threading
 import time
 from pathlib import Path
 
-#: How long a listing answers for the paths under it (seconds). A file added to the bucket
-#: is seen within this time.
+#: How long a listing answers for the paths under it (seconds), unless
+#: ``$DEBUGKIT_LISTING_TTL_S`` says otherwise (:func:`listing_ttl_s`). A file added to the
+#: bucket is seen within this time.
 LISTING_TTL_S = 2.0
+MSG_BAD_TTL = "DEBUGKIT_LISTING_TTL_S={value!r}: expected a number of seconds >= 0"
 #: Files up to this size are prefetched with their run; larger ones are read in place.
 PREFETCH_MAX_FILE_BYTES = 4 << 20
 #: Requests in flight at once in a prefetch batch (the S3 client's connection pool is set
@@ -101,7 +103,7 @@ class _Listing:
                 parent = parent.rpartition("/")[0]
 
     def fresh(self) -> bool:
-        return time.monotonic() - self.made < LISTING_TTL_S
+        return time.monotonic() - self.made < listing_ttl_s()
 
     def covers(self, path: str) -> bool:
         return path == self.prefix or path.startswith(self.prefix + "/")
@@ -109,6 +111,23 @@ class _Listing:
     def dir_info(self, path: str) -> dict:
         return {"name": path, "size": 0, "type": "directory", "Key": path,
                 "StorageClass": "DIRECTORY"}
+
+
+def listing_ttl_s() -> float:
+    """How long a listing of an object store answers (seconds): ``$DEBUGKIT_LISTING_TTL_S``
+    (a store written rarely may take longer, fewer requests), default :data:`LISTING_TTL_S`."""
+    value = os.environ.get("DEBUGKIT_LISTING_TTL_S")
+    if value is None or not value.strip():
+        return LISTING_TTL_S
+    try:
+        ttl = float(value)
+    except ValueError:
+        ttl = -1.0
+    if not ttl >= 0 or ttl == float("inf"):
+        from .errors import InvalidInputError
+
+        raise InvalidInputError(MSG_BAD_TTL.format(value=value[:40]))
+    return ttl
 
 
 def _stamp(info: dict) -> str:

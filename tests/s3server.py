@@ -12,12 +12,14 @@ stopped by its process id.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -153,3 +155,67 @@ def start_s3_server(workdir: Path) -> S3Server:
         time.sleep(0.5)
     server.stop()
     raise RuntimeError(f"weed mini did not serve S3 within {START_TIMEOUT_S} s: {last}")
+
+
+class CountingProxy:
+    """A TCP proxy on loopback in front of the S3 port that counts the HTTP requests it
+    forwards (and can hold each one ``delay_s`` first, a network's round trip).
+
+    A request is what a client sends after the last response (or on a new connection):
+    the first bytes from the client after bytes went the other way. ``requests`` counts
+    them; ``lines`` keeps each one's request line (``"GET /bucket/key HTTP/1.1"``)."""
+
+    def __init__(self, target_port: int, delay_s: float = 0.0):
+        self.target_port, self.delay_s = target_port, delay_s
+        self.requests = 0
+        self.lines: list[str] = []
+        self.port = None
+        self._loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        threading.Thread(target=self._run, args=(ready,), daemon=True).start()
+        ready.wait()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def take(self) -> list[str]:
+        """The request lines seen since the last call."""
+        out, self.lines = self.lines, []
+        return out
+
+    def _run(self, ready):
+        asyncio.set_event_loop(self._loop)
+
+        async def start():
+            server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+            self.port = server.sockets[0].getsockname()[1]
+            ready.set()
+            await server.serve_forever()
+
+        self._loop.run_until_complete(start())
+
+    async def _handle(self, creader, cwriter):
+        sreader, swriter = await asyncio.open_connection("127.0.0.1", self.target_port)
+        state = {"last": "server"}
+
+        async def pipe(reader, writer, side):
+            try:
+                while data := await reader.read(1 << 16):
+                    if side == "client" and state["last"] == "server":
+                        self.requests += 1
+                        self.lines.append(data.split(b"\r\n", 1)[0].decode("latin-1"))
+                        if self.delay_s:
+                            await asyncio.sleep(self.delay_s)
+                    state["last"] = side
+                    writer.write(data)
+                    await writer.drain()
+            except (ConnectionError, asyncio.IncompleteReadError):
+                pass
+            finally:
+                try:
+                    writer.close()
+                except Exception:  # noqa: BLE001
+                    pass
+
+        await asyncio.gather(pipe(creader, swriter, "client"), pipe(sreader, cwriter, "server"))

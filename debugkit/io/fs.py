@@ -98,8 +98,8 @@ def files_signature(path) -> tuple:
     return tuple(sig)
 
 
-#: How long one listing of a URL root is reused: :data:`debugkit.objcache.LISTING_TTL_S`
-#: seconds. The run list, the index's signatures and a page's run lookup in one rerun
+#: How long one listing of a URL root is reused: :func:`debugkit.objcache.listing_ttl_s`
+#: seconds (2 by default). The run list, the index's signatures and a page's run lookup in one rerun
 #: share it, and a run added to the bucket shows within this time (the pages' own
 #: run-list cache is 5 s).
 _LISTINGS: dict[str, tuple[float, dict]] = {}
@@ -109,14 +109,14 @@ _LISTINGS_LOCK = threading.Lock()
 def list_tree(root) -> dict[str, dict]:
     """``{relative name: info}`` of every object under a URL ``root``, from one flat
     listing (``ListObjectsV2`` without a delimiter on S3: one request per 1,000 objects,
-    not one per run), reused for :data:`debugkit.objcache.LISTING_TTL_S` seconds. ``{}`` when it cannot be
+    not one per run), reused for :func:`debugkit.objcache.listing_ttl_s` seconds. ``{}`` when it cannot be
     listed. ``info`` has ``size`` and the backend's modification stamp."""
     root = as_path(root) if isinstance(root, str) else root
     key = str(root).rstrip("/")
     now = time.monotonic()
     with _LISTINGS_LOCK:
         hit = _LISTINGS.get(key)
-        if hit is not None and now - hit[0] < objcache.LISTING_TTL_S:
+        if hit is not None and now - hit[0] < objcache.listing_ttl_s():
             return hit[1]
     fs, base = root.fs, root.path.rstrip("/")
     try:
