@@ -164,9 +164,12 @@ class _Remembering:
                     best = lst
         return best
 
-    def _dk_remember(self, prefix: str, found: dict, pinned: bool = False) -> _Listing:
+    def _dk_remember(self, prefix: str, found: dict, pinned: bool = False,
+                     made: float | None = None) -> _Listing:
         st = self._dk_state()
         lst = _Listing(prefix, found, pinned)
+        if made is not None:
+            lst.made = made  # a part of an older listing keeps that listing's age
         with st["lock"]:
             old = st["listings"].pop(prefix, None)
             lst.pinned = pinned or bool(old and old.pinned)
@@ -391,12 +394,11 @@ def _fs_of(path):
     return fs if isinstance(fs, _Remembering) else None
 
 
-def prefetch(path, listing: dict | None = None) -> bool:
+def prefetch(path) -> bool:
     """Make the folder ``path`` (a ``UPath``) fast to read: list it (one request, none
-    when a fresh listing covers it; ``listing`` — ``{relative name: info}`` — gives one)
-    and fetch its small files the cache lacks in one concurrent batch. Reads under it are
-    then answered from memory and the cache, and the listing is renewed (one request)
-    when older than :data:`LISTING_TTL_S`. False when ``path`` is not on an object store
+    when a fresh listing covers it) and fetch its small files the cache lacks in one
+    concurrent batch. Reads under it are then answered from memory and the cache, and
+    the listing is renewed (one request) when older than :func:`listing_ttl_s`. False when ``path`` is not on an object store
     or holds no file."""
     fs = _fs_of(path)
     if fs is None:
@@ -406,23 +408,30 @@ def prefetch(path, listing: dict | None = None) -> bool:
     from ._fsutil import touch_cache_entry, trim_cache
 
     prefix = fs._dk_norm(path.path)
-    if listing is not None:
-        found = {f"{prefix}/{rel}": dict(info, name=f"{prefix}/{rel}") for rel, info in listing.items()}
-    else:
-        try:
-            found = sync(fs.loop, fs._find, prefix, detail=True)
-        except (OSError, ValueError):
-            return False
-    if not found or not all(k.startswith(prefix + "/") for k in found):
+    try:
+        # a fresh listing covering it answers (none is renewed here: its age is kept);
+        # a stale one of a prefetched run is listed again; else one flat listing
+        lst = sync(fs.loop, fs._dk_lookup, prefix)
+        if lst is None:
+            sync(fs.loop, fs._find, prefix, detail=True)
+            lst = fs._dk_covering(prefix)
+    except (OSError, ValueError):
+        return False
+    if lst is None or prefix not in lst.dirs:
         return False  # nothing there, or a file: read as before
-    lst = fs._dk_remember(prefix, found, pinned=True)
+    if lst.prefix == prefix:
+        lst.pinned = True
+    else:
+        lst = fs._dk_remember(prefix, {k: i for k, i in lst.files.items() if k.startswith(prefix + "/")},
+                              pinned=True, made=lst.made)
     items = _wanted(fs, lst)
     missing = [(k, i) for k, i in items if not fs._dk_object(k, i).is_file()]
     if missing:
         trim_cache(reserve=sum(int(i.get("size") or 0) for _, i in missing))
         sync(fs.loop, fs._dk_fetch, missing)
+    fetched = {k for k, _ in missing}
     for k, i in items:
-        if (k, i) not in missing:
+        if k not in fetched:
             touch_cache_entry(fs._dk_object(k, i))
     return True
 
