@@ -19,7 +19,10 @@ wall time) / steps, medians over rounds are printed:
 
 Prints the overheads against bare, the layer statistics' own cost (recorder+layers
 against recorder) against the issue's targets (<= 2 % of the small step, <= 1 % of the
-large one at the default N), and the cost of one sampled step.
+large one at the default N), then the same cost from its two parts measured step by step
+(one sampled step's extra, one unsampled step's extra; paired medians, which a loaded
+machine disturbs far less than the whole-loop rounds) and the N at which it meets the
+target.
 
     python bench/layer_stats.py [--config small|large|both] [--every 100] [--rounds 9] [--steps 200]
 """
@@ -27,6 +30,7 @@ large one at the default N), and the cost of one sampled step.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -165,23 +169,49 @@ def run(config, every, rounds, steps):
     return med
 
 
-def sampled_step_cost(config, reps=20):
-    """The time of one sampled step over an unsampled one (every=1 vs off)."""
+def _paired(a, b, reps):
+    """Median thread-CPU time of one step of ``a`` and of ``b``, stepped alternately in
+    ABBA order (whichever runs first after the other measured ~0.2 ms slower per step on
+    the loaded 2-core machine; the alternation cancels that)."""
+    t: dict = {"a": [], "b": []}
+    for i in range(reps):
+        for v, k in ((a, "a"), (b, "b")) if i % 2 == 0 else ((b, "b"), (a, "a")):
+            t0 = time.thread_time()
+            v.step()
+            t[k].append(time.thread_time() - t0)
+    return statistics.median(t["a"]), statistics.median(t["b"])
+
+
+def step_costs(config, every, reps_sampled=20, reps_unsampled=None):
+    """The two parts of the layer statistics' cost, each measured step by step against the
+    Recorder alone (paired, alternating, medians: robust to a loaded machine): one sampled
+    step's extra (every=1 vs off) and one unsampled step's extra (the grad-norm trigger and
+    the sampled-step checks: every=10**9 vs off). Their sum at ``every`` is the overhead a
+    run pays, ``(unsampled + sampled / every) / recorder step``."""
     width, batch = CONFIGS[config]
+    reps_unsampled = reps_unsampled or (400 if config == "small" else 100)
     with tempfile.TemporaryDirectory() as tmp:
         on = Variant("on", width, batch, tmp, 1, "layers")
+        never = Variant("never", width, batch, tmp, 10**9, "layers")
         off = Variant("off", width, batch, tmp, 1, "recorder")
-        t = {"on": [], "off": []}
-        for _ in range(reps):
-            for v, k in ((on, "on"), (off, "off")):
-                t0 = time.thread_time()
+        for v in (on, never, off):
+            for _ in range(3):
                 v.step()
-                t[k].append(time.thread_time() - t0)
-        on.close()
-        off.close()
-    a, b = statistics.median(t["on"]), statistics.median(t["off"])
+        a, b = _paired(on, off, reps_sampled)
+        c, d = _paired(never, off, reps_unsampled)
+        for v in (on, never, off):
+            v.close()
+    sampled, unsampled = a - b, c - d
+    est = (unsampled + sampled / every) / d
+    target = 0.02 if config == "small" else 0.01
     print(f"  one sampled step: {1e3 * a:.3f} ms CPU vs {1e3 * b:.3f} ms unsampled "
-          f"(+{1e3 * (a - b):.3f} ms)")
+          f"(+{1e3 * sampled:.3f} ms)")
+    print(f"  one unsampled step: {1e6 * c:.1f} us CPU vs {1e6 * d:.1f} us without layer "
+          f"statistics ({1e6 * unsampled:+.1f} us)")
+    print(f"  => at every={every}: ({1e6 * unsampled:.1f} us + {1e3 * sampled:.3f} ms / {every})"
+          f" / {1e3 * d:.3f} ms = {100 * est:+.2f} % (target <= {100 * target:.0f} %: "
+          f"{'met' if est <= target else 'NOT met'}); break-even every="
+          f"{math.ceil(sampled / max(1e-12, target * d - unsampled)) if target * d > unsampled else 'none'}")
 
 
 def main(argv=None):
@@ -194,7 +224,7 @@ def main(argv=None):
     torch.set_num_threads(1)
     for c in (["small", "large"] if a.config == "both" else [a.config]):
         run(c, a.every, a.rounds, a.steps)
-        sampled_step_cost(c)
+        step_costs(c, a.every)
 
 
 if __name__ == "__main__":
