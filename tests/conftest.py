@@ -24,11 +24,9 @@ def console_script(name: str = "debugkit") -> str:
 
 
 #: Folders whose every test drives a browser, torchrun jobs or a framework's trainer: all
-#: ``slow``. Single tests elsewhere carry ``@pytest.mark.slow`` for what they run (a
-#: scenario training job, a benchmark-sized input, mypy over the package), not for a
-#: measured time: on a shared 2-core machine one test takes 3 s or 25 s with the load
-#: (docs/CONTRIBUTING.md, Tests). ``pytest -m "not slow"`` is the fast loop;
-#: CI runs everything.
+#: ``slow``. Single tests elsewhere carry ``@pytest.mark.slow`` when they use more than 5 s
+#: of CPU (``-p tests._cputime`` measures it; wall time follows the shared machine's load:
+#: docs/CONTRIBUTING.md, Tests). ``pytest -m "not slow"`` is the fast loop; CI runs everything.
 SLOW_FOLDERS = ("e2e", "distributed", "integrations")
 
 

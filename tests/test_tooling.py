@@ -138,3 +138,28 @@ def test_every_module_is_under_700_lines_or_says_why():
         if len(lines) > MAX_MODULE_LINES and not any(x.startswith(WHY_LONGER) for x in lines[:30]):
             long.append(f"{f.relative_to(ROOT)}: {len(lines)} lines")
     assert not long, "split these along their sections, or say why at the top:\n" + "\n".join(long)
+
+
+def test_the_cpu_time_plugin_counts_the_test_and_the_processes_it_waits_for(tmp_path):
+    """``-p tests._cputime`` (how CONTRIBUTING's slow rule is measured) lists an unmarked
+    test over the threshold with the CPU its child process used, and leaves out a test
+    already marked slow and one that only sleeps (wall time, no CPU)."""
+    (tmp_path / "test_burn.py").write_text(
+        "import subprocess, sys, time\nimport pytest\n\n"
+        "def test_child_burns():\n"
+        "    subprocess.run([sys.executable, '-c', 'import time\\nt=time.process_time()\\n"
+        "while time.process_time() - t < 0.6: pass'], check=True)\n\n"
+        "@pytest.mark.slow\ndef test_marked_burns():\n"
+        "    t = time.process_time()\n    while time.process_time() - t < 0.6: pass\n\n"
+        "def test_sleeps():\n    time.sleep(0.8)\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: slow\n")
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests._cputime",
+                        "--cpu-slow", "0.5", "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path),
+                        str(tmp_path / "test_burn.py")], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    over = p.stdout.split("unmarked test(s) over 0.5 CPU s", 1)[1]
+    assert "1 unmarked test(s) over 0.5 CPU s" in p.stdout, p.stdout
+    assert "test_child_burns" in over and "test_sleeps" not in over and "test_marked_burns" not in over
+    assert "test_marked_burns  [slow]" in p.stdout

@@ -108,6 +108,7 @@ def test_profile_summary_and_diagnose_as_a_user_runs_them(tmp_path):
     assert f["evidence"]["worker_top"][0]["name"] == "decode_row"
 
 
+@pytest.mark.slow  # a training job under py-spy: 8.3 CPU s (tests._cputime)
 def test_debugkit_profile_of_a_fresh_data_bound_job(tmp_path):
     """End to end: `debugkit profile RUN -- python train.py` on the job, here and now."""
     shutil.copy(ROOT / "examples" / "databound_decode.py", tmp_path / "train.py")

@@ -67,6 +67,7 @@ def test_checkpoints_shows_its_findings_in_the_order_debugkit_diagnose_prints(tm
            run_path=tmp_path / "frozen")
 
 
+@pytest.mark.slow  # Home indexes every sample first: 6.2 CPU s (tests._cputime)
 def test_a_new_server_shows_a_listed_runs_findings_from_the_index():
     """After Home has listed the runs (the index holds what every diagnose source found),
     a page on a new server (no Streamlit cache) shows the same cards without running a

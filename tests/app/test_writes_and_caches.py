@@ -121,6 +121,7 @@ def cache_bytes() -> int:
     return sum(p.stat().st_blocks * 512 for p in cache_dir().rglob("*") if not p.is_symlink())
 
 
+@pytest.mark.slow  # three zips unpacked by pages: 5.5 CPU s (tests._cputime)
 def test_zips_opened_by_path_stay_inside_the_cache_bound(monkeypatch):
     """Three zips inside an uploaded run, each unpacking to ~1.2 MiB, opened by path
     one after the other with a 3 MiB cache: the oldest is evicted, the cache never

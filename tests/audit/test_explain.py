@@ -105,6 +105,7 @@ def test_two_logit_torch_head_explains_the_log_odds(numeric):
     assert res.additivity_max_error < 1e-4
 
 
+@pytest.mark.slow  # SHAP's permutation explainer: 7.9 CPU s (tests._cputime)
 def test_permutation_explainer_on_a_function_with_categorical_columns(credit):
     gbm = credit["gbm"]
     X = credit["X_test"].iloc[:12]

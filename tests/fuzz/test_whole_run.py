@@ -38,6 +38,7 @@ def test_mutated_sample_runs_open_on_every_page(sample):
     assert not broken, "\n".join(broken)
 
 
+@pytest.mark.slow  # every page on a mutated run: 5.2 CPU s (tests._cputime)
 def test_a_run_with_every_file_mutated_opens_on_every_page():
     result = run_isolated("digits-profiled", 0, every_file=True)
     assert len(result["files"]) == 12, result["files"]  # every file of the sample

@@ -18,6 +18,7 @@ ROOT = HERE.parents[1]
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.slow  # a writer and readers racing: 14.8 CPU s (tests._cputime)
 def test_readers_never_see_a_torn_record_while_the_writer_appends(tmp_path):
     run = tmp_path / "live"
     writer = subprocess.Popen([sys.executable, str(HERE / "live_run.py"), str(run), "400", "0.02"],

@@ -116,6 +116,7 @@ def _env(s3, **extra):
 
 @pytest.mark.parametrize("name", ["credit-audit", "digits-profiled", "digits-resumed",
                                   "digits-bad-label"])
+@pytest.mark.slow  # two console scripts per sample on S3: 10.3-16.0 CPU s each (tests._cputime)
 def test_info_and_diagnose_on_a_url_print_what_they_print_locally(s3, s3_samples, tmp_path, name):
     env = _env(s3)
     for cmd in (["info"], ["diagnose", "--json"]):

@@ -18,6 +18,7 @@ def merged(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # a two-rank job: 8.2 CPU s (tests._cputime)
 def test_per_rank_files_merge_into_one_run(merged):
     run = open_run(merged)
     assert run.ranks == [0, 1]
@@ -58,6 +59,7 @@ def test_comm_time_is_measured_and_compute_is_the_rest(merged):
     assert ((t["compute_s"] - (t["step_time_s"] - t["comm_s"])).abs() < 1e-12).all()
 
 
+@pytest.mark.slow  # a two-rank DDP job: 14.8 CPU s (tests._cputime)
 def test_ddp_job_unwraps_names_and_ranks_agree_on_grad_norms(tmp_path):
     """A DDP-wrapped model: layer names are the inner module's, and after DDP's
     all-reduce both ranks record the same gradient norms (different losses)."""

@@ -4,6 +4,7 @@ concurrent flushes."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -38,6 +39,7 @@ def _train(rec, model, opt, x, y, steps, *, val_every=0, fail_at=()):
             rec.log(val_loss=float(s))  # outside a step: belongs to step s
 
 
+@pytest.mark.slow  # thousands of recorded steps: 7.9 CPU s (tests._cputime)
 def test_every_row_reaches_disk_in_step_order_across_blocks_and_flushes(tmp_path):
     model, opt, x, y = _setup()
     steps = 2 * BLOCK_STEPS + 37  # three blocks, the last one partly filled

@@ -68,6 +68,7 @@ def _lstm_step(rec, model, opt, scale):
         opt.step()
 
 
+@pytest.mark.slow  # an LSTM recorded until it halts: 5.7 CPU s (tests._cputime)
 def test_recorder_halts_only_on_a_truly_nonfinite_gradient(tmp_path):
     torch.manual_seed(0)
     model = nn.ModuleList([nn.LSTM(3, 6, batch_first=True), nn.Linear(6, 2)])

@@ -14,6 +14,7 @@ import sys
 import textwrap
 import time
 
+import pytest
 import torch
 
 from debugkit import Recorder, open_run
@@ -52,6 +53,7 @@ def _wait_for(env_file):
     return json.loads(env_file.read_text())["pip_check"]
 
 
+@pytest.mark.slow  # a training script and pip check: 22.4 CPU s (tests._cputime)
 def test_pip_check_recorded_after_a_one_step_script_exits(tmp_path):
     pc = _wait_for(_run_script(tmp_path, "short"))
     assert pc["ok"] in (True, False) and isinstance(pc["conflicts"], list)

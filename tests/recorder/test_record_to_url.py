@@ -67,6 +67,7 @@ def test_watch_records_a_failure_capture_to_the_url(s3, spool):
     assert (run.path / "failures" / failure["id"] / "batch.safetensors").is_file()
 
 
+@pytest.mark.slow  # a training job against S3: 12.2 CPU s (tests._cputime)
 def test_a_bucket_that_cannot_be_written_fails_at_the_start(s3, spool, monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
     url = f"s3://{s3.new_bucket()}/runs/denied"

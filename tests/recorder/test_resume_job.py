@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -26,6 +27,7 @@ def _final(run_dir):
         d / "optimizer.pt", weights_only=True)
 
 
+@pytest.mark.slow  # training jobs, one killed and resumed: 41.4 CPU s (tests._cputime)
 def test_killed_truncated_and_resumed_job_is_bit_identical_to_an_uninterrupted_one(tmp_path):
     a, b = tmp_path / "straight", tmp_path / "killed"
     assert _job("--out", a).returncode == 0
