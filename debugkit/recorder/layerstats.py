@@ -168,8 +168,9 @@ class LayerStats:
         self._idx: dict = {}
         self._qcache: dict = {}
         self._ndims: Any = None
-        self._ema = None
-        self._dev = None
+        self._ema: Any = None
+        self._dev: Any = None
+        self._band: Any = None
         self._seen = 0
         self._last_norms: Any = None
         self._hooks = []
@@ -241,28 +242,38 @@ class LayerStats:
             values, now = prev.host.numpy(), False
         import numpy as np
 
-        v = np.abs(np.asarray(values, dtype=np.float64))
+        v = np.asarray(values, dtype=np.float64)
         # A layer holding a negligible share of the total norm moves in the noise: its norm
         # is measured against a floor of TRIGGER_SHARE x the total (the last value).
-        x = np.log(v[:-1] + TRIGGER_SHARE * v[-1] + 1e-30)
+        x = np.abs(v[:-1])
+        x += TRIGGER_SHARE * abs(float(v[-1])) + 1e-30
+        np.log(x, out=x)
         if self._ema is None or self._ema.shape != x.shape:
             self._ema, self._dev, self._seen = x.copy(), np.zeros_like(x), 1
+            self._band = np.full_like(x, TRIGGER_FLOOR)
             return False
         d = x - self._ema
+        ad = np.abs(d)
         self._seen += 1
         fired = False
-        if self._seen > TRIGGER_WARMUP:
-            out = ~(np.abs(d) <= np.maximum(TRIGGER_FLOOR, TRIGGER_DEVS * self._dev))
-            if out.any():
-                fired = now
-                self._forced.add(step + 1)
-                idx = np.flatnonzero(out)
-                self._triggered = [(self._params[i][0], float(np.exp(x[i]))) for i in idx
-                                   if i < len(self._params)]
-                if not np.isfinite(x).all():
-                    return fired  # keep the band as it was before the blow-up
-        self._ema += TRIGGER_ALPHA * d
-        self._dev += TRIGGER_ALPHA * (np.abs(d) - self._dev)
+        # out of band: |d| > max(floor, DEVS x dev), or not finite (the band is kept in
+        # self._band, updated with the deviation below)
+        if self._seen > TRIGGER_WARMUP and not (ad <= self._band).all():
+            out = ~(ad <= self._band)
+            fired = now
+            self._forced.add(step + 1)
+            idx = np.flatnonzero(out)
+            self._triggered = [(self._params[i][0], float(np.exp(x[i]))) for i in idx
+                               if i < len(self._params)]
+            if not np.isfinite(x).all():
+                return fired  # keep the band as it was before the blow-up
+        d *= TRIGGER_ALPHA
+        self._ema += d
+        ad -= self._dev
+        ad *= TRIGGER_ALPHA
+        self._dev += ad
+        np.multiply(self._dev, TRIGGER_DEVS, out=self._band)
+        np.maximum(self._band, TRIGGER_FLOOR, out=self._band)
         return fired
 
     def sample_now(self, step: int, forward) -> None:
