@@ -12,7 +12,8 @@ included), with the credentials and the proxy's address only in the environment
 - ``list indexed``: the same in a new process once the index is filled;
 - ``Home cold`` / ``Home indexed``: the Home page rendered (Streamlit's AppTest of app.py)
   with an empty index / with the index filled;
-- ``Overview``: one run's Overview page (AppTest, a new process, that run not yet read);
+- ``Overview``: one run's Overview page (AppTest, a new process, the cache as Home left it);
+- ``Overview, empty cache``: another run's Overview page with an empty cache;
 
 and the same five on a local copy of the store. It prints seconds (median of
 ``--repeat``) and the number of HTTP requests the proxy forwarded.
@@ -103,6 +104,7 @@ def measure(root: str, n: int, env: dict, cache: Path, repeat: int, proxy=None) 
     run("Home cold (empty index)", HOME, [app, n], True)
     run("Home indexed (new process)", HOME, [app, n], False)
     run("Overview of one run (new process)", OVERVIEW, [app, n, "run00001"], False)
+    run("Overview, empty cache (new process)", OVERVIEW, [app, n, "run00002"], True)
     return out
 
 
@@ -115,6 +117,7 @@ def main(argv=None):
 
     from tests.s3server import CountingProxy, start_s3_server
 
+    load0 = f"{os.getloadavg()[0]:.1f}"
     tmp = Path(tempfile.mkdtemp(prefix="dk-bench-s3-"))
     server = start_s3_server(tmp / "s3")
     try:
@@ -134,7 +137,8 @@ def main(argv=None):
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"{args.runs} runs; S3 (SeaweedFS) behind +{args.latency_ms:g} ms per request, "
-          f"vs the same runs on local disk; seconds, median of {args.repeat}")
+          f"vs the same runs on local disk; seconds, median of {args.repeat}; "
+          f"load average before/after: {load0} / {os.getloadavg()[0]:.1f}")
     print(f"{'':<36} {'S3 +lat':>9} {'requests':>9} {'local':>8}")
     for k in s3:
         print(f"{k:<36} {s3[k][0]:>9.2f} {s3[k][1]:>9} {disk[k][0]:>8.2f}")
