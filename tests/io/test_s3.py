@@ -234,3 +234,31 @@ def test_ui_serves_a_bucket_given_on_the_command_line(s3, s3_samples, tmp_path):
     refused = dk("ui", s3_samples, env=dict(env, DEBUGKIT_ALLOWED_ROOTS=str(tmp_path)),
                  cwd=tmp_path, timeout=120)
     assert refused.returncode == 2 and "outside the folders this server may open" in refused.stderr
+
+
+def test_prefetched_runs_stay_within_the_cache_bound(s3, s3_samples, tmp_path, monkeypatch):
+    """A run opened at a URL has its small files fetched into the cache; with
+    DEBUGKIT_CACHE_MAX_MB=1 the fetched objects of many runs never exceed the bound
+    (least recently used ones are evicted), and each run still reads like the local one."""
+    from debugkit._fsutil import cache_dir, cache_entries
+
+    monkeypatch.setenv("DEBUGKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("DEBUGKIT_CACHE_MAX_MB", "1")
+    names = sorted(p.name for p in SAMPLE_RUNS.iterdir() if p.is_dir())[:10]
+    for name in names:
+        remote = open_run(f"{s3_samples}/{name}")
+        local = open_run(SAMPLE_RUNS / name)
+        assert remote.steps().equals(local.steps()), name
+        assert sum(b for _, b, _ in cache_entries()) <= 1 << 20  # disk blocks, as the bound counts
+    assert any((cache_dir() / "objects").iterdir())  # the files were cached, not read in place
+
+
+def test_a_bad_listing_lifetime_is_refused(monkeypatch):
+    from debugkit import objcache
+    from debugkit.errors import InvalidInputError
+
+    monkeypatch.setenv("DEBUGKIT_LISTING_TTL_S", "soon")
+    with pytest.raises(InvalidInputError, match=r"DEBUGKIT_LISTING_TTL_S='soon': expected a number"):
+        objcache.listing_ttl_s()
+    monkeypatch.setenv("DEBUGKIT_LISTING_TTL_S", "30")
+    assert objcache.listing_ttl_s() == 30.0
