@@ -229,6 +229,9 @@ class _Remembering:
         todo = [(k, i, f) for k, i, f in todo if not f.is_file()]
         if not todo:
             return 0
+        from ._fsutil import trim_cache
+
+        trim_cache(reserve=sum(_on_disk(i) for _, i, _ in todo))  # room within the bound
         folder = todo[0][2].parent
         folder.mkdir(parents=True, exist_ok=True)
         sem = asyncio.Semaphore(FETCH_CONCURRENCY)
@@ -251,7 +254,9 @@ class _Remembering:
                 return 0
             return 1
 
-        return sum(await asyncio.gather(*(one(k, i, f) for k, i, f in todo)))
+        n = sum(await asyncio.gather(*(one(k, i, f) for k, i, f in todo)))
+        trim_cache()  # what the files really take on disk (a file system may allocate more)
+        return n
 
     # ------------------------------------------------------------------ fsspec's methods
     async def _info(self, path, *args, **kwargs):
@@ -411,7 +416,7 @@ def prefetch(path) -> bool:
         return False
     from fsspec.asyn import sync
 
-    from ._fsutil import touch_cache_entry, trim_cache
+    from ._fsutil import touch_cache_entry
 
     prefix = fs._dk_norm(path.path)
     try:
@@ -433,7 +438,6 @@ def prefetch(path) -> bool:
     items = _wanted(fs, lst)
     missing = [(k, i) for k, i in items if not fs._dk_object(k, i).is_file()]
     if missing:
-        trim_cache(reserve=sum(_on_disk(i) for _, i in missing))
         sync(fs.loop, fs._dk_fetch, missing)
     fetched = {k for k, _ in missing}
     for k, i in items:
@@ -458,11 +462,8 @@ def prefetch_many(paths_listings) -> int:
             (k, i) for k, i in _wanted(fs, lst) if not fs._dk_object(k, i).is_file())
     from fsspec.asyn import sync
 
-    from ._fsutil import trim_cache
-
     n = 0
     for fs, missing in by_fs.values():
         if missing:
-            trim_cache(reserve=sum(_on_disk(i) for _, i in missing))
             n += sync(fs.loop, fs._dk_fetch, missing)
     return n
