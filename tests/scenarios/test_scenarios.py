@@ -186,8 +186,10 @@ def _distributed_page(monkeypatch, folder):
 @pytest.mark.slow
 def test_dead_rank_shows_on_the_distributed_page(dead_rank_run, monkeypatch):
     at = _distributed_page(monkeypatch, dead_rank_run)
-    errors = [e.value for e in at.error]
-    assert any("rank_crashed" in e and "rank 1" in e for e in errors)
+    # the findings' cards (pages._ui.show_findings): the dead rank's error card comes first
+    cards = [m.value for m in at.markdown if m.value.startswith(":material/")]
+    assert cards and cards[0].startswith(":material/error: **rank_crashed** · step 5 · rank 1"), cards
+    assert any("killed by SIGABRT" in c.value for c in at.caption)
     assert not any("No dead rank, straggler" in s.value for s in at.success)
 
 
