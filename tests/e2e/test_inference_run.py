@@ -55,6 +55,9 @@ def test_overview_then_replay_of_the_failing_request(serving, page, tmp_path):
     _shot(page, tmp_path, "serving-overview-run-1280x800.png")
 
     page.get_by_role("link", name="Replay this request").first.click()
+    # wait for the navigation itself: "IndexError" is on the Overview too, so waiting for the
+    # text alone could read the URL before the link was followed
+    page.wait_for_url(lambda u: "/replay" in u and f"failure={FID}" in u, timeout=60_000)
     wait_for_app(page)
     page.get_by_text("IndexError").first.wait_for()
     assert f"failure={FID}" in page.url and "run=svc" in page.url
