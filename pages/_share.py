@@ -98,7 +98,11 @@ def share_refused_here() -> None:
     share_refused()
 
 
+#: What a share link carries to the audit page: the link itself and the view (the open tabs).
+SHARE_PARAMS = ("run", "audit", "token", "attr", "shap_attr")
+
+
 def share_forward() -> None:
     """Where a share-link visitor lands on any path but ``/audit``: on to the audit."""
     st.switch_page("pages/audit.py", query_params={k: st.query_params.get(k) for k in
-                                                   ("run", "audit", "token") if st.query_params.get(k)})
+                                                   SHARE_PARAMS if st.query_params.get(k)})

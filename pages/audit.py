@@ -103,14 +103,14 @@ def _verdict_box(doc):
             st.markdown("\n".join(f"- {_ui.md(r)}" for r in reasons))
 
 
-def _group_section(doc, figs):
+def _group_section(doc, figs, view):
     st.subheader("Group metrics")
     st.caption(rep.FOUR_FIFTHS_NOTE)
     names = list(doc["sensitive"])
-    labels = [f"{n} · {VERDICT.get(doc['sensitive'][n]['verdict'], ('?',))[0]}" for n in names]
-    # opens on the first attribute that fails
-    failing = next((lab for n, lab in zip(names, labels) if doc["sensitive"][n]["verdict"] == "fail"), None)
-    tabs = st.tabs(labels, default=failing)
+    labels = {n: f"{n} · {VERDICT.get(doc['sensitive'][n]['verdict'], ('?',))[0]}" for n in names}
+    # opens on the first attribute that fails; the open one is ?attr=<attribute>
+    failing = next((n for n in names if doc["sensitive"][n]["verdict"] == "fail"), None)
+    tabs = _query.tabs(labels, "audit_attr_tab", name="attr", default=failing, run_path=view)
     for tab, name in zip(tabs, names):
         a = doc["sensitive"][name]
         with tab:
@@ -149,7 +149,7 @@ def _group_section(doc, figs):
                                           for f in findings))
 
 
-def _shap_section(doc, figs):
+def _shap_section(doc, figs, view):
     sh = doc["shap"]
     st.subheader("Attributions (SHAP)")
     details = sh.get("details") or {}
@@ -174,7 +174,8 @@ def _shap_section(doc, figs):
     names = list(doc["sensitive"])
     st.markdown("**Per sensitive attribute**: how its feature pushes each group (dependence), "
                 "and the mean SHAP of the top features within each group")
-    tabs = st.tabs(names)
+    # the open attribute is ?shap_attr=<attribute>
+    tabs = _query.tabs({n: n for n in names}, "audit_shap_tab", name="shap_attr", run_path=view)
     for tab, name in zip(tabs, names):
         with tab:
             left, right = st.columns(2)
@@ -420,8 +421,9 @@ def main():
     if not read_only:
         with top[2]:
             _share_box(audit_id)
-    _group_section(doc, figs)
-    _shap_section(doc, figs)
+    view = f"{path}#{audit_id}"  # another audit opens on its own default tabs
+    _group_section(doc, figs, view)
+    _shap_section(doc, figs, view)
     _provenance(doc, data["sha256"])
     if not read_only:
         _compute_box(sig)

@@ -1,4 +1,9 @@
-"""Compare: what differs between this run and the run that worked (``?run=A&base=B``)."""
+"""Compare: what differs between this run and the run that worked (``?run=A&base=B``).
+
+The view lives in the URL: ``?extra=<id>`` (repeated) the more runs drawn, ``?layer=`` the
+gradient chart's layer (default: the first to diverge), ``?log=1|0`` the loss charts' scale
+(default: log where the losses span three decades). A value the page cannot use is a
+warning and the default."""
 
 import pandas as pd
 import streamlit as st
@@ -59,6 +64,28 @@ def _pick_base(entries, run_id):
     if choice != wanted:
         st.query_params["base"] = choice
     return choice
+
+
+def _loss_scale(scalars: dict, keys: list[str]) -> bool:
+    """The loss charts' *Log scale* toggle, kept in the URL as ``?log=1`` / ``?log=0``; on
+    by default where the drawn runs' losses span three decades or more (as on Scalars)."""
+    import pandas as pd
+
+    from debugkit.analysis.scalars import suggest_log_scale
+
+    suggest = suggest_log_scale(pd.concat(list(scalars.values()), ignore_index=True), keys)
+    _query.from_query("cmp_log", _query.flag, name="log", expected="0 or 1")
+    drawn = tuple(scalars)  # the default follows the runs drawn, unless the URL says
+    if st.session_state.get("_cmp_log_for") != drawn:
+        st.session_state["_cmp_log_for"] = drawn
+        if st.query_params.get("log") not in ("0", "1"):
+            st.session_state["cmp_log"] = suggest
+    st.session_state.setdefault("cmp_log", suggest)
+    log_y = st.toggle("Log scale", key="cmp_log",
+                      help="The loss on a log axis; on by default when the runs' losses span "
+                           "three decades or more")
+    _query.to_query("cmp_log", "1" if log_y else "0", "1" if suggest else "0", name="log")
+    return bool(log_y)
 
 
 def _status_line(title: str, status: str) -> None:
@@ -159,23 +186,25 @@ def _divergence(res, names, run_name, base_name, paths) -> None:
         return
     colours = run_colours(names)
     loss_keys = [r["key"] for r in div["series"] if r["series"] == "loss"]
+    log_y = _loss_scale(scalars, loss_keys) if loss_keys else False
     for key in loss_keys:
         band = series_band(scalars[base_name], "loss", key, div["rank"])
         fig = build_scalar_overlay_figure(scalars, key, colours=colours, band=band,
                                           divergence_step=div["step"], rank=div["rank"],
-                                          failure_steps=fails)
+                                          failure_steps=fails, log_y=log_y)
         _ui.chart(fig, key=f"cmp_loss_{key}")
     layers = [r["key"] for r in div["series"] if r["series"] == "grad_norm"]
     if layers:
         first = div.get("first_layer") or layers[0]
-        wanted = st.query_params.get("layer")
-        pick = wanted if wanted in layers else first
-        layer = st.selectbox("Layer", layers, index=layers.index(pick) if pick in layers else 0,
-                             help="The layer that diverges first is picked.", key=f"cmp_layer_{pick}")
-        if layer != first:
-            st.query_params["layer"] = layer
-        elif "layer" in st.query_params:
-            del st.query_params["layer"]
+        first = first if first in layers else layers[0]
+        # ?layer= picks another layer than the first to diverge (refused: a warning)
+        _query.from_query("cmp_layer", lambda v: v if v in layers else None, name="layer",
+                          expected="a layer this comparison has")
+        if st.session_state.get("cmp_layer") not in layers:
+            st.session_state["cmp_layer"] = first
+        layer = st.selectbox("Layer", layers, key="cmp_layer",
+                             help="The layer that diverges first is picked.")
+        _query.to_query("cmp_layer", layer, first, name="layer")
         band = series_band(grads[base_name], "grad_norm", layer, div["rank"])
         fig = build_grad_overlay_figure(grads, layer, colours=colours, band=band,
                                         divergence_step=div["step"], rank=div["rank"],
@@ -219,15 +248,13 @@ def render() -> None:
     base_path = _id_path(entries, base_id)
     choices = [rid for rid in entries.ids if rid not in (run_id, base_id)]
     # the extra runs travel in the URL (?extra=<id>, repeated): a pasted link shows them
-    if "compare_extra" not in st.session_state:
-        st.session_state["compare_extra"] = _query.query_choices("extra", choices)[:MAX_OVERLAY - 2]
+    _query.list_from_query("compare_extra", choices, name="extra",
+                           expected="a run this server lists besides the run and its base")
+    st.session_state["compare_extra"] = [rid for rid in st.session_state.get("compare_extra") or []
+                                         if rid in choices][:MAX_OVERLAY - 2]
     extra = c2.multiselect("More runs on the charts", choices,
                            max_selections=MAX_OVERLAY - 2, key="compare_extra")
-    if extra:
-        if st.query_params.get_all("extra") != list(extra):
-            st.query_params["extra"] = list(extra)
-    elif "extra" in st.query_params:
-        del st.query_params["extra"]
+    _query.list_to_query("compare_extra", extra, [], name="extra")
     try:
         with st.spinner("Comparing the runs…"):
             res = _compare(path, _data.signature(path), base_path, _data.signature(base_path))

@@ -285,3 +285,82 @@ def test_share_popover_says_what_the_recipient_reaches_on_an_open_server(ids, mo
     assert "debugkit ui --share-only" in SHARE_REACH_OPEN
     base = next(t for t in at.text_input if t.label == "Dashboard address")
     assert base.value == "http://reviewers.example.org:8502"
+
+
+# ---------------------------------------------------------------------------- the view in the URL
+def _open_tabs(node) -> list[int]:
+    """The open tab (``default_tab_index``) of every tab container on the page, in page order."""
+    out = []
+    proto = getattr(node, "proto", None)
+    if proto is not None and hasattr(proto, "DESCRIPTOR") and proto.DESCRIPTOR.name == "Block" \
+            and proto.WhichOneof("type") == "tab_container":
+        out.append(proto.tab_container.default_tab_index)
+    for child in getattr(node, "children", {}).values():
+        out += _open_tabs(child)
+    return out
+
+
+def _audit_page(**query) -> AppTest:
+    at = app()
+    for k, v in query.items():
+        at.query_params[k] = v
+    at.switch_page("pages/audit.py")
+    at.run()
+    assert not at.exception
+    return at
+
+
+@pytest.mark.slow
+def test_the_open_attribute_tabs_round_trip_through_the_url(ids):
+    at = _audit_page(run=SAMPLE)
+    # the failing audit opens on its failing attribute, age_in_years (the first), both tab rows
+    assert _open_tabs(at._tree) == [0, 0]
+    assert "attr" not in at.query_params and "shap_attr" not in at.query_params
+    at.session_state["audit_attr_tab"] = "sex · Needs review"  # as a click on the tab does
+    at.session_state["audit_shap_tab"] = "foreign_worker"
+    at.run()
+    assert not at.exception
+    assert at.query_params["attr"] == "sex" and at.query_params["shap_attr"] == "foreign_worker"
+    again = _audit_page(run=SAMPLE, audit=_failing(ids), attr="sex", shap_attr="foreign_worker")
+    assert _open_tabs(again._tree) == [1, 2]
+    assert not again.warning
+
+
+def test_an_attribute_the_audit_has_not_is_a_warning_and_the_default_tab(ids):
+    at = _audit_page(run=SAMPLE, attr="<script>", shap_attr="income")
+    warnings = [w.value for w in at.warning]
+    assert ("?attr='\\<script>' is not one of 'age_in_years', 'sex', 'foreign_worker': showing the "
+            "default instead.") in warnings
+    assert ("?shap_attr='income' is not one of 'age_in_years', 'sex', 'foreign_worker': showing the "
+            "default instead.") in warnings
+    assert _open_tabs(at._tree) == [0, 0]
+    assert "attr" not in at.query_params and "shap_attr" not in at.query_params
+
+
+@pytest.mark.slow
+def test_a_share_link_keeps_its_open_tabs_and_shows_nothing_more(ids):
+    at, tok = app(), token(ids[0])
+    for k, v in {"run": SAMPLE, "audit": ids[0], "token": tok, "attr": "foreign_worker",
+                 "shap_attr": "sex"}.items():
+        at.query_params[k] = v
+    at.switch_page("pages/audit.py")
+    at.run()
+    assert_audit_alone(at, ids[0])
+    assert _open_tabs(at._tree) == [2, 1]
+    at.session_state["audit_attr_tab"] = "age_in_years · Needs review"
+    at.run()
+    assert_audit_alone(at, ids[0])  # a tab click stays in the shared view, with its token
+    assert at.query_params["token"] == tok
+    assert "attr" not in at.query_params  # the needs-review audit's default tab: the first
+    assert at.query_params["shap_attr"] == "sex"
+
+
+def test_a_share_link_on_another_path_carries_its_open_tabs_to_the_audit(ids):
+    at, tok = app(), token(ids[0])
+    for k, v in {"run": SAMPLE, "audit": ids[0], "token": tok, "attr": "sex"}.items():
+        at.query_params[k] = v
+    at.switch_page("pages/overview.py")
+    at.run()
+    assert_audit_alone(at, ids[0])
+    assert _open_tabs(at._tree) == [1, 0]
+    assert at.query_params["attr"] == "sex" and at.query_params["token"] == tok

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 
 def _texts(at):
     out = []
@@ -130,3 +132,56 @@ def test_home_compare_keeps_the_base_when_the_run_changes_and_refuses_the_same_r
     at.selectbox(key="home_compare_run").set_value("digits-compare-base").run()
     assert at.button(key="home_compare").disabled
     assert "Pick a base other than the run to check." in [c.value for c in at.caption]
+
+
+def test_the_loss_scale_round_trips_through_the_url(app):
+    import json
+
+    at = _open(app, run="digits-compare-lr", base="digits-compare-base")
+    toggle = at.toggle(key="cmp_log")
+    assert toggle.value is False  # the losses span less than three decades: linear
+    assert json.loads(at.get("plotly_chart")[0].proto.spec)["layout"]["yaxis"].get("type") != "log"
+    toggle.set_value(True).run()
+    assert not at.exception
+    assert at.query_params["log"] == "1"
+    again = _open(app, run="digits-compare-lr", base="digits-compare-base", log="1")
+    assert again.toggle(key="cmp_log").value is True
+    assert json.loads(again.get("plotly_chart")[0].proto.spec)["layout"]["yaxis"]["type"] == "log"
+    again.toggle(key="cmp_log").set_value(False).run()
+    assert "log" not in again.query_params  # back at the default: left out of the URL
+
+
+def test_an_exploding_run_compares_on_a_log_loss_axis_by_default(app):
+    import json
+
+    at = _open(app, run="digits-exploding", base="digits-compare-base")
+    assert at.toggle(key="cmp_log").value is True
+    assert json.loads(at.get("plotly_chart")[0].proto.spec)["layout"]["yaxis"]["type"] == "log"
+    assert "log" not in at.query_params
+
+
+@pytest.mark.parametrize("query, warning", [
+    ({"layer": "no.such.layer"}, "?layer='no.such.layer' is not a layer this comparison has: "
+                                 "showing the default instead."),
+    ({"log": "yes"}, "?log='yes' is not 0 or 1: showing the default instead."),
+    ({"extra": "no-such-run"}, "?extra='no-such-run' is not a run this server lists besides the run "
+                               "and its base: showing the default instead."),
+])
+def test_a_view_value_the_page_cannot_use_is_a_warning_and_the_default(app, query, warning):
+    import json
+
+    at = _open(app, run="digits-compare-lr", base="digits-compare-base", **query)
+    assert warning in [w.value for w in at.warning]
+    assert next(s for s in at.selectbox if s.label == "Layer").value == "0.weight"  # the first to diverge
+    assert at.toggle(key="cmp_log").value is False
+    assert at.multiselect(key="compare_extra").value == []
+    names = [t.get("name") for t in json.loads(at.get("plotly_chart")[0].proto.spec)["data"]]
+    assert "no-such-run" not in names
+
+
+def test_unknown_extra_runs_are_named_and_the_known_ones_drawn(app):
+    at = _open(app, run="digits-compare-lr", base="digits-compare-base",
+               extra=["digits-compare-unlabelled", "../etc", "digits-compare-lr"])
+    assert at.multiselect(key="compare_extra").value == ["digits-compare-unlabelled"]
+    assert ("?extra='../etc, digits-compare-lr' is not a run this server lists besides the run and its "
+            "base: left out.") in [w.value for w in at.warning]
