@@ -13,7 +13,7 @@ import datetime as dt
 import streamlit as st
 
 from debugkit.errors import DebugkitError
-from pages import _data, _routing, _runs, _ui
+from pages import _data, _query, _routing, _runs, _ui
 
 #: An inference run's status in its own words (the writer's state: running, finished ...).
 SERVING_STATUS = {"running": "serving", "finished": "stopped", "failed": "failed",
@@ -22,6 +22,7 @@ STATUS_BADGE = {"serving": ("blue", ":material/podcasts:"), "stopped": ("gray", 
                 "failed": ("red", ":material/error:"), "crashed": ("orange", ":material/warning:")}
 #: Rolling latency windows offered (requests per window).
 WINDOWS = (50, 100, 200, 500, 1000)
+DEFAULT_WINDOW = 200
 #: Finding kinds about memory per request (debugkit.diagnose's serving area).
 MEMORY_KINDS = ("request_memory_leak", "memory_grows_with_input")
 OUTCOME_WORDS = {"error": "error", "nonfinite": "non-finite output", "fallback": "fallback"}
@@ -72,7 +73,10 @@ def render_overview(path: str, info: dict) -> None:
     """The Overview of an inference run."""
     try:
         failures = _data.read_failures(path)
-        st.session_state.setdefault("ov_latency_window", 200)
+        # the rolling window is ?window=<requests> (200 by default)
+        _query.from_query("ov_latency_window", lambda v: int(v) if v.isdigit() and int(v) in WINDOWS else None,
+                          name="window", expected="one of " + ", ".join(map(str, WINDOWS)))
+        st.session_state.setdefault("ov_latency_window", DEFAULT_WINDOW)
         window = st.session_state["ov_latency_window"]
         v = _views_now(path, window)
     except DebugkitError as exc:
@@ -110,9 +114,10 @@ def render_overview(path: str, info: dict) -> None:
     else:
         from debugkit.charts.requests import build_latency_figure, build_outcome_figure
 
-        st.select_slider("Rolling window (requests)", WINDOWS, key="ov_latency_window",
-                         help="Each point of the p50/p95/p99 lines is the percentile of the last "
-                              "this many requests.")
+        window = st.select_slider("Rolling window (requests)", WINDOWS, key="ov_latency_window",
+                                  help="Each point of the p50/p95/p99 lines is the percentile of the "
+                                       "last this many requests.")
+        _query.to_query("ov_latency_window", str(window), str(DEFAULT_WINDOW), name="window")
         by_id = {f["id"]: f for f in failures}
         event = _ui.chart(build_latency_figure(v["requests"], v["windows"]), key="latency",
                           on_select="rerun", selection_mode="points")

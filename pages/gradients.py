@@ -1,7 +1,11 @@
 """Gradients: a layer x step heatmap, per-layer lines, findings, and one step's details.
 
 Deep link: ``?run=<id>&step=<int>`` opens that step's details (``&failure=<id>`` picks
-a capture's step when no step is given; ``&rank=<int>`` a rank).
+a capture's step when no step is given; ``&rank=<int>`` a rank). The rest of the view is
+in the URL too: ``?module=`` (repeated) and ``?grad_regex=`` the layer filters,
+``?grad_clip=`` the what-if clip, ``?line=`` (repeated) the layers drawn as lines,
+``?explode_factor=`` ``?vanish_rel=`` ``?spike_mads=`` the thresholds, ``?with=`` the
+runs overlaid (defaults left out; a value the page cannot use is a warning).
 """
 
 import math
@@ -22,6 +26,8 @@ _routing.page_guard()
 path = _runs.require_run("the gradients")
 
 MAX_LINES = 12
+#: The detector thresholds the page offers, with the range a link may set them to.
+THRESHOLDS = {"explode_factor": (1.5, 1e6), "vanish_rel": (1e-12, 1.0), "spike_mads": (1.0, 1e3)}
 MAX_STEP = 10**12
 STEP_KEY = "grad_step"
 
@@ -245,13 +251,15 @@ def render():
     with c_rank:
         rank = st.selectbox("Rank", ranks, index=ranks.index(want_rank) if want_rank in ranks else 0,
                             disabled=len(ranks) == 1)
+    _query.to_query("grad_rank", str(rank), str(ranks[0]), name="rank")
     m = mats[rank]
     tree = module_prefixes(m.layers)
     # The layer filters and the clip travel in the URL (?module=, repeated; ?layers=<regex>;
     # ?clip=<max_norm>), so a pasted link shows the same layers.
     prefixes = [p for p, _, _ in tree]
-    if "grad_modules" not in st.session_state:
-        st.session_state["grad_modules"] = _query.query_choices("module", prefixes)
+    _query.list_from_query("grad_modules", prefixes, name="module", expected="a module of this model")
+    st.session_state["grad_modules"] = [p for p in st.session_state.get("grad_modules") or []
+                                        if p in prefixes]
     _query.from_query("grad_regex", lambda v: v[:200])
     _query.from_query("grad_clip", _clip_value)
     with c_mod:
@@ -267,21 +275,25 @@ def render():
                                    format="%.3g", placeholder="off", key="grad_clip",
                                    help="Shade the steps torch.nn.utils.clip_grad_norm_(max_norm) "
                                         "would have clipped.")
-    if modules:
-        if st.query_params.get_all("module") != list(modules):
-            st.query_params["module"] = list(modules)
-    elif "module" in st.query_params:
-        del st.query_params["module"]
+    _query.list_to_query("grad_modules", modules, [], name="module")
     _query.to_query("grad_regex", regex or "", "")
     _query.to_query("grad_clip", "" if max_norm is None else f"{max_norm:g}", "")
+    # The detectors' thresholds travel too (?explode_factor= ?vanish_rel= ?spike_mads=): a
+    # link shows the findings its sender saw.
+    for name, (low, high) in THRESHOLDS.items():
+        _query.from_query(f"grad_{name}", _query.number_in(low, high), name=name,
+                          expected=f"a number from {low:g} to {high:g}")
+        st.session_state.setdefault(f"grad_{name}", float(DEFAULTS[name]))
     with c_thr:
         with st.popover("Thresholds", icon=":material/tune:"):
-            ef = st.number_input("explode_factor", min_value=1.5, value=float(DEFAULTS["explode_factor"]))
-            vr = st.number_input("vanish_rel", min_value=1e-12, value=float(DEFAULTS["vanish_rel"]),
-                                 format="%.1e")
-            sm = st.number_input("spike_mads", min_value=1.0, value=float(DEFAULTS["spike_mads"]))
+            ef = st.number_input("explode_factor", min_value=1.5, max_value=1e6, key="grad_explode_factor")
+            vr = st.number_input("vanish_rel", min_value=1e-12, max_value=1.0, format="%.1e",
+                                 key="grad_vanish_rel")
+            sm = st.number_input("spike_mads", min_value=1.0, max_value=1e3, key="grad_spike_mads")
             st.caption("See docs/gradients.md for every threshold.")
     config = (("explode_factor", ef), ("vanish_rel", vr), ("spike_mads", sm))
+    for name, value in config:
+        _query.to_query(f"grad_{name}", f"{value:g}", f"{float(DEFAULTS[name]):g}", name=name)
 
     try:
         layers = select_layers(m.layers, modules, regex)
@@ -309,9 +321,15 @@ def render():
         _ui.chart(build_grad_heatmap_figure(bins, groups=groups, selected_step=step,
                                                   failure_steps=fail_steps), key="grad_heatmap")
         default = default_line_layers(m, rank_findings, layers, limit=6)
-        chosen = st.multiselect("Lines", layers, default=default, max_selections=MAX_LINES,
-                                key=f"grad_lines_pick_{rank}_{hash((tuple(modules), regex))}",
+        # the lines drawn are ?line=<parameter> (repeated); a new filter starts from its default
+        lines_key = f"grad_lines_pick_{rank}_{hash((tuple(modules), regex))}"
+        _query.list_from_query(lines_key, layers, name="line",
+                               expected="a parameter that these filters show")
+        st.session_state[lines_key] = [p for p in st.session_state.get(lines_key, default)
+                                       if p in layers][:MAX_LINES]
+        chosen = st.multiselect("Lines", layers, max_selections=MAX_LINES, key=lines_key,
                                 help="Layers drawn as lines (the total is always drawn).")
+        _query.list_to_query(lines_key, chosen, default, name="line")
         if clip is not None:
             n = int(clip.clipped.sum())
             st.caption(f"clip_grad_norm_(max_norm={clip.max_norm:g}) would have clipped {n:,} of "

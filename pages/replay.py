@@ -1,4 +1,8 @@
-"""Replay a captured failure: its error, the code it runs, and what the replay found."""
+"""Replay a captured failure: its error, the code it runs, and what the replay found.
+
+The view lives in the URL: ``?failure=<id>`` the capture, ``?checkpoint=<step>`` the
+weights, ``?device=auto|cpu|cuda`` and ``?timeout=<s>`` the replay's options (defaults
+left out). A link selects; the replay runs only on a click of *Replay*."""
 
 import streamlit as st
 
@@ -13,6 +17,9 @@ OK_ICON = {True: ":green[:material/check_circle:]", False: ":red[:material/cance
            None: ":gray[:material/remove_circle_outline:]"}
 STATUS_BADGE = {"verified": ("green", ":material/verified:"), "changed": ("orange", ":material/edit:"),
                 "unrecorded": ("orange", ":material/help:"), "installed": ("orange", ":material/inventory_2:")}
+
+DEFAULT_DEVICE = "auto"
+DEFAULT_TIMEOUT_S = 120.0
 
 path = _runs.require_run("its failure replays")
 
@@ -417,11 +424,22 @@ def render() -> None:
             st.rerun()
     c1, c2 = st.columns([2, 1])
     devices = ["auto", "cpu", "cuda"] if cuda_possible() else ["auto", "cpu"]
+    # The options live in the URL (?device=, ?timeout=): a link selects them, the replay
+    # itself still runs only on a click.
+    _query.from_query("replay_device", lambda v: v if v in devices else None, name="device",
+                      expected="one of " + ", ".join(repr(d) for d in devices) + " on this server")
+    _query.from_query("replay_timeout", _query.number_in(5.0, 3600.0), name="timeout",
+                      expected="a number of seconds from 5 to 3600")
+    if st.session_state.get("replay_device") not in devices:
+        st.session_state["replay_device"] = DEFAULT_DEVICE
+    st.session_state.setdefault("replay_timeout", DEFAULT_TIMEOUT_S)
     device = c1.radio("Device", devices, horizontal=True, key="replay_device",
                       help="auto: CUDA where this server has it, else the CPU" +
                            ("" if cuda_possible() else " (this server has no GPU)"))
-    timeout = c2.number_input("Timeout (s)", min_value=5.0, max_value=3600.0, value=120.0, step=10.0,
+    timeout = c2.number_input("Timeout (s)", min_value=5.0, max_value=3600.0, step=10.0,
                               key="replay_timeout")
+    _query.to_query("replay_device", device, DEFAULT_DEVICE, name="device")
+    _query.to_query("replay_timeout", f"{timeout:g}", f"{DEFAULT_TIMEOUT_S:g}", name="timeout")
     trusted = True
     if never:
         st.error(_ui.md(_ui.visitor_text(never[0]["message"])), icon=":material/block:")

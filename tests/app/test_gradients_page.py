@@ -266,3 +266,64 @@ def test_layer_filters_and_clip_round_trip_through_the_url():
     assert any("would have clipped" in c.value for c in again.caption)
     bad = _page("digits-exploding", module="nope", grad_clip="-3")
     assert bad.multiselect(key="grad_modules").value == [] and bad.number_input(key="grad_clip").value is None
+
+
+def _lines_box(at):
+    return next(m for m in at.multiselect if m.label == "Lines")
+
+
+def _line_names(at) -> list[str]:
+    import json
+
+    lines = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
+                 if "gradient L2 norm" in json.dumps(json.loads(c.proto.spec)["layout"]))
+    return [t["name"] for t in lines["data"]]
+
+
+def test_the_lines_and_thresholds_round_trip_through_the_url():
+    at = _page("digits-exploding")
+    default = list(_lines_box(at).value)
+    assert "line" not in at.query_params
+    pick = [p for p in _lines_box(at).options if p not in default][:2]
+    _lines_box(at).set_value(pick).run()
+    next(x for x in at.number_input if x.label == "explode_factor").set_value(100000.0).run()
+    next(x for x in at.number_input if x.label == "spike_mads").set_value(12.0).run()
+    assert not at.exception
+    q = at.query_params
+    assert q["line"] == pick
+    assert q["explode_factor"] == "100000" and q["spike_mads"] == "12" and "vanish_rel" not in q
+    again = _page("digits-exploding", line=pick, explode_factor="100000", spike_mads="12")
+    assert _lines_box(again).value == pick
+    assert {x.label: x.value for x in again.number_input if x.label in ("explode_factor", "spike_mads")} \
+        == {"explode_factor": 100000.0, "spike_mads": 12.0}
+    drawn = set(_line_names(again))
+    assert set(pick) <= drawn and not (set(default) - set(pick)) & drawn, (pick, default, drawn)
+    md = " ".join(m.value for m in again.markdown)
+    assert "step 91 ·" not in md  # no exploding_grad finding at that threshold, as its sender saw
+    third = _page("digits-exploding", line=pick)
+    _lines_box(third).set_value(default).run()
+    assert "line" not in third.query_params  # the default lines: left out of the URL
+
+
+@pytest.mark.parametrize("query, warning", [
+    ({"line": "no.such.param"}, "?line='no.such.param' is not a parameter that these filters show: "
+                                "showing the default instead."),
+    ({"explode_factor": "1"}, "?explode_factor='1' is not a number from 1.5 to 1e+06: showing the "
+                              "default instead."),
+    ({"spike_mads": "x"}, "?spike_mads='x' is not a number from 1 to 1000: showing the default instead."),
+    ({"module": "nope"}, "?module='nope' is not a module of this model: showing the default instead."),
+])
+def test_a_view_value_the_gradients_page_cannot_use_is_a_warning_and_the_default(query, warning):
+    at = _page("digits-exploding", **query)
+    assert warning in [w.value for w in at.warning]
+    assert not set(query) & set(at.query_params)  # the default, so left out
+
+
+def test_a_rank_picked_on_the_page_goes_into_the_url(tmp_path, monkeypatch):
+    _two_rank_run(tmp_path)
+    monkeypatch.setenv("DEBUGKIT_ROOTS", str(tmp_path))
+    at = _page("two-ranks")
+    assert "rank" not in at.query_params
+    next(s for s in at.selectbox if s.label == "Rank").set_value(1).run()
+    assert at.query_params["rank"] == "1"
+    assert "**exploding_grad** · step 40 · rank 1 · `b`" in " ".join(m.value for m in at.markdown)

@@ -197,3 +197,21 @@ def test_a_service_still_recording_is_serving(tmp_path, monkeypatch):
         assert {m.label: m.value for m in at.metric}["Requests"] == "30"
     finally:
         rec.close()
+
+
+def test_the_rolling_window_round_trips_through_the_url():
+    at = open_page("overview", run="serve-leak")
+    assert at.select_slider(key="ov_latency_window").value == 200 and "window" not in at.query_params
+    p50_default = _arr(next(t for t in _specs(at)[0]["data"] if t["name"] == "p50")["y"])
+    at.select_slider(key="ov_latency_window").set_value(50).run()
+    assert not at.exception and at.query_params["window"] == "50"
+    again = open_page("overview", run="serve-leak", window="50")
+    assert again.select_slider(key="ov_latency_window").value == 50
+    p50 = _arr(next(t for t in _specs(again)[0]["data"] if t["name"] == "p50")["y"])
+    assert p50 != p50_default  # the percentiles of the last 50 requests, as its sender saw
+    again.select_slider(key="ov_latency_window").set_value(200).run()
+    assert "window" not in again.query_params
+    bad = open_page("overview", run="serve-leak", window="7")
+    assert ("?window='7' is not one of 50, 100, 200, 500, 1000: showing the default instead."
+            in [w.value for w in bad.warning])
+    assert bad.select_slider(key="ov_latency_window").value == 200

@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 from debugkit.replay.policy import HINT_SERVER, MSG_NOT_ALLOWED
 
-from ._apptest import open_page
+from ._apptest import new_app, open_page
 
 ROOT = Path(__file__).resolve().parents[2]
 FID = "r0-s0000075-exception"
@@ -204,3 +204,41 @@ def test_code_shipped_in_an_uploaded_run_never_runs(monkeypatch, tmp_path):
     rule = MSG_IN_RUN.split("; ")[1].split(" (")[0]
     assert any(rule in e.value for e in at.error), [e.value for e in at.error]
     assert not marker.exists()
+
+
+
+def _with_query(query: dict) -> AppTest:
+    """The Replay page opened with ``query`` (``timeout`` is also new_app's own keyword,
+    so the query parameters are set one by one)."""
+    at = new_app(timeout=240)
+    for k, v in query.items():
+        at.query_params[k] = v
+    at.switch_page("pages/replay.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+def test_the_replay_options_round_trip_through_the_url_and_a_link_runs_nothing():
+    at = _with_query({"run": "digits-bad-label", "failure": FID, "device": "cpu", "timeout": "60"})
+    assert at.radio(key="replay_device").value == "cpu"
+    assert at.number_input(key="replay_timeout").value == 60.0
+    assert "Reproduced" not in [m.label for m in at.metric]  # opening the link replays nothing
+    at.button(key="replay_button").click().run()
+    assert not at.exception
+    assert {m.label: m.value for m in at.metric}["Replayed on"] == "cpu"
+    at.radio(key="replay_device").set_value("auto").run()
+    at.number_input(key="replay_timeout").set_value(300.0).run()
+    assert "device" not in at.query_params and at.query_params["timeout"] == "300"
+
+
+@pytest.mark.parametrize("query, warning", [
+    ({"device": "tpu"}, "?device='tpu' is not one of 'auto', 'cpu'"),
+    ({"timeout": "1e9"}, "?timeout='1e9' is not a number of seconds from 5 to 3600: showing the default instead."),
+    ({"timeout": "nan"}, "?timeout='nan' is not a number of seconds from 5 to 3600: showing the default instead."),
+])
+def test_a_replay_option_the_page_cannot_use_is_a_warning_and_the_default(query, warning):
+    at = _with_query({"run": "digits-bad-label", "failure": FID, **query})
+    assert any(w.value.startswith(warning) for w in at.warning), [w.value for w in at.warning]
+    assert at.radio(key="replay_device").value == "auto"
+    assert at.number_input(key="replay_timeout").value == 120.0
+    assert "device" not in at.query_params and "timeout" not in at.query_params
