@@ -295,8 +295,62 @@ def load_weights(path) -> dict:
     return tensors
 
 
+def _as_array(v):
+    """A torch tensor as a numpy array: bfloat16 (which numpy lacks) widened to float32,
+    exactly."""
+    import torch
+
+    v = v.detach().cpu()
+    return (v.float() if v.dtype == torch.bfloat16 else v).numpy()
+
+
+def load_weight_arrays(path) -> dict:
+    """The model tensors of one checkpoint as numpy arrays, as :func:`load_weights` finds
+    them. A safetensors file is read without torch (``safetensors.numpy``), so listing a
+    run's checkpoints does not pay torch's import; torch is imported only for a
+    ``torch.save`` file or a dtype numpy lacks (bfloat16, read through torch and widened
+    to float32, exactly).
+
+    Raises
+    ------
+    InvalidInputError
+        As :func:`load_weights`.
+    """
+    p = as_path(path)
+    if p.is_dir():
+        p = p / "model.safetensors"
+    if p.suffix == ".safetensors" and p.is_file():
+        try:
+            return load_safetensors(p, numpy=True)
+        except Exception:  # noqa: BLE001 - bfloat16 or a bad file: torch's path says which
+            pass
+    return {k: _as_array(v) for k, v in load_weights(p).items()}
+
+
+def _f64(v):
+    """An array as float64, complex values as their magnitudes."""
+    import numpy as np
+
+    return np.abs(v).astype(np.float64) if v.dtype.kind == "c" else v.astype(np.float64)
+
+
+def _finite_stats(v):
+    """(values as :func:`_f64`, finite mask, NaN count, Inf count)."""
+    import numpy as np
+
+    floating = v.dtype.kind in "fc"
+    f = _f64(v)
+    finite = np.isfinite(f)
+    nan = int(np.isnan(f).sum()) if floating else 0
+    inf = int((~finite).sum()) - nan if floating else 0
+    return f, finite, nan, inf
+
+
 def read_weight_stats(checkpoints, *, max_checkpoints: int = 60):
     """Per-tensor weight statistics of each checkpoint, and the change from the previous one.
+
+    Reads each checkpoint with :func:`load_weight_arrays` (numpy; torch only for
+    ``torch.save`` files and bfloat16 tensors).
 
     Parameters
     ----------
@@ -315,8 +369,8 @@ def read_weight_stats(checkpoints, *, max_checkpoints: int = 60):
     it lacks, a changed shape or non-finite values), ``changed`` (bool: any element differs
     from the previous checkpoint; False for the first).
     """
+    import numpy as np
     import pandas as pd
-    import torch
 
     cols = ["step", "checkpoint", "order", "layer", "numel", "norm", "nan_count", "inf_count",
             "delta_norm", "changed"]
@@ -325,30 +379,26 @@ def read_weight_stats(checkpoints, *, max_checkpoints: int = 60):
     prev: dict | None = None
     for order, (step, path) in enumerate(zip(ok["step"], ok["path"])):
         label = f"step {int(step)}" if step == step else as_path(path).name
-        w = load_weights(path)
+        w = load_weight_arrays(path)
         for name, v in w.items():
-            v = v.detach()
-            floating = v.is_floating_point() or v.is_complex()
-            f = v.double() if floating and not v.is_complex() else (v.abs().double() if floating else v.double())
-            finite = torch.isfinite(f)
-            nan = int(torch.isnan(f).sum()) if floating else 0
-            inf = int((~finite).sum()) - nan if floating else 0
-            norm = float(torch.linalg.vector_norm(torch.where(finite, f, 0.0))) if v.numel() else 0.0
+            f, finite, nan, inf = _finite_stats(v)
+            norm = float(np.linalg.norm(np.where(finite, f, 0.0).ravel())) if v.size else 0.0
             delta, changed = float("nan"), False
             old = prev.get(name) if prev is not None else None
             if old is not None and old.shape == v.shape:
-                changed = not torch.equal(old, v)
+                changed = not np.array_equal(old, v)
                 if not (nan or inf):
-                    delta = float(torch.linalg.vector_norm((f - old.double()).flatten())) if v.numel() else 0.0
+                    delta = float(np.linalg.norm((f - _f64(old)).ravel())) if v.size else 0.0
             elif old is not None:
                 changed = True
-            rows.append((float(step), label, order, name, int(v.numel()), norm, nan, inf, delta, changed))
+            rows.append((float(step), label, order, name, int(v.size), norm, nan, inf, delta, changed))
         prev = w
     return pd.DataFrame(rows, columns=cols)
 
 
 def read_checkpoint_diff(path_a, path_b):
-    """Tensor-by-tensor comparison of two checkpoints (``b`` relative to ``a``).
+    """Tensor-by-tensor comparison of two checkpoints (``b`` relative to ``a``), read with
+    :func:`load_weight_arrays` (numpy; torch only for ``torch.save`` files and bfloat16).
 
     Returns
     -------
@@ -357,10 +407,10 @@ def read_checkpoint_diff(path_a, path_b):
     when the shapes differ or a value is non-finite), ``rel_change`` (diff_norm / norm_a),
     ``max_abs_diff``, ``changed`` (bool), ``nonfinite_a``, ``nonfinite_b`` (int counts).
     """
+    import numpy as np
     import pandas as pd
-    import torch
 
-    a, b = load_weights(path_a), load_weights(path_b)
+    a, b = load_weight_arrays(path_a), load_weight_arrays(path_b)
     rows = []
     for name in list(a) + [k for k in b if k not in a]:
         ta, tb = a.get(name), b.get(name)
@@ -368,21 +418,20 @@ def read_checkpoint_diff(path_a, path_b):
         def stats(t):
             if t is None:
                 return "", float("nan"), 0
-            d = t.detach().double() if not t.is_complex() else t.detach().abs().double()
-            fin = torch.isfinite(d)
-            return (str(list(t.shape)), float(torch.linalg.vector_norm(torch.where(fin, d, 0.0))),
-                    int((~fin).sum()))
+            d = _f64(t)
+            fin = np.isfinite(d)
+            return str(list(t.shape)), float(np.linalg.norm(np.where(fin, d, 0.0).ravel())), int((~fin).sum())
         sa, na, bad_a = stats(ta)
         sb, nb, bad_b = stats(tb)
         diff = maxd = float("nan")
         changed = ta is None or tb is None or ta.shape != tb.shape
         if not changed:
-            changed = not torch.equal(ta, tb)
-            if not (bad_a or bad_b) and ta.numel():
-                dd = (tb.double() - ta.double()).flatten()
-                diff = float(torch.linalg.vector_norm(dd))
-                maxd = float(dd.abs().max())
-            elif not ta.numel():
+            changed = not np.array_equal(ta, tb)
+            if not (bad_a or bad_b) and ta.size:
+                dd = (_f64(tb) - _f64(ta)).ravel()
+                diff = float(np.linalg.norm(dd))
+                maxd = float(np.abs(dd).max())
+            elif not ta.size:
                 diff = maxd = 0.0
         rel = diff / na if na and na == na and diff == diff else (0.0 if diff == 0 else float("nan"))
         rows.append((name, sa, sb, na, nb, diff, rel, maxd, bool(changed), bad_a, bad_b))

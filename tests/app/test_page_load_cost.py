@@ -1,0 +1,47 @@
+"""What a page load costs, whatever the machine's load (issue 35 item 9): the modules a
+page imports on a new server and the Plotly figures it sends before its first chart.
+``bench/pages.py`` times the same visits in a browser; these pin the causes.
+
+Each import check runs the page in a new Python process (an AppTest there), so nothing
+another test imported hides what the page imports itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+PROBE = """
+import json, sys
+from streamlit.testing.v1 import AppTest
+at = AppTest.from_file({app!r}, default_timeout=120)
+at.query_params["run"] = {run!r}
+at.switch_page({page!r})
+at.run()
+print(json.dumps({{"torch": "torch" in sys.modules, "charts": len(at.get("plotly_chart")),
+                   "errors": [str(e.value) for e in at.exception] + [e.value for e in at.error]}}))
+"""
+
+
+def _load_in_new_process(page: str, run: str, tmp_path) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DEBUGKIT_CACHE": str(tmp_path / "cache"),
+           "DEBUGKIT_STORE": str(tmp_path / "store")}
+    code = PROBE.format(app=str(ROOT / "app.py"), run=run, page=f"pages/{page}.py")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_checkpoints_page_load_does_not_import_torch(tmp_path):
+    """Checkpoints reads the run's safetensors checkpoints with numpy (weight statistics,
+    the change heatmap and the first/last comparison); torch's import (1.3-1.8 s of CPU)
+    was most of a new server's first visit."""
+    got = _load_in_new_process("checkpoints", "digits-resumed", tmp_path)
+    assert got["errors"] == []
+    assert got["charts"] >= 2  # the heatmap and the moved-most bars were drawn
+    assert got["torch"] is False
