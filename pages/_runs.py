@@ -159,12 +159,8 @@ def overlay_picker(path, key: str, *, placeholder: str, help: str) -> tuple[dict
     listed = run_entries()
     here = listed.id_for(path)
     choices = [rid for rid in listed.ids if rid != here]
-    if key not in st.session_state:
-        st.session_state[key] = _query.query_choices("with", choices)
+    _query.list_from_query(key, choices, name="with", expected="a run this server lists besides this one")
+    st.session_state[key] = [rid for rid in st.session_state.get(key) or [] if rid in choices]
     picked = st.multiselect("Overlay runs", choices, key=key, placeholder=placeholder, help=help)
-    if picked:
-        if st.query_params.get_all("with") != picked:
-            st.query_params["with"] = picked
-    elif "with" in st.query_params:
-        del st.query_params["with"]
+    _query.list_to_query(key, picked, [], name="with")
     return {e.id: str(e.path) for e in listed}, picked

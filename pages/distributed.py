@@ -139,8 +139,14 @@ def _hang_tab(a, sig):
               f" · triggered by rank {i[0].get('trigger_rank')} · {len(i)} rank(s)" for i in incidents]
     pick = 0
     if len(incidents) > 1:
-        pick = st.selectbox("Incident", range(len(incidents)), format_func=lambda k: labels[k],
-                            key="dist_incident")
+        # the incident shown is ?incident=<n> (1 = the first, oldest; the default)
+        _query.from_query("dist_incident", _query.number_in(1, len(incidents), whole=True),
+                          name="incident", expected=f"an incident from 1 to {len(incidents)}")
+        if st.session_state.get("dist_incident") not in range(1, len(incidents) + 1):
+            st.session_state["dist_incident"] = 1
+        pick = st.selectbox("Incident", range(1, len(incidents) + 1), format_func=lambda k: labels[k - 1],
+                            key="dist_incident") - 1
+        _query.to_query("dist_incident", str(pick + 1), "1", name="incident")
     inc = incidents[pick]
     view, divergent = ad.compute_hang_view(inc, a["ranks"])
     if divergent:

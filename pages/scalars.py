@@ -97,15 +97,17 @@ def render():
         return
     from debugkit.analysis.scalars import last_values, suggest_log_scale
 
-    wanted = _query.query_choices("key", keys)
     default_keys = _default_keys(keys)
+    keys_key = f"scalars_keys_{path}"
+    _query.list_from_query(keys_key, keys, name="key", expected="a scalar this run logged")
+    st.session_state[keys_key] = [k for k in st.session_state.get(keys_key, default_keys) if k in keys]
     # The view lives in the URL (?key=...&smoothing=...&log=...&raw=...): a pasted link
     # shows what its sender saw. Widgets are seeded from it once per distinct value.
     _query.from_query("smoothing", _smoothing_value)
     _query.from_query("log", _flag)
     _query.from_query("raw", _flag)
     c1, c2, c3, c4 = st.columns([3.4, 2, 1.4, 1], vertical_alignment="bottom")
-    picked = c1.multiselect("Scalars", keys, default=wanted or default_keys, key=f"scalars_keys_{path}")
+    picked = c1.multiselect("Scalars", keys, key=keys_key)
     # Log scale by default where the default series span decades (an exploding loss), per run.
     suggest = suggest_log_scale(scalars, default_keys)
     if st.session_state.get("_scalars_log_for") != path:

@@ -118,3 +118,37 @@ def test_the_open_tab_round_trips_through_the_url():
     assert "?dist_metric='speed' is not one of" in warnings
     assert _default_tabs(bad._tree) == [2]  # the hung run's default, Hangs
     assert "tab" not in bad.query_params
+
+
+def _two_hang_incidents(root):
+    """ddp-hang with a second hang incident, ten minutes after the first, at step 30."""
+    import json
+    import shutil
+
+    from ..conftest import SAMPLE_RUNS
+
+    run = root / "ddp-hang-twice"
+    shutil.copytree(SAMPLE_RUNS / "ddp-hang", run)
+    for dump in sorted(run.glob("ranks/*/hangs/*.json")):
+        rec = json.loads(dump.read_text())
+        rec.update(time=rec["time"] + 600, step=30, last_step=29, trigger_step=30)
+        (dump.parent / "000-s0000030-2.json").write_text(json.dumps(rec))
+    return run
+
+
+def test_the_hang_incident_round_trips_through_the_url(tmp_path, monkeypatch):
+    _two_hang_incidents(tmp_path)
+    monkeypatch.setenv("DEBUGKIT_ROOTS", str(tmp_path))
+    at = _open("ddp-hang-twice")
+    box = at.selectbox(key="dist_incident")
+    assert box.value == 1 and "incident" not in at.query_params
+    box.set_value(2).run()
+    assert not at.exception and at.query_params["incident"] == "2"
+    again = open_page("distributed", run="ddp-hang-twice", incident="2")
+    assert again.selectbox(key="dist_incident").value == 2
+    hang = next(d.value for d in again.dataframe if "stuck_at" in d.value.columns)
+    assert set(hang["step"].dropna().astype(int)) == {30}  # the second incident's table
+    bad = open_page("distributed", run="ddp-hang-twice", incident="3")
+    assert "?incident='3' is not an incident from 1 to 2: showing the default instead." in \
+        [w.value for w in bad.warning]
+    assert bad.selectbox(key="dist_incident").value == 1 and "incident" not in bad.query_params

@@ -74,6 +74,19 @@ def test_a_key_in_the_url_is_validated():
     assert at.multiselect[0].value == ["lr"]
     at = _open(key="no-such-key")
     assert at.multiselect[0].value == ["loss"]
+    assert ("?key='no-such-key' is not a scalar this run logged: showing the default instead."
+            in [w.value for w in at.warning])
+    at = _open(key=["lr", "nope"])
+    assert at.multiselect[0].value == ["lr"]
+    assert "?key='nope' is not a scalar this run logged: left out." in [w.value for w in at.warning]
+
+
+def test_an_overlay_run_the_server_does_not_list_is_a_warning():
+    at = _open(**{"with": ["digits-compare-base", "../secret"]})
+    assert "?with='../secret' is not a run this server lists besides this one: left out." in \
+        [w.value for w in at.warning]
+    names = [t.get("name") for t in _spec(at)["data"]]
+    assert any(str(n).endswith(" · digits-compare-base") for n in names)
 
 
 def _spec(at, i=0):
