@@ -51,13 +51,20 @@ if share is not None:
     # No sidebar, no run picker, no upload, no other page: an edited URL path lands here.
     # The link's own path (/audit) is served as it is; any other path falls back to the
     # default page, which only forwards to the audit (or shows the refusal again).
+    # Every other page's path is a hidden entry that does the same (forward or refuse), so
+    # a link pasted with another page's path opens without Streamlit's "Page not found".
+    others = [u for *_, u in PAGES if u != "audit"]
     if share["ok"]:
         pages = [st.Page(_share.share_forward, title="Bias audit", url_path="shared", default=True),
                  st.Page(AUDIT_PAGE, title="Bias audit", icon=":material/balance:", url_path="audit")]
+        pages += [st.Page(_share.share_forward, title="Bias audit", url_path=u, visibility="hidden")
+                  for u in others]
         _routing.register_pages([AUDIT_PAGE])
     else:
         pages = [st.Page(_share.share_refused, title="Link not valid", url_path="refused", default=True),
                  st.Page(_share.share_refused_here, title="Link not valid", url_path="audit")]
+        pages += [st.Page(_share.share_refused, title="Link not valid", url_path=u, visibility="hidden")
+                  for u in others]
         _routing.register_pages([])
     try:
         st.navigation(pages, position="hidden").run()

@@ -80,6 +80,37 @@ def test_another_page_in_the_url_still_shows_only_the_audit(share_server, browse
         ctx.close()
 
 
+def test_a_share_link_with_an_open_tab_keeps_it_and_a_tab_click_keeps_the_token(share_server, browser,
+                                                                                audit_id):
+    import urllib.parse
+
+    ctx = browser.new_context()
+    page = ctx.new_page()
+    page.set_default_timeout(120_000)
+    try:
+        # on another path, as a reviewer might paste it: forwarded to the audit with its tab
+        page.goto(link(share_server, audit_id, page="overview") + "&attr=foreign_worker")
+        wait_for_app(page)
+        page.get_by_text("Bias audit: ").first.wait_for()
+        page.get_by_text("Group metrics").first.wait_for()
+        wait_for_app(page)
+        selected = [t.inner_text().strip() for t in page.get_by_role("tab", selected=True).all()]
+        assert selected == ["foreign_worker · Needs review", "age_in_years"]
+        # no "Page not found" over it (it left the page inert: no tab could be clicked)
+        assert page.get_by_role("dialog").count() == 0
+        page.get_by_role("tab", name="sex", exact=True).click()
+        page.wait_for_function("() => new URLSearchParams(location.search).get('shap_attr') === 'sex'")
+        wait_for_app(page)
+        q = urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query)
+        assert q["token"] and q["audit"] == [audit_id] and q["attr"] == ["foreign_worker"]
+        assert page.get_by_text("Shared read-only view of audit").count() == 1
+        assert page.get_by_test_id("stSidebar").count() == 0
+        assert page.get_by_text("Compute a new audit").count() == 0
+        assert page.get_by_text("Share with compliance").count() == 0
+    finally:
+        ctx.close()
+
+
 @pytest.mark.parametrize("how", ["altered", "expired"])
 def test_bad_token_shows_the_refusal(share_server, browser, audit_id, how, tmp_path):
     tok = make_token(SAMPLE, audit_id, int(time.time()) + (3600 if how == "altered" else -5), SECRET.encode())

@@ -75,3 +75,38 @@ def test_a_home_link_filters_the_run_list(server, page):
     box.press("Enter")
     page.wait_for_function("() => location.search.includes('q=digits')")
     assert _query(page)["status"] == ["failed"]
+
+
+def test_a_compare_link_shows_its_runs_layer_and_scale(server, page):
+    _open(page, server.url + "/compare?run=digits-compare-lr&base=digits-compare-base"
+                             "&extra=digits-compare-unlabelled&layer=2.weight&log=1")
+    page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 2", timeout=60_000)
+    loss, grad = page.evaluate(_TRACES)[:2]
+    runs = ["digits-compare-lr", "digits-compare-base", "digits-compare-unlabelled"]
+    assert [n for n in loss["names"] if n in runs] == runs
+    assert loss["layout"]["yaxis"]["type"] == "log"  # against these losses' default (linear)
+    assert grad["layout"]["yaxis"]["title"]["text"] == "grad norm: 2.weight"
+    assert "digits-compare-unlabelled" in grad["names"]
+    assert page.get_by_test_id("stMultiSelect").get_by_text("digits-compare-unlabelled").count() == 1
+    # the scale back to linear: the parameter leaves the address bar, the others stay
+    page.get_by_test_id("stCheckbox").filter(has_text="Log scale").locator("label").click()
+    page.wait_for_function("() => !location.search.includes('log=1')")
+    wait_for_app(page)
+    q = _query(page)
+    assert q["extra"] == ["digits-compare-unlabelled"] and q["layer"] == ["2.weight"]
+    assert page.evaluate(_TRACES)[0]["layout"]["yaxis"]["type"] == "linear"
+
+
+def test_an_audit_link_opens_its_attribute_tabs_and_a_tab_click_is_in_the_url(server, page):
+    page.goto(server.url + "/audit?run=credit-audit&attr=sex&shap_attr=foreign_worker")
+    wait_for_app(page)
+    page.get_by_text("Group metrics").first.wait_for(timeout=120_000)
+    page.locator(".js-plotly-plot >> visible=true").first.wait_for(timeout=120_000)
+    selected = [t.inner_text().strip() for t in page.get_by_role("tab", selected=True).all()]
+    assert selected == ["sex · Needs review", "foreign_worker"]
+    page.get_by_role("tab", name="foreign_worker · Needs review").click()
+    page.wait_for_function("() => new URLSearchParams(location.search).get('attr') === 'foreign_worker'")
+    wait_for_app(page)
+    q = _query(page)
+    assert q["attr"] == ["foreign_worker"] and q["shap_attr"] == ["foreign_worker"]
+    assert q["run"] == ["credit-audit"] and "audit" in q
