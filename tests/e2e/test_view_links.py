@@ -3,6 +3,7 @@ saw it, and changing a widget changes the address bar (issue 35, item 3)."""
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 
 import pytest
@@ -110,3 +111,31 @@ def test_an_audit_link_opens_its_attribute_tabs_and_a_tab_click_is_in_the_url(se
     q = _query(page)
     assert q["attr"] == ["foreign_worker"] and q["shap_attr"] == ["foreign_worker"]
     assert q["run"] == ["credit-audit"] and "audit" in q
+
+
+def test_a_replay_link_selects_its_options_and_runs_nothing(server, page):
+    page.goto(server.url + "/replay?run=digits-bad-label&failure=r0-s0000075-exception&device=cpu&timeout=60")
+    wait_for_app(page)
+    page.get_by_role("button", name="Replay", exact=True).wait_for(timeout=60_000)
+    device = page.get_by_role("radiogroup", name="Device")
+    assert device.get_by_role("radio", name="cpu", exact=True).is_checked()
+    assert page.get_by_label("Timeout (s)").input_value() == "60.00"
+    assert page.get_by_text("Reproduced", exact=True).count() == 0  # the link ran no replay
+    device.locator("label").filter(has_text="auto").click()
+    page.wait_for_function("() => !new URLSearchParams(location.search).has('device')")
+    q = _query(page)
+    assert q["timeout"] == ["60"] and q["failure"] == ["r0-s0000075-exception"]
+
+
+def test_a_gradients_link_shows_its_lines_and_thresholds(server, page):
+    _open(page, server.url + "/gradients?run=digits-exploding&line=2.bias&line=8.bias&explode_factor=100000")
+    page.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')].some("
+                           "gd => (gd._fullData || []).some(t => t.name === '8.bias'))", timeout=60_000)
+    lines = next(c for c in page.evaluate(_TRACES) if "8.bias" in c["names"])
+    layers = {n.split(":")[0] for n in lines["names"] if n and n[0].isdigit()}
+    assert layers == {"2.bias", "8.bias"}  # the two lines of the link, no default line
+    assert _query(page)["explode_factor"] == ["100000"]
+    at_91 = re.compile(r"exploding_grad · step 91 ")
+    assert page.get_by_text(at_91).count() == 0  # the explosion found at that threshold is later
+    _open(page, server.url + "/gradients?run=digits-exploding&line=2.bias&line=8.bias")
+    page.get_by_text(at_91).first.wait_for()  # ... than at the default
