@@ -113,6 +113,8 @@ def _group_section(doc, figs, view):
     tabs = _query.tabs(labels, "audit_attr_tab", name="attr", default=failing, run_path=view)
     for tab, name in zip(tabs, names):
         a = doc["sensitive"][name]
+        if tab.open is False:
+            continue  # only the open attribute is built and sent (a click reruns the page)
         with tab:
             notes = [f"reference group **{_ui.md(a['reference_group'])}**"]
             if a.get("binning"):
@@ -177,6 +179,8 @@ def _shap_section(doc, figs, view):
     # the open attribute is ?shap_attr=<attribute>
     tabs = _query.tabs({n: n for n in names}, "audit_shap_tab", name="shap_attr", run_path=view)
     for tab, name in zip(tabs, names):
+        if tab.open is False:
+            continue  # as above: the open attribute's two charts only
         with tab:
             left, right = st.columns(2)
             with left:

@@ -155,17 +155,20 @@ def _heatmap(m, first_bad) -> None:
     from debugkit.charts.checkpoints import build_change_heatmap_figure, build_weight_norm_figure
 
     tab_change, tab_norm = _query.tabs(TABS, "ckpt_tab", run_path=path)
-    with tab_change:
-        if len(m.labels) < 2:
-            st.info("One verified checkpoint: the change between checkpoints needs at least two.",
-                    icon=":material/looks_one:")
-        else:
-            _ui.chart(build_change_heatmap_figure(m), key="ckpt_heatmap", width="stretch")
-            st.caption("Each cell: how far a layer's weights moved since the previous checkpoint, "
-                       "‖w_now − w_before‖ / ‖w_before‖, on a log scale. Grey: bit-identical "
-                       "(a frozen layer), magenta: NaN/Inf.")
-    with tab_norm:
-        _ui.chart(build_weight_norm_figure(m), key="ckpt_norms", width="stretch")
+    # only the open tab's chart is built and sent (a click on the other reruns the page)
+    if tab_change.open is not False:
+        with tab_change:
+            if len(m.labels) < 2:
+                st.info("One verified checkpoint: the change between checkpoints needs at least two.",
+                        icon=":material/looks_one:")
+            else:
+                _ui.chart(build_change_heatmap_figure(m), key="ckpt_heatmap", width="stretch")
+                st.caption("Each cell: how far a layer's weights moved since the previous checkpoint, "
+                           "‖w_now − w_before‖ / ‖w_before‖, on a log scale. Grey: bit-identical "
+                           "(a frozen layer), magenta: NaN/Inf.")
+    if tab_norm.open is not False:
+        with tab_norm:
+            _ui.chart(build_weight_norm_figure(m), key="ckpt_norms", width="stretch")
     if len(first_bad):
         r = first_bad.iloc[0]
         st.error(f"NaN/Inf first appears in **{_ui.md(r['checkpoint'])}**, in {_ui.code(r['layer'])} "

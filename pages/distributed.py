@@ -86,7 +86,7 @@ def _step_time_tab(a, stragglers):
     default = "own work (data wait + compute)" if stragglers else "step time"
     _query.from_query("dist_metric", lambda v: v if v in METRICS else None,
                       expected="one of " + ", ".join(repr(m) for m in METRICS))
-    if st.session_state.get("_dist_metric_for") != path:
+    if st.session_state.get("_dist_metric_for") != path or "dist_metric" not in st.session_state:
         st.session_state["_dist_metric_for"] = path
         if st.query_params.get("dist_metric") not in METRICS:
             st.session_state["dist_metric"] = default
@@ -269,16 +269,17 @@ def render():
     # A hung run opens on its Hangs tab.
     hung = any(f.kind == "hang" for f in a["findings"])
     tabs = _query.tabs(TABS, "dist_tab", default="hangs" if hung else None, run_path=path)
-    with tabs[0]:
-        _step_time_tab(a, stragglers)
-    with tabs[1]:
-        _split_tab(a, stragglers)
-    with tabs[2]:
-        _hang_tab(a, sig)
-    with tabs[3]:
-        _divergence_tab(a)
-    with tabs[4]:
-        _trace_tab(sig)
+    # Only the open tab is built and sent (a click on another reruns the page): its charts
+    # are the page's first, not the last of six. A closed tab's widgets keep their values.
+    draw = (lambda: _step_time_tab(a, stragglers), lambda: _split_tab(a, stragglers),
+            lambda: _hang_tab(a, sig), lambda: _divergence_tab(a), lambda: _trace_tab(sig))
+    for tab, widgets, fn in zip(tabs, (("dist_metric",), (), ("dist_incident",), (), ()), draw):
+        if tab.open is False:
+            if widgets:
+                _ui.keep_widget_state(*widgets)
+            continue
+        with tab:
+            fn()
 
 
 # While the run is written, the page follows it (a fragment that reruns every 5 s).

@@ -52,8 +52,11 @@ def test_normal_view_shows_verdict_charts_and_provenance(ids):
     assert [s.label for s in at.selectbox][:1] == ["Audit"]
     assert at.selectbox[0].value == _failing(ids)  # the failing audit first, not the newest
     assert any("Verdict:" in str(b.value) for b in list(at.error) + list(at.warning) + list(at.success))
-    charts = at.get("plotly_chart")
-    assert len(charts) == 14  # 2 per attribute, beeswarm, mean |SHAP|, 2 per attribute again
+    # the open group tab's 2 charts, beeswarm, mean |SHAP|, the open SHAP tab's 2: only the
+    # open tabs are built and sent (14 charts before, 2 per attribute in each tab row)
+    assert [c.key for c in at.get("plotly_chart")] == [
+        "disp_age_in_years", "bars_age_in_years", "beeswarm", "mean_abs", "dep_age_in_years",
+        "bygroup_age_in_years"]
     assert "four-fifths" in texts(at)
     assert any(t.label == "Open a run" for t in at.selectbox)  # the normal sidebar is there
     assert {"pages/home.py", "pages/overview.py", "pages/audit.py"} <= at.session_state["debugkit_pages"]
@@ -150,7 +153,7 @@ def assert_audit_alone(at, audit_id):
     assert "Open a run" not in labels and "Audit" not in labels
     assert "Compute a new audit" not in [e.label for e in at.expander]
     assert not [b for b in at.button if b.label in ("Compute audit", "Create link")]
-    assert len(at.get("plotly_chart")) == 14
+    assert len(at.get("plotly_chart")) == 6  # the open tabs' charts, beeswarm and mean |SHAP|
 
 
 def test_valid_share_link_shows_only_the_audit(ids):
@@ -321,6 +324,9 @@ def test_the_open_attribute_tabs_round_trip_through_the_url(ids):
     at.run()
     assert not at.exception
     assert at.query_params["attr"] == "sex" and at.query_params["shap_attr"] == "foreign_worker"
+    keys = [c.key for c in at.get("plotly_chart")]
+    assert {"disp_sex", "bars_sex", "bygroup_foreign_worker"} <= set(keys)
+    assert not [k for k in keys if k.endswith("age_in_years")]  # the closed tabs' are not sent
     again = _audit_page(run=SAMPLE, audit=_failing(ids), attr="sex", shap_attr="foreign_worker")
     assert _open_tabs(again._tree) == [1, 2]
     assert not again.warning

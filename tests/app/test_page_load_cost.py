@@ -15,6 +15,8 @@ import sys
 
 from tests.conftest import ROOT
 
+from ._apptest import open_page
+
 PROBE = """
 import json, sys
 from streamlit.testing.v1 import AppTest
@@ -45,3 +47,16 @@ def test_checkpoints_page_load_does_not_import_torch(tmp_path):
     assert got["errors"] == []
     assert got["charts"] >= 2  # the heatmap and the moved-most bars were drawn
     assert got["torch"] is False
+
+
+def _chart_keys(page: str, run: str) -> list:
+    at = open_page(page, run=run)
+    return [c.key for c in at.get("plotly_chart")]
+
+
+def test_only_the_open_tab_builds_and_sends_its_figures():
+    """Tabs build only the open one (``TabContainer.open``; a click on another reruns the
+    page): each figure is JSON to send and a plot for the browser to draw before the page
+    is done. Distributed sent 6 figures, Checkpoints 3 and the audit 14 before this."""
+    assert _chart_keys("distributed", "ddp-straggler") == ["dist_heatmap", "dist_lines"]
+    assert _chart_keys("checkpoints", "digits-resumed") == ["ckpt_heatmap", "ckpt_moved"]
