@@ -16,6 +16,8 @@ VERDICT = {"pass": ("Pass", "green", ":material/check_circle:"),
            "needs_review": ("Needs review", "orange", ":material/rate_review:"),
            "fail": ("Fail", "red", ":material/gpp_bad:")}
 EXPIRY = {"1 day": "1d", "7 days": "7d", "14 days": "14d", "30 days": "30d", "90 days": "90d"}
+#: The view a share link carries besides the signed run and audit: the open tabs.
+VIEW_PARAMS = ("attr", "shap_attr")
 GROUP_COLUMNS = ("base_rate", "selection_rate", "tpr", "fpr", "fnr", "precision", "accuracy")
 
 share = _share.share_context()
@@ -250,6 +252,9 @@ def _share_box(audit_id):
             except DebugkitError as exc:
                 _ui.show_error(exc)
             else:
+                # the recipient opens the tabs the sender has open (not signed: a view only)
+                view = {k: st.query_params[k] for k in VIEW_PARAMS if st.query_params.get(k)}
+                link += "&" + urllib.parse.urlencode(view) if view else ""
                 st.session_state["share_link"] = (audit_id, link, exp_at)
         made = st.session_state.get("share_link")
         if made and made[0] == audit_id:

@@ -127,11 +127,13 @@ def test_compute_an_audit_from_the_page(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------------------- share links
-def shared(run_id, audit_id, token, page="pages/audit.py") -> AppTest:
+def shared(run_id, audit_id, token, page="pages/audit.py", extra=None) -> AppTest:
     at = app()
     at.query_params["run"] = run_id
     at.query_params["audit"] = audit_id
     at.query_params["token"] = token
+    for k, v in (extra or {}).items():
+        at.query_params[k] = v
     if page:
         at.switch_page(page)
     at.run()
@@ -370,3 +372,18 @@ def test_a_share_link_on_another_path_carries_its_open_tabs_to_the_audit(ids):
     assert_audit_alone(at, ids[0])
     assert _open_tabs(at._tree) == [1, 0]
     assert at.query_params["attr"] == "sex" and at.query_params["token"] == tok
+
+
+def test_a_share_link_made_on_a_tab_opens_the_recipient_on_it(ids):
+    import urllib.parse
+
+    at = _audit_page(run=SAMPLE, attr="foreign_worker")
+    next(b for b in at.button if b.label == "Create link").click()
+    at.run()
+    assert not at.exception
+    link = next(c.value for c in at.code if "/audit?" in c.value)
+    q = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(link).query))
+    assert q["attr"] == "foreign_worker" and "shap_attr" not in q
+    shown = shared(SAMPLE, q["audit"], q["token"], extra={"attr": q["attr"]})
+    assert_audit_alone(shown, q["audit"])
+    assert _open_tabs(shown._tree) == [2, 0]
