@@ -1,0 +1,35 @@
+"""``bench/pages.py --quick`` (the smoke run of the page-speed bench) runs to the end and
+prints what the lead re-runs it for: each page's gap to the one-chart Streamlit floor,
+cold and warm, whether it is within the 0.5 s target, a count of the pages that are, and
+the load-independent table. No figure is asserted on: times depend on the machine."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import ROOT
+
+
+@pytest.mark.slow
+def test_quick_bench_prints_each_pages_gap_to_the_floor_and_the_target():
+    out = subprocess.run([sys.executable, "bench/pages.py", "--quick"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = out.stdout
+    assert "| gap to the floor, cold | gap to the floor, warm | within 0.5 s (cold / warm) |" in text
+    num = r"[+-]\d+\.\d\d"
+    for page, run in (("gradients", "digits-exploding"), ("checkpoints", "digits-resumed")):
+        row = re.search(rf"^\| {page} \| {run} \| \d+\.\d\d \| \d+\.\d\d \| ({num}) \| ({num}) \| "
+                        r"(yes|no) / (yes|no) \|", text, re.M)
+        assert row, text
+        assert (row[3] == "yes") == (float(row[1]) <= 0.5) and (row[4] == "yes") == (float(row[2]) <= 0.5)
+    assert re.search(r"^Within 0\.5 s of the floor: [0-2] of 2 pages cold, [0-2] of 2 warm", text, re.M)
+    assert re.search(r"^\| \(TensorBoard [\d.]+: the same run's scalars\) \| digits-exploding \|", text, re.M)
+    # the load-independent table: figures sent on the first visit (Checkpoints: the open
+    # tab's heatmap and the moved-most bars), one script run
+    assert re.search(r"^\| checkpoints \| \d+ \| \d+ \| [\d.]+ \| 2 \| [\d.]+ \| 1 \|", text, re.M), text
