@@ -124,6 +124,7 @@ class Serve(_Doc):
     gpu_mem_threshold: Union[Num, None] = None
     host_mem_threshold: Union[Num, None] = None
     capture_budget: Union[CaptureBudget, None] = None
+    memory_every_s: Union[Num, None] = None
 
 
 class Manifest(_Doc):

@@ -93,7 +93,8 @@ def record_service(run_dir: Path, *, factory: str, traffic: list, factory_kwargs
     kept: list = []
     with debugkit.serve(model, str(run_dir), model_factory=factory,
                         factory_kwargs=factory_kwargs or {}, name=name or Path(run_dir).name,
-                        hash_weights=hash_weights, flush_every_s=0.2) as rec:
+                        hash_weights=hash_weights, flush_every_s=0.2,
+                        memory_every_s=0) as rec:  # every request's memory: the pages draw each
         for inputs in traffic:
             try:
                 with torch.no_grad(), rec.request(inputs) as r:

@@ -38,7 +38,9 @@ DEFAULTS = {
     "noise_factor": 3.0,             # ... and as a multiple of the scatter (MAD)
     "late_ratio": 0.5,               # second-half slope / whole slope, to keep growing
     "count_share": 0.5,              # share of the rise the request count must explain for a leak
-    "culprit_ratio": 1.5,            # a route keeps this many times what the next one keeps ...
+    "culprit_t": 3.0,                # a route's bytes kept per request: this many standard errors
+                                     # above zero and above the next route's ...
+    "culprit_ratio": 1.5,            # ... this many times what the next one keeps ...
     "culprit_share": 0.5,            # ... and its requests' keeping is this share of the growth
     "latency_min_requests": 60,      # ok requests needed to look for a latency change point
     "latency_min_segment": 30,       # requests on each side of a change point (and 10 % of them)
@@ -139,35 +141,148 @@ def isolated(requests: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def retained_by_group(requests: pd.DataFrame, min_isolated: int = 30) -> tuple[str, dict[str, float]]:
-    """Mean memory a request keeps (``mem_after_bytes - mem_before_bytes``) per route, or
-    per input names when the service named no route: ``("route" | "inputs", {group:
-    bytes})``, largest first. A handler that keeps its outputs keeps memory on every
-    call; the others give it back. Only requests that ran alone (:func:`isolated`) count
-    when every group has ``min_isolated`` of them: under concurrency a request's
-    change includes what overlapping requests kept."""
+def own_changes_by_group(requests: pd.DataFrame, keys: pd.Series, min_isolated: int = 30) -> dict[str, float]:
+    """Mean memory change over each group's own requests (``mem_after_bytes -
+    mem_before_bytes``), largest first; only requests that ran alone (:func:`isolated`)
+    count when every group has ``min_isolated`` of them. Biased where the heap grows in
+    steps (the request that touches the new pages is charged for what another kept): the
+    fallback of :func:`retained_by_group` when the traffic's mix cannot tell groups apart."""
     d = (requests["mem_after_bytes"].astype("float64") - requests["mem_before_bytes"].astype("float64"))
     ok = d.notna()
-    if requests["route"].notna().any():
-        by, keys = "route", requests["route"].fillna("(no route)")
-    else:
-        by, keys = "inputs", requests["signature"].map(input_names)
     alone = ok & pd.Series(isolated(requests), index=requests.index)
     if alone.any() and keys[alone].value_counts().reindex(keys[ok].unique()).fillna(0).min() >= min_isolated:
         ok = alone
     means = d[ok].groupby(keys[ok]).mean().sort_values(ascending=False)
-    return by, {str(k): float(v) for k, v in means.items()}
+    return {str(k): float(v) for k, v in means.items()}
 
 
-def _culprit(requests: pd.DataFrame, by: str, kept: dict[str, float], growth: float, cfg: dict) -> str | None:
-    """The group that keeps the memory: it keeps ``culprit_ratio`` times what the next
-    group keeps, and its requests' keeping accounts for ``culprit_share`` of the growth."""
+def _reading_points(requests: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The memory readings of a frame (one process) in time order: ``(times, bytes)``;
+    ``mem_before_bytes`` is read at a request's start, ``mem_after_bytes`` at its end."""
+    start = requests["wall_time"].to_numpy(dtype=np.float64)
+    end = start + np.nan_to_num(requests["latency_ms"].to_numpy(dtype=np.float64)) / 1e3
+    before = requests["mem_before_bytes"].astype("float64").to_numpy(na_value=np.nan)
+    after = requests["mem_after_bytes"].astype("float64").to_numpy(na_value=np.nan)
+    t = np.concatenate([start[~np.isnan(before)], end[~np.isnan(after)]])
+    v = np.concatenate([before[~np.isnan(before)], after[~np.isnan(after)]])
+    order = np.argsort(t, kind="stable")
+    return t[order], v[order]
+
+
+def group_keys(requests: pd.DataFrame) -> tuple[str, pd.Series]:
+    """``("route", routes)``, or ``("inputs", input names)`` when the service named no route."""
+    if requests["route"].notna().any():
+        return "route", requests["route"].fillna("(no route)")
+    return "inputs", requests["signature"].map(input_names)
+
+
+def regress_retained(requests: pd.DataFrame, keys: pd.Series, min_window: int = 16,
+                     windows: int = 150) -> tuple[dict[str, float], dict]:
+    """Memory a request of each group keeps, by regression: ``({group: bytes per request},
+    stats)``, largest first (``{}`` when there is too little to fit).
+
+    The readings are cut into windows of at least ``min_window`` requests (about
+    ``windows`` of them), and the memory change over each window is fitted by least
+    squares to the number of requests of each group that ended in it and in the window
+    before (what a request keeps may show a window later), with no intercept: ``delta =
+    sum_g a_g * count_g + b_g * count_g(previous window)``; ``a_g + b_g`` is what a request
+    of each group keeps. A window's change counts every step of RSS in it whichever
+    request touched the new pages (glibc grows the heap in steps, often in a clean
+    request's temporary buffer once a leaking one has used the free space: that is what
+    makes the mean change of each group's own requests blame clean routes); the windows'
+    different mixes of groups tell the groups apart. ``stats``: ``se`` (standard errors
+    per group), ``windows``, ``t_top`` (the top coefficient over its standard error),
+    ``t_gap`` and ``se_gap`` (the top minus the second, over / the standard error of that
+    difference).
+    """
+    stats: dict = {"se": {}, "windows": 0, "t_top": None, "t_gap": None, "se_gap": None}
+    groups = sorted(keys.unique().tolist())
+    t, v = _reading_points(requests)
+    if len(t) < 3 or not groups:
+        return {}, stats
+    end = (requests["wall_time"].to_numpy(dtype=np.float64)
+           + np.nan_to_num(requests["latency_ms"].to_numpy(dtype=np.float64)) / 1e3)
+    gidx = pd.Categorical(keys, categories=groups).codes
+    # requests ended up to each reading (a request ends at its own after-reading: counted)
+    order = np.argsort(end, kind="stable")
+    end_sorted, g_sorted = end[order], gidx[order]
+    done = np.searchsorted(end_sorted, t, side="right")
+    per_window = max(min_window, len(requests) // windows)
+    cuts = [0]
+    for k in range(1, len(t)):
+        if done[k] - done[cuts[-1]] >= per_window:
+            cuts.append(k)
+    G = len(groups)
+    if len(cuts) < 2 * G + 4:
+        return {}, stats
+    cuts_a = np.asarray(cuts)
+    C = np.zeros((len(cuts_a) - 1, G))
+    for w in range(len(cuts_a) - 1):
+        lo, hi = done[cuts_a[w]], done[cuts_a[w + 1]]
+        C[w] = np.bincount(g_sorted[lo:hi], minlength=G)
+    y = np.diff(v[cuts_a])[1:]
+    X = np.hstack([C[1:], C[:-1]])
+    beta2, *_ = np.linalg.lstsq(X, y, rcond=None)
+    dof = max(len(y) - np.linalg.matrix_rank(X), 1)
+    s2 = float(((y - X @ beta2) ** 2).sum()) / dof
+    L = np.hstack([np.eye(G), np.eye(G)])
+    beta = L @ beta2
+    cov = s2 * (L @ np.linalg.pinv(X.T @ X) @ L.T)
+    se = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    rank_ = np.argsort(-beta, kind="stable")
+    coef = {str(groups[i]): float(beta[i]) for i in rank_}
+    stats.update(se={str(groups[i]): float(se[i]) for i in rank_}, windows=int(len(y)))
+    top = rank_[0]
+    if se[top] > 0:
+        stats["t_top"] = float(beta[top] / se[top])
+    var = float(cov[top, top])
+    if G > 1:
+        sec = rank_[1]
+        var = float(cov[top, top] + cov[sec, sec] - 2 * cov[top, sec])
+        if var > 0:
+            stats["t_gap"] = float((beta[top] - beta[sec]) / math.sqrt(var))
+    else:
+        stats["t_gap"] = stats["t_top"]
+    stats["se_gap"] = math.sqrt(var) if var > 0 else None
+    return coef, stats
+
+
+def retained_by_group(requests: pd.DataFrame, rate: float | None = None) -> tuple[str, dict[str, float], dict]:
+    """Memory a request of each group keeps: ``(by, {group: bytes per request}, stats)``,
+    largest first; ``by`` is ``"route"`` or ``"inputs"`` (:func:`group_keys`).
+
+    By :func:`regress_retained` where the traffic tells the groups apart: the standard
+    error of the gap between the top two groups is at most ``rate`` (the leak's bytes per
+    request), so the fit could see one group keep it all. Where it cannot (a strictly
+    alternating mix of routes gives every window the same counts), by the mean change of
+    each group's own requests (:func:`own_changes_by_group`). ``stats`` is the
+    regression's, with ``method`` (``"regression"`` or ``"own_changes"``) and ``counts``
+    (requests per group).
+    """
+    by, keys = group_keys(requests)
+    coef, stats = regress_retained(requests, keys)
+    stats["counts"] = {str(g): int(n) for g, n in keys.value_counts().items()}
+    if coef and stats["se_gap"] is not None and (rate is None or stats["se_gap"] <= abs(rate)):
+        stats["method"] = "regression"
+        return by, coef, stats
+    stats["method"] = "own_changes"
+    return by, own_changes_by_group(requests, keys), stats
+
+
+def _culprit(kept: dict[str, float], stats: dict, growth: float, cfg: dict) -> str | None:
+    """The group that keeps the memory. By regression: its bytes per request are
+    ``culprit_t`` standard errors above zero and above the next group's. Either way: it
+    keeps ``culprit_ratio`` times what the next group keeps, and its requests account for
+    ``culprit_share`` of the growth."""
     if len(kept) < 2:
         return None
     (top, v0), (_, v1) = list(kept.items())[:2]
-    keys = requests["route"].fillna("(no route)") if by == "route" else requests["signature"].map(input_names)
-    n_top = int((keys == top).sum())
-    if v0 > 0 and v0 >= cfg["culprit_ratio"] * max(v1, 0.0) and v0 * n_top >= cfg["culprit_share"] * growth:
+    if stats["method"] == "regression" and not (
+            stats["t_top"] is not None and stats["t_top"] >= cfg["culprit_t"]
+            and stats["t_gap"] is not None and stats["t_gap"] >= cfg["culprit_t"]):
+        return None
+    if v0 > 0 and v0 >= cfg["culprit_ratio"] * max(v1, 0.0) and \
+            v0 * stats["counts"].get(top, 0) >= cfg["culprit_share"] * growth:
         return top
     return None
 
@@ -201,7 +316,7 @@ def detect_request_memory(requests: pd.DataFrame, capacity: pd.DataFrame | None 
                 "noise_factor": cfg["noise_factor"], "late_ratio": cfg["late_ratio"]}
     out: list[Finding] = []
     for rank, g in requests.groupby("rank", sort=True):
-        g = _ordered(g)
+        g = full = _ordered(g)
         mem = g["mem_after_bytes"].astype("float64")
         ok = mem.notna().to_numpy()
         if ok.sum() < cfg["min_requests"]:
@@ -217,9 +332,10 @@ def detect_request_memory(requests: pd.DataFrame, capacity: pd.DataFrame | None 
             continue
         post = g["n"].to_numpy() >= res["judged_from_step"]
         attr = attribute_growth(g["n"].to_numpy()[post], mem_v[post], g["input_numel"].to_numpy()[post])
-        judged = g[post & (g["outcome"] != "fallback").to_numpy()]
-        by, kept = retained_by_group(judged)
-        culprit = _culprit(judged, by, kept, res["growth_bytes"], cfg)
+        # every request after warm-up counts, read or not (memory is read on a timer)
+        judged = full[full["n"].to_numpy() >= res["judged_from_step"]]
+        by, kept, kstats = retained_by_group(judged, rate=res["bytes_per_step"])
+        culprit = _culprit(kept, kstats, res["growth_bytes"], cfg)
         what = "GPU memory allocated" if gpu else "host RSS"
         where = "GPU" if gpu else "host"
         n_req = int(res["last_step"] - res["first_step"] + 1)
@@ -229,7 +345,10 @@ def detect_request_memory(requests: pd.DataFrame, capacity: pd.DataFrame | None 
               "requests": n_req, "level_bytes": res["level_bytes"], "noise_bytes": res["noise_bytes"],
               "threshold": share, "capacity_bytes": cap, "threshold_bytes": limit,
               "requests_to_threshold": res["steps_to_capacity"], **attr,
-              "retained_by": by, "retained_bytes_per_request": kept, "leaking_group": culprit}
+              "retained_by": by, "retained_bytes_per_request": kept,
+              "retained_method": kstats["method"],
+              "retained_se_bytes": kstats["se"], "retained_windows": kstats["windows"],
+              "retained_t": kstats["t_top"], "retained_t_gap": kstats["t_gap"], "leaking_group": culprit}
         if attr["count_share"] >= cfg["count_share"]:
             msg = (f"Rank {rank}: {what} grows by {fmt_bytes(res['bytes_per_step'] * 1000)} per 1,000 "
                    f"requests from request {res['start_step']:,} (+{fmt_bytes(res['growth_bytes'])} "
@@ -239,8 +358,15 @@ def detect_request_memory(requests: pd.DataFrame, capacity: pd.DataFrame | None 
             if culprit is not None:
                 others = ", ".join(f"{k} {fmt_bytes(v)}" for k, v in list(kept.items())[1:4])
                 what_group = f"requests to {culprit}" if by == "route" else f"requests with inputs {culprit}"
-                msg += (f"; {what_group} keep {fmt_bytes(kept[culprit])} each on average "
-                        f"(the others: {others})")
+                if kstats["method"] == "regression":
+                    msg += (f"; {what_group} keep {fmt_bytes(kept[culprit])} each "
+                            f"(+-{fmt_bytes(kstats['se'][culprit])}; the others: {others}; a "
+                            f"regression of the memory change over {kstats['windows']:,} windows on "
+                            f"their requests per {'route' if by == 'route' else 'input names'})")
+                else:
+                    msg += (f"; {what_group} keep {fmt_bytes(kept[culprit])} each on average "
+                            f"(the others: {others}; by each request's own change: the traffic's "
+                            f"mix is too even to tell them apart by regression)")
             severity = "warning"
             if res["steps_to_capacity"] is not None:
                 msg += (f"; at this rate it reaches the {share:.0%} {where} threshold "

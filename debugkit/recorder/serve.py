@@ -6,17 +6,24 @@ A served model gets one row per request in ``ranks/<rank>/requests-<seg>.arrows`
 (``failures/<id>/``, the inputs in safetensors, no pickle) within a bounded capture
 budget. See docs/serving.md.
 
-The request thread does only what must happen there: two clock reads, two memory reads
-(``/proc/self/statm`` on CPU, the CUDA allocator's counter on GPU), the input signature
-and the output's finiteness; the row is handed to the per-rank background writer
-(:class:`debugkit.recorder.writer.RankWriter`) and a capture to a capture thread, so
-Arrow, safetensors and file I/O never run on it. ``bench/serve_overhead.py`` measures the
-cost.
+The request thread does only what must happen there: two clock reads, a copy of the
+model device's RNG state, the input signature and the output's finiteness; memory
+(``/proc/self/statm`` on CPU, the CUDA allocator's counter on GPU) is read before and
+after a request only when ``memory_every_s`` has passed since the last reading. The row
+is appended to the per-rank background writer's queue
+(:class:`debugkit.recorder.writer.RankWriter`, which wakes on its own timer, never per
+request) and a capture goes to a capture thread, so Arrow, safetensors and file I/O never
+run on it. Next to a real model this code runs with cold caches (the model's weights and
+kernels evict it), where each part costs several times what it costs in a tight loop:
+``bench/serve_overhead.py`` measures it end to end, and this path is kept short for that
+reason (docs/serving.md#what-it-costs).
 """
 
 from __future__ import annotations
 
 import atexit
+import itertools
+import math
 import os
 import queue
 import threading
@@ -46,6 +53,13 @@ DROPPED_EVENT_EVERY_S = 60.0
 #: Captures waiting for the capture thread; beyond this a failure storm's captures are
 #: dropped (and counted) rather than held in memory.
 MAX_PENDING_CAPTURES = 64
+
+#: Memory is read before and after a request when at least this long has passed since the
+#: last reading (every request of a service slower than this; about one in five of a 1 ms
+#: one): each reading is a system call (``/proc/self/statm``) or a walk of the CUDA
+#: allocator's statistics, ~9 us with the caches a model leaves behind. The leak findings
+#: work on the readings there are (docs/serving.md#request_memory_leak).
+DEFAULT_MEMORY_EVERY_S = 0.005
 
 MSG_THRESHOLD = "{name}={value!r}: expected a share of memory in (0, 1]"
 MSG_BUDGET = ("capture_budget={value!r}: expected a dict with 'per_kind' and/or 'per_minute' "
@@ -107,11 +121,45 @@ def describe_inputs(inputs, torch_tensor=None) -> tuple[str, int]:
     or ``input`` (anything else), with its dtype and shape: ``input_ids:int64[1,128];
     attention_mask:int64[1,128]``. Non-tensor values give their type (and length for
     strings and sequences). ``input_numel`` counts tensor and array elements.
+
+    A dict of tensors and a single tensor (what most services pass) are looked up by their
+    keys, dtypes and shapes in one cache: this runs on the request thread, with the caches
+    a model left behind, where every object touched counts.
     """
     if torch_tensor is None:
         import torch
 
         torch_tensor = torch.Tensor
+    t = type(inputs)
+    if t is dict:
+        key: list = []
+        for k, v in inputs.items():
+            if type(v) is not torch_tensor:
+                break
+            key.append(k)
+            key.append(v.dtype)
+            key.append(v.shape)
+        else:
+            return _cached_signature(tuple(key), inputs, torch_tensor)
+    elif t is torch_tensor:
+        return _cached_signature((inputs.dtype, inputs.shape), inputs, torch_tensor)
+    return _describe(inputs, torch_tensor)
+
+
+def _cached_signature(key: tuple, inputs, torch_tensor) -> tuple[str, int]:
+    hit = _INPUTS_CACHE.get(key)
+    if hit is None:
+        if len(_INPUTS_CACHE) >= 4096:
+            _INPUTS_CACHE.clear()
+        hit = _INPUTS_CACHE[key] = _describe(inputs, torch_tensor)
+    return hit
+
+
+#: ``(key, dtype, shape, ...) -> (signature, numel)`` of dicts of tensors and single tensors
+_INPUTS_CACHE: dict = {}
+
+
+def _describe(inputs, torch_tensor) -> tuple[str, int]:
     if isinstance(inputs, dict):
         items = [(str(k), v) for k, v in inputs.items()]
     elif isinstance(inputs, (tuple, list)) and not isinstance(inputs, torch_tensor):
@@ -261,6 +309,11 @@ class _Wrapped:
 
 
 # ---------------------------------------------------------------------------- recorder
+def _count_value(counter: itertools.count) -> int:
+    """The next number of an ``itertools.count`` (how many it gave), without taking it."""
+    return int(repr(counter)[6:-1])
+
+
 def _close_ref(ref) -> None:
     rec = ref()
     if rec is not None:
@@ -277,7 +330,8 @@ class ServeRecorder:
                  gpu_mem_threshold: float = 0.8, host_mem_threshold: float = 0.75,
                  check_finite: bool = True, capture: bool = True,
                  hash_weights: bool | None = None, device=None, rank: int = 0,
-                 flush_every_s: float = 2.0, tags=None):
+                 flush_every_s: float = 2.0, memory_every_s: float = DEFAULT_MEMORY_EVERY_S,
+                 tags=None):
         import torch
 
         if is_url(run_dir) and not str(run_dir).lower().startswith("file://"):
@@ -288,6 +342,10 @@ class ServeRecorder:
         budget = _check_budget(capture_budget)
         if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
             raise InvalidInputError(f"rank={rank!r}: expected an integer >= 0")
+        if (isinstance(memory_every_s, bool) or not isinstance(memory_every_s, (int, float))
+                or not 0 <= memory_every_s < math.inf):
+            raise InvalidInputError(f"memory_every_s={memory_every_s!r}: expected a number of "
+                                    "seconds >= 0 (0: every request)")
         tags = fmt.check_tags(tags) if tags is not None else None
         self.model = model
         self._module = _unwrap(model) if isinstance(model, torch.nn.Module) else model
@@ -328,7 +386,8 @@ class ServeRecorder:
             "flush_every_s": flush_every_s,
             "serve": {"gpu_mem_threshold": gpu_mem_threshold,
                       "host_mem_threshold": host_mem_threshold,
-                      "capture_budget": dict(budget)},
+                      "capture_budget": dict(budget),
+                      "memory_every_s": float(memory_every_s)},
             "env": collect_env(),
         }
         if tags is not None:
@@ -347,9 +406,15 @@ class ServeRecorder:
 
         self._torch = torch
         self._Tensor = torch.Tensor
+        self._float_dtypes = _float_dtypes(torch)
         self._rss = _RSS()
-        self._seq = 0
-        self._seq_lock = threading.Lock()
+        self._mem_every = float(memory_every_s)
+        self._mem_next = 0.0  # perf_counter() from which the next request reads memory
+        # a CPU model draws only from the CPU generator: its state alone is copied
+        self._cpu_gen = None if self._cuda else torch.default_generator
+        # 0-based request numbers in the order requests start, over all threads: next() on
+        # itertools.count is one C call under the GIL (no lock to take per request)
+        self._seq = itertools.count()
         self._lock = threading.Lock()
         self._captured: dict[tuple[str, str | None], int] = {}
         self._recent: deque[float] = deque()
@@ -395,7 +460,7 @@ class ServeRecorder:
     @property
     def requests(self) -> int:
         """How many requests were started so far."""
-        return self._seq
+        return _count_value(self._seq)
 
     def flush(self) -> None:
         """Write the rows queued so far and the captures in progress now (readers see them)."""
@@ -414,7 +479,7 @@ class ServeRecorder:
             self._capture_thread.join(timeout=60)
         self._emit_dropped(force=True)
         state = fmt.STATE_FAILED if failed else fmt.STATE_FINISHED
-        self._writer.event("close", state=state, requests=self._seq)
+        self._writer.event("close", state=state, requests=_count_value(self._seq))
         self._writer.close(state)
         self._rss.close()
         if self._writer.error is not None:
@@ -440,17 +505,21 @@ class ServeRecorder:
     def _begin(self, r: Request) -> None:
         if self._closed:
             raise InvalidInputError(MSG_CLOSED)
-        with self._seq_lock:  # 0-based, in the order requests start, over all threads
-            r.request = self._seq
-            self._seq += 1
-        r.rng = take_rng_state() if self.capture else None
+        r.request = next(self._seq)
+        if self.capture:
+            gen = self._cpu_gen
+            r.rng = {"torch_cpu": gen.get_state()} if gen is not None else take_rng_state()
         r.wall_time = time.time()
-        r.mem_before = self._mem()
-        r.t0 = time.perf_counter()
+        now = time.perf_counter()
+        if now >= self._mem_next:  # a reading is due (a race between threads: both read)
+            self._mem_next = now + self._mem_every
+            r.mem_before = self._mem()
+            now = time.perf_counter()
+        r.t0 = now
 
     def _end(self, r: Request, exc: BaseException | None) -> None:
         t1 = time.perf_counter()
-        mem_after = self._mem()
+        mem_after = self._mem() if r.mem_before is not None else None
         r.latency_ms = (t1 - r.t0) * 1e3
         try:
             sig, numel = describe_inputs(r.inputs, self._Tensor)
@@ -467,8 +536,17 @@ class ServeRecorder:
         else:
             outcome = "ok"
             if r.has_output and self.check_finite:
+                out = r.out
                 try:
-                    bad = _nonfinite_outputs(r.out, self._torch)
+                    if type(out) is self._Tensor and not out.requires_grad:
+                        # one tensor (the usual case): its sum is finite iff every element
+                        # is, confirmed element-wise only when it is not (see _nonfinite_outputs)
+                        if out.dtype in self._float_dtypes:
+                            total = out.sum().item()
+                            if total - total != 0 and not bool(self._torch.isfinite(out).all()):
+                                bad = ["output"]
+                    else:
+                        bad = _nonfinite_outputs(out, self._torch)
                 except Exception:  # noqa: BLE001 - an odd output is not a failure of ours
                     bad = []
                 if bad:
@@ -605,6 +683,12 @@ def serve(model, run_dir, **kwargs) -> ServeRecorder:
         its own (one run, several processes).
     flush_every_s : float
         How often the background writer appends to disk.
+    memory_every_s : float
+        Read memory before and after a request when at least this long has passed since
+        the last reading (0.005 s: every request of a service slower than 5 ms, about one
+        in five of a 1 ms one; 0: every request). The other requests' ``mem_before_bytes``
+        and ``mem_after_bytes`` are null: a reading is a system call or, on CUDA, a walk
+        of the allocator's statistics.
 
     Returns
     -------

@@ -123,9 +123,10 @@ class RankWriter:
         self.segment = fmt.next_segment(self.rank_dir)
         self.n_layers = n_layers
         self.flush_every_s = max(0.05, float(flush_every_s))
-        self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
-        self._bufs: dict[str, list] = {t: [] for t in fmt.TABLES}
+        # rows added one by one (deque.append is atomic under the GIL: no lock per row, which
+        # matters to debugkit.serve's request threads); the writer pops what it finds
+        self._bufs: dict[str, deque] = {t: deque() for t in fmt.TABLES}
         self.block = StepBlock()  # the block the training thread fills now
         self._full: deque[StepBlock] = deque()  # filled blocks not yet written
         self._writers: dict[str, Any] = {}
@@ -146,8 +147,7 @@ class RankWriter:
     # ----------------------------------------------------------------- training thread
     def add(self, table: str, row: tuple) -> None:
         """Queue one row (a tuple in the table's column order; grads: ``(step, values)``)."""
-        with self._lock:
-            self._bufs[table].append(row)
+        self._bufs[table].append(row)
 
     def next_block(self) -> StepBlock:
         """Hand the current (full) block to the writer and start a new one."""
@@ -225,8 +225,7 @@ class RankWriter:
                 blocks.append(self._full.popleft())
             if not any(b is cur for b in blocks):
                 blocks.append(cur)
-            with self._lock:
-                bufs, self._bufs = self._bufs, {t: [] for t in fmt.TABLES}
+            bufs = {t: [q.popleft() for _ in range(len(q))] for t, q in self._bufs.items()}
             rows: dict[str, list] = {t: [] for t in fmt.TABLES}
             for b in blocks:
                 for table, part in b.take().items():

@@ -54,9 +54,13 @@ CAPACITY = pd.DataFrame({"rank": [0], "device": ["cpu"], "device_capacity_bytes"
 
 def test_leak_rate_per_1000_requests_projection_and_the_route_that_keeps_it():
     n = 2000
-    routes = ["/gen" if k % 2 else "/score" for k in range(n)]
-    kept = np.array([64 << 10 if k % 2 else 0 for k in range(n)], dtype=np.float64)
-    df = frame(n, leak_per_request=32 << 10, routes=routes, kept=kept)  # 32 KiB per request
+    rng = np.random.default_rng(3)
+    gen = rng.random(n) < 0.5
+    routes = np.where(gen, "/gen", "/score").tolist()
+    kept = np.where(gen, 64 << 10, 0).astype(np.float64)   # /gen keeps 64 KiB a request
+    # rescale to exactly 32 KiB per request on average, as the rate below expects
+    after = 300 * MiB + np.cumsum(kept) * (32 << 10) * n / kept.sum() + rng.normal(0, 200 << 10, n)
+    df = frame(n, mem=after, routes=routes, kept=kept * (32 << 10) * n / kept.sum())
     (f,) = detect_request_memory(df, CAPACITY)
     assert f.kind == "request_memory_leak" and f.rank == 0
     ev = f.evidence
@@ -65,10 +69,85 @@ def test_leak_rate_per_1000_requests_projection_and_the_route_that_keeps_it():
     assert ev["threshold_bytes"] == 0.75 * (1 << 30)
     assert ev["requests_to_threshold"] == pytest.approx((768 - 362.5) * 32, rel=0.02)  # ~12,976
     assert f.severity == "warning"  # more requests left than served so far
-    assert ev["count_share"] > 0.95 and ev["leaking_group"] == "/gen"
-    assert ev["retained_bytes_per_request"] == {"/gen": 64 << 10, "/score": 0.0}
-    assert "per 1,000 requests" in f.message and "requests to /gen keep 64.0 KiB each" in f.message
+    assert ev["count_share"] > 0.95 and ev["leaking_group"] == "/gen" and ev["retained_method"] == "regression"
+    kept_fit = ev["retained_bytes_per_request"]
+    per_gen = (32 << 10) * n / gen.sum()  # ~64 KiB
+    assert list(kept_fit) == ["/gen", "/score"] and kept_fit["/gen"] == pytest.approx(per_gen, rel=0.1)
+    assert abs(kept_fit["/score"]) < 8 << 10 and ev["retained_t"] > 3 and ev["retained_t_gap"] > 3
+    assert "per 1,000 requests" in f.message and "requests to /gen keep 6" in f.message
+    assert f"over {ev['retained_windows']:,} windows" in f.message
     assert "75% host threshold (768.0 MiB)" in f.message
+
+
+def test_a_strictly_alternating_mix_falls_back_to_each_requests_own_change():
+    """Routes that alternate request by request give every window the same counts: the
+    regression cannot tell them apart, and each request's own change names the route."""
+    n = 2000
+    routes = ["/gen" if k % 2 else "/score" for k in range(n)]
+    kept = np.array([64 << 10 if k % 2 else 0 for k in range(n)], dtype=np.float64)
+    (f,) = detect_request_memory(frame(n, leak_per_request=32 << 10, routes=routes, kept=kept), CAPACITY)
+    ev = f.evidence
+    assert ev["retained_method"] == "own_changes" and ev["leaking_group"] == "/gen"
+    assert ev["retained_bytes_per_request"] == {"/gen": 64 << 10, "/score": 0.0}
+    assert "requests to /gen keep 64.0 KiB each on average" in f.message
+    assert "too even to tell them apart by regression" in f.message
+
+
+def lumpy_service(n=3000, *, seed=0, leak_route="/b", leak_bytes=48 << 10, read_every=1):
+    """Three routes served one at a time with a glibc-like heap: RSS is the high-water mark
+    of the heap rounded up to 132 KiB steps, and each route's temporary working buffer sits
+    above what is kept. The leaking route keeps ``leak_bytes`` per request, but the new
+    pages are mostly touched by /a's large temporary buffer in a later request, so the mean
+    change over each route's own requests blames /a. Memory is read on every
+    ``read_every``-th request (``memory_every_s`` on a fast service)."""
+    rng = np.random.default_rng(seed)
+    routes = rng.choice(["/a", "/b", "/c"], size=n, p=[0.4, 0.3, 0.3])
+    temp = {"/a": 640 << 10, "/b": 64 << 10, "/c": 256 << 10}
+    step = 132 << 10
+    used = high = 200 * MiB
+    before, after = np.zeros(n), np.zeros(n)
+    for i, r in enumerate(routes):
+        before[i] = -(-high // step) * step
+        high = max(high, used + temp[r])
+        if r == leak_route:
+            used += leak_bytes
+        after[i] = -(-high // step) * step
+    read = np.arange(n) % read_every == 0
+    df = frame(n, mem=after, routes=routes.tolist(), seed=seed)
+    df["mem_before_bytes"] = pd.array(np.where(read, before, np.nan), dtype="Float64").astype("Int64")
+    df["mem_after_bytes"] = pd.array(np.where(read, after, np.nan), dtype="Float64").astype("Int64")
+    df["wall_time"] = 1.7e9 + np.arange(n) * 1e-3  # one request a millisecond, 0.5 ms each
+    df["latency_ms"] = 0.5
+    return df
+
+
+@pytest.mark.parametrize("read_every", [1, 10])
+@pytest.mark.parametrize("seed", range(4))
+def test_the_leaking_route_of_three_is_named_where_own_changes_blame_another(seed, read_every):
+    df = lumpy_service(seed=seed, read_every=read_every)
+    # the hard case: each route's own before -> after change blames /a, whose temporary
+    # buffer touches the pages the leak made the heap grow by
+    own = (df["mem_after_bytes"] - df["mem_before_bytes"]).astype("float64").groupby(df["route"]).mean()
+    assert own.idxmax() == "/a" and own["/a"] > 1.5 * own["/b"]
+    (f,) = detect_request_memory(df, CAPACITY)
+    ev = f.evidence
+    assert f.kind == "request_memory_leak" and ev["leaking_group"] == "/b", ev
+    assert ev["retained_method"] == "regression"
+    assert ev["retained_bytes_per_request"]["/b"] == pytest.approx(48 << 10, rel=0.15)
+    assert max(abs(ev["retained_bytes_per_request"][r]) for r in ("/a", "/c")) < 8 << 10
+    assert "requests to /b keep" in f.message
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_no_route_is_named_without_a_leak_or_when_all_keep_alike(seed):
+    assert detect_request_memory(lumpy_service(seed=seed, leak_bytes=0), CAPACITY) == []
+    n = 3000
+    rng = np.random.default_rng(seed)
+    routes = rng.choice(["/a", "/b", "/c"], size=n).tolist()
+    mem = 300 * MiB + np.arange(n) * (32 << 10) + rng.normal(0, 200 << 10, n)  # every request keeps 32 KiB
+    (f,) = detect_request_memory(frame(n, mem=mem, routes=routes, seed=seed), CAPACITY)
+    assert f.kind == "request_memory_leak" and f.evidence["leaking_group"] is None
+    assert "keep" not in f.message.split("; at this rate")[0].split("rise)")[-1]
 
 
 def test_a_leak_that_reaches_the_threshold_within_the_requests_served_is_an_error():

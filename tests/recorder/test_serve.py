@@ -36,7 +36,7 @@ def _model():
 
 def test_requests_rows_outcomes_and_captures(tmp_path):
     model = _model()
-    rec = debugkit.serve(model, tmp_path / "r", name="svc", tags=["prod"])
+    rec = debugkit.serve(model, tmp_path / "r", name="svc", tags=["prod"], memory_every_s=0)
     for n in (4, 8, 4):
         x = {"input_ids": torch.randint(0, 50, (1, n))}
         with torch.no_grad(), rec.request(x) as r:
@@ -61,7 +61,8 @@ def test_requests_rows_outcomes_and_captures(tmp_path):
     assert run.kind == "inference" and run.manifest["kind"] == fmt.KIND_INFERENCE
     assert run.manifest["schema_version"] == fmt.SCHEMA_VERSION == "1.2"
     assert run.manifest["serve"] == {"gpu_mem_threshold": 0.8, "host_mem_threshold": 0.75,
-                                     "capture_budget": {"per_kind": 10, "per_minute": 30}}
+                                     "capture_budget": {"per_kind": 10, "per_minute": 30},
+                                     "memory_every_s": 0.0}
     assert run.manifest["weights_sha256"] == state_dict_sha256(model) and len(state_dict_sha256(model)) == 64
     assert run.manifest["model_class"].endswith("Tiny") and run.status == "finished"
     df = run.requests()
@@ -168,6 +169,7 @@ def test_factory_identity_and_a_live_reader(tmp_path):
     m = run.manifest
     assert m["model_factory"] == "tests.recorder.test_serve:_model" and m["weights_sha256"] is None
     assert len(m["code"]["model_factory"]["sha256"]) == 64 and m["serve"]["gpu_mem_threshold"] == 0.9
+    assert m["serve"]["memory_every_s"] == 0.005  # the default
     rec.close()
     with pytest.raises(InvalidInputError, match=MSG_CLOSED):
         rec.request(torch.ones(1)).__enter__()
@@ -196,6 +198,8 @@ def test_the_requests_table_is_append_only_arrow(tmp_path):
     ({"capture_budget": {"per_kind": -1}}, MSG_BUDGET.format(value={"per_kind": -1})),
     ({"capture_budget": {"n": 1}}, MSG_BUDGET.format(value={"n": 1})),
     ({"rank": -1}, "rank=-1: expected an integer >= 0"),
+    ({"memory_every_s": -1}, "memory_every_s=-1: expected a number of seconds >= 0"),
+    ({"memory_every_s": float("nan")}, "memory_every_s=nan: expected a number of seconds >= 0"),
 ])
 def test_bad_settings_are_refused_before_anything_is_written(tmp_path, kwargs, match):
     import re
@@ -264,3 +268,43 @@ def test_nonfinite_outputs_by_sum_confirmed_elementwise():
     assert _nonfinite_outputs(torch.ones(3, requires_grad=True) * 2, torch) == []
     assert _nonfinite_outputs(torch.ones(2, dtype=torch.int64), torch) == []
     assert _nonfinite_outputs(torch.tensor([inf], dtype=torch.bfloat16), torch) == ["output"]
+
+
+def test_memory_is_read_when_due_both_sides_of_a_request(tmp_path, monkeypatch):
+    """memory_every_s: a request reads memory before and after when that long has passed
+    since the last reading; the others have null readings (no system call)."""
+    import debugkit.recorder.serve as serve_mod
+
+    clock = {"t": 100.0}
+    monkeypatch.setattr(serve_mod.time, "perf_counter", lambda: clock["t"])
+    rec = debugkit.serve(_model(), tmp_path / "r", memory_every_s=0.01)
+    reads = []
+    real = rec._rss.read
+    monkeypatch.setattr(rec._rss, "read", lambda: reads.append(clock["t"]) or real())
+    for dt in (0.004, 0.004, 0.004, 0.003, 0.02, 0.001):  # time passed before each request
+        clock["t"] += dt
+        with rec.request(torch.ones(1)) as r:
+            r.output(torch.ones(1))
+    rec.close()
+    df = open_run(tmp_path / "r").requests()
+    read = df["mem_before_bytes"].notna().tolist()
+    assert read == [True, False, False, True, True, False]  # due at 100.004, then from .014 and .025
+    assert df["mem_after_bytes"].notna().tolist() == read and len(reads) == 2 * sum(read)
+    assert open_run(tmp_path / "r").manifest["serve"]["memory_every_s"] == 0.01
+
+
+@pytest.mark.parametrize("out,outcome", [
+    (torch.tensor([1.0, float("nan")]), "nonfinite"),
+    (torch.tensor([3e38, 3e38]), "ok"),                     # the sum overflows; the values do not
+    (torch.tensor([float("-inf")], dtype=torch.bfloat16), "nonfinite"),
+    (torch.ones(2, dtype=torch.int64), "ok"),
+    (torch.zeros(0), "ok"),
+    (torch.full((2,), float("nan"), requires_grad=True) * 1, "nonfinite"),  # through _nonfinite_outputs
+    ((torch.ones(1), {"logits": torch.tensor([float("inf")])}), "nonfinite"),
+])
+def test_the_recorders_finiteness_check(tmp_path, out, outcome):
+    rec = debugkit.serve(_model(), tmp_path / "r", capture=False)
+    with rec.request(torch.ones(1)) as r:
+        r.output(out)
+    rec.close()
+    assert r.outcome == outcome

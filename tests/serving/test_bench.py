@@ -1,0 +1,67 @@
+"""bench/serve_overhead.py: the --quick smoke run prints every row and the target lines,
+and the method shows a planted cost (the control) while an A/A pair shows none."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "serve_overhead.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("serve_overhead", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.slow
+def test_quick_run_prints_rows_targets_and_the_a_a_check(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SCRIPT.parents[1]), os.environ.get("PYTHONPATH", "")])}
+    p = subprocess.run([sys.executable, str(SCRIPT), "--quick"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    out = p.stdout
+    for model in ("noop", "1ms", "20ms"):
+        for variant in ("bare", "bare again", "request", "wrap", "no finite"):
+            assert re.search(rf"^{model}\s+{variant}\s+\d", out, re.M), (model, variant, out)
+        assert re.search(rf"^{model}\s+writer thread: \d+\.\d+ us CPU per recorded request", out, re.M)
+    for model in ("1ms", "20ms"):
+        assert re.search(rf"^{model}\s+control\s+\d", out, re.M)
+        for variant in ("request", "wrap"):
+            assert re.search(rf"^target {model}\s+{variant}\s+[+-]\d+\.\d+% of the bare handler's CPU "
+                             rf"\[[+-]\d+\.\d+%, [+-]\d+\.\d+%\] \(<= {'3.0' if model == '1ms' else '0.5'}%\): "
+                             r"(met|NOT met)$", out, re.M), (model, variant, out)
+        assert re.search(rf"^check  {model}\s+A/A\s+[+-]\d+\.\d+%", out, re.M)
+    assert re.search(r"^control: a Python loop of [\d,]+ iterations", out, re.M)
+
+
+def test_the_method_shows_a_planted_cost_and_no_cost_between_twins(tmp_path):
+    """The control with a loop of ~2 ms of CPU next to a ~10 us model: the paired method
+    must show it (its interval above zero), and the A/A twin must not (a 20x margin: this
+    checks the method's sign and size, not a timing target)."""
+    import torch
+
+    bench = _bench()
+    torch.set_num_threads(1)
+    model, x = bench.build(8, 1, 1)
+    n = bench.calibrate_spin(0.002)
+    r = bench.bench_model("t", model, x, run=3, blocks=9, out=tmp_path, spin_n=n)
+    control, twin = r["variants"]["control"]["d_cpu"], r["variants"]["bare again"]["d_cpu"]
+    assert control[1] > 0 and control[0] > 0.0005, control
+    assert abs(twin[0]) < 0.0001, twin
+    assert set(r["variants"]) == {"bare", "bare again", "request", "wrap", "no finite", "control"}
+
+
+def test_median_interval_by_order_statistics():
+    bench = _bench()
+    assert bench.median_ci([5.0, 1.0, 3.0]) == (3.0, 1.0, 5.0)
+    m, lo, hi = bench.median_ci([float(i) for i in range(100)])
+    assert (m, lo, hi) == (49.5, 40.0, 60.0)  # ranks 50 -/+ 1.96 * sqrt(100) / 2
