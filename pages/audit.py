@@ -74,13 +74,14 @@ def _targets(path: str, sig: tuple):
 
 
 def _sig():
-    """The run's files, and the audits the store holds of it (a run outside the store)."""
-    from debugkit.audit.stored_audits import audit_dirs
+    """The run's files, and the audits the store and the team's shared audit store hold
+    of it (a run outside the store)."""
+    from debugkit.audit.stored_audits import audits_signature
 
     try:
-        extra = tuple((str(d), tuple(sorted(p.name for p in d.iterdir()))) for d in audit_dirs(path)[1:])
-    except OSError:
-        extra = ()
+        extra = audits_signature(path)
+    except (OSError, DebugkitError) as exc:
+        extra = (("unlisted", str(exc)),)  # not a cached list's key: _audits runs and says so
     return (*_data.signature(path), extra)
 
 
@@ -339,8 +340,9 @@ def _run_audit(tname, settings, bins):
 
     # The loader and the audit run in a separate process with a time and memory limit
     # (DEBUGKIT_AUDIT_TIMEOUT_S, DEBUGKIT_AUDIT_MEMORY_MB), never in the server's. The
-    # audit is written inside the run store only (a run outside it: the store's .audits/),
-    # and not when the store is at its quota.
+    # audit is written inside the run store only (a run outside it: the team's shared
+    # audit store, DEBUGKIT_AUDIT_STORE, else the store's .audits/), and not when the
+    # store is at its quota.
     bar = st.progress(0.0, text="Loading the model and the data…")
     try:
         store = _runs.store_dir()

@@ -145,10 +145,13 @@ class Auditor:
             self._progress(self._last, msg)
 
     def audit_model(self, model, X, y, *, sensitive, run_dir, name, positive_label=1, predict=None,
-                    explainer="auto", background=100, group_bins=None, store_in=None) -> Audit:
+                    explainer="auto", background=100, group_bins=None, store_in=None,
+                    location=None) -> Audit:
         """See :func:`debugkit.audit.audit_model`; ``store_in``: the folder to store the
         audit in instead of the run's ``audits/`` (a server's, for a run outside its store:
-        :func:`debugkit.audit.stored_audits.server_audits_dir`)."""
+        :func:`debugkit.audit.stored_audits.server_audits_dir`); ``location``: where the
+        run lies, recorded in the provenance (default ``run_dir``; the audit worker audits
+        a local copy of a run at a URL)."""
         s = self.settings
         self._tick(0.0, "Checking the model and the data")
         run_dir = as_path(run_dir)
@@ -241,7 +244,7 @@ class Auditor:
             "flags": [f.to_flag_dict() for f in flags],
             "rows_sha256": rows_sha,
         }
-        prov = {"run": {"run_id": run.run_id, "name": run.name, "path": str(run.path)},
+        prov = {"run": {"run_id": run.run_id, "name": run.name, "path": str(location or run.path)},
                 "checkpoint": _find_checkpoint(run_dir, adapter),
                 "model_sha256": fp["sha256"], "dataset_sha256": data_sha,
                 "versions": _versions(adapter), "thresholds": s.to_dict(),

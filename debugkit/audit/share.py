@@ -28,6 +28,7 @@ from pathlib import Path
 
 from ..errors import InvalidInputError, ShareTokenError
 from ..io.served_runs import default_store, validate_run_id
+from .audit_store import config_value
 from .stored_audits import validate_audit_id
 
 TOKEN_VERSION = "v1"
@@ -51,25 +52,6 @@ MSG_NO_SECRET_FILE = ("{path}: cannot read or create the share secret ({detail})
 MSG_BASE_URL = "base URL {value!r}: expected http:// or https:// and a host"
 
 
-def _from_secrets_toml(path: Path) -> str | None:
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        try:
-            import tomli as tomllib  # type: ignore[no-redef]
-        except ImportError:
-            return None
-    try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
-    except (OSError, ValueError):
-        return None
-    value = doc.get("DEBUGKIT_SECRET")
-    if value is None and isinstance(doc.get("debugkit"), dict):
-        value = doc["debugkit"].get("secret")
-    return str(value) if value else None
-
-
 def server_secret(store: str | os.PathLike | None = None) -> bytes:
     """The secret share tokens are signed with (see the module docstring)."""
     env = os.environ.get("DEBUGKIT_SECRET")
@@ -77,13 +59,12 @@ def server_secret(store: str | os.PathLike | None = None) -> bytes:
         if len(env) < MIN_SECRET_LEN:
             raise InvalidInputError(MSG_WEAK_SECRET.format(n=len(env), min=MIN_SECRET_LEN))
         return env.encode()
-    for p in (Path.cwd() / ".streamlit" / "secrets.toml", Path.home() / ".streamlit" / "secrets.toml"):
-        value = _from_secrets_toml(p) if p.is_file() else None
-        if value:
-            if len(value) < MIN_SECRET_LEN:
-                raise InvalidInputError(MSG_WEAK_SECRET.format(n=len(value), min=MIN_SECRET_LEN)
-                                        .replace("DEBUGKIT_SECRET", f"DEBUGKIT_SECRET in {p}"))
-            return value.encode()
+    value, where = config_value("DEBUGKIT_SECRET", "secret")  # .streamlit/secrets.toml
+    if value:
+        if len(value) < MIN_SECRET_LEN:
+            raise InvalidInputError(MSG_WEAK_SECRET.format(n=len(value), min=MIN_SECRET_LEN)
+                                    .replace("DEBUGKIT_SECRET", where, 1))
+        return value.encode()
     store = Path(store) if store is not None else default_store()
     path = store / SECRET_FILE
     try:

@@ -9,9 +9,11 @@ written into ``audits/.tmp-*`` and renamed into place; its files are made read-o
 
 A server writes only inside its run store: an audit the dashboard computes of a run
 outside the store (a bundled sample, a served folder, a typed path, an ``s3://`` run) is
-stored in the store, under ``<store>/.audits/<key>/<id>/`` (``key``: a digest of the
-run's location, :func:`server_audits_dir`), and read from there with the run's own
-audits (:func:`audit_dirs`).
+stored in the team's shared audit store when one is configured
+(``DEBUGKIT_AUDIT_STORE``, :mod:`debugkit.audit.audit_store`:
+``<audit store>/<key>/<id>/``, seen by every server), else in the server's own store,
+under ``<store>/.audits/<key>/<id>/`` (``key``: a digest of the run's location,
+:func:`server_audits_dir`); both are read with the run's own audits (:func:`audit_dirs`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import os
 import re
 import shutil
 import stat
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -30,9 +33,10 @@ from typing import Any
 from .._fsutil import MAX_JSON_BYTES, in_run, is_in_run, loads_capped, read_bytes_capped, sha256_file
 from ..errors import AuditError, InvalidInputError, OutsideRunError, RunDirError
 from ..format import AUDITS_DIR
-from ..location import as_path, open_binary
+from ..location import as_path, is_local, open_binary
 from ..runschema import check as check_schema
 from ..runschema import read_run_json
+from . import audit_store
 
 AUDIT_JSON = "audit.json"
 ROWS_FILE = "rows.parquet"
@@ -99,8 +103,7 @@ def _is_local(run_dir) -> bool:
 
 
 def _run_key(run_dir) -> str:
-    where = os.path.realpath(str(run_dir)) if _is_local(run_dir) else str(run_dir)
-    return hashlib.sha256(where.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    return audit_store.run_key(run_dir)
 
 
 def in_store(run_dir, store) -> bool:
@@ -111,27 +114,62 @@ def in_store(run_dir, store) -> bool:
     return run != root and run.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def server_audits_dir(run_dir, store) -> Path | None:
+def server_audits_dir(run_dir, store):
     """Where a server stores an audit it computes of ``run_dir``: None (the run's own
-    ``audits/``) for a run inside ``store``, else ``<store>/.audits/<key>``."""
+    ``audits/``) for a run inside ``store``; else the shared audit store's folder of the
+    run (``<audit store>/<key>``, when ``DEBUGKIT_AUDIT_STORE`` is configured), else
+    ``<store>/.audits/<key>``."""
     if in_store(run_dir, store):
         return None
+    shared = audit_store.shared_dir(run_dir)
+    if shared is not None:
+        return shared
     return Path(store) / OVERLAY_DIR / _run_key(run_dir)
 
 
 def audit_dirs(run_dir, store=None) -> list:
-    """The folders that hold ``run_dir``'s audits: its own ``audits/`` and, for a run
-    outside the run store (``store``, default ``$DEBUGKIT_STORE``), the store's folder
-    of audits computed of it there."""
+    """The folders that hold ``run_dir``'s audits, in the order an id is looked up: its
+    own ``audits/`` and, for a run outside the run store (``store``, default
+    ``$DEBUGKIT_STORE``), the store's folder of audits computed of it there and the
+    shared audit store's (``DEBUGKIT_AUDIT_STORE``: one listing of the whole store,
+    remembered a while; the run's audits there are fetched in one batch).
+
+    Raises :class:`AuditError` when the shared audit store cannot be listed."""
     if store is None:
         from ..io.served_runs import default_store
 
         store = default_store()
     out = [audits_dir(run_dir)]
-    overlay = server_audits_dir(run_dir, store)
-    if overlay is not None and overlay.is_dir():
+    if in_store(run_dir, store):
+        return out
+    overlay = Path(store) / OVERLAY_DIR / _run_key(run_dir)
+    if overlay.is_dir():
         out.append(overlay)
+    root = audit_store.store_root()
+    if root is not None:
+        key = _run_key(run_dir)
+        if key in audit_store.listed(root):
+            shared = root / key
+            if not is_local(shared):
+                from ..objcache import prefetch
+
+                prefetch(shared)  # no request: the store's listing covers it
+            out.append(shared)
     return out
+
+
+def audits_signature(run_dir) -> tuple:
+    """What changes when an audit of ``run_dir`` is stored outside the run (a cache key
+    for the audits :func:`list_audits` lists): ``(folder, complete audit ids)`` per
+    folder other than the run's own."""
+    out = []
+    for d in audit_dirs(run_dir)[1:]:
+        try:
+            ids = sorted(p.name for p in d.iterdir() if _ID.match(p.name) and (p / AUDIT_JSON).is_file())
+        except OSError:
+            ids = []
+        out.append((str(d), tuple(ids)))
+    return tuple(out)
 
 
 def write_audit(run_dir, doc: dict, rows, *, base=None) -> Audit:
@@ -139,10 +177,16 @@ def write_audit(run_dir, doc: dict, rows, *, base=None) -> Audit:
 
     ``doc`` gets ``format``, ``files`` (name -> sha256) and ``id``; ``rows`` (a DataFrame)
     is written as ``rows.parquet`` (zstd). ``base``: the folder to store it in (default
-    the run's ``audits/``; a server passes :func:`server_audits_dir`'s).
+    the run's ``audits/``; a server passes :func:`server_audits_dir`'s). In an object
+    store the audit is written locally first, then uploaded by :func:`store_audit_folder`
+    (its files first, ``audit.json`` last).
     """
     run_dir = as_path(run_dir)
     base = as_path(base) if base is not None else audits_dir(run_dir)
+    if not is_local(base):
+        with tempfile.TemporaryDirectory(prefix="debugkit-audit-") as staging:
+            staged = write_audit(run_dir, doc, rows, base=Path(staging))
+            return store_audit_folder(run_dir, staged.path, base)
     base.mkdir(parents=True, exist_ok=True)
     tmp = base / f".tmp-{uuid.uuid4().hex[:12]}"
     tmp.mkdir()
@@ -175,10 +219,27 @@ def write_audit(run_dir, doc: dict, rows, *, base=None) -> Audit:
     return load_audit(run_dir, aid, base=base)
 
 
+def store_audit_folder(run_dir, src, base) -> Audit:
+    """Store the audit folder ``src`` (local, as :func:`write_audit` wrote it) in ``base``
+    (an object-store folder: the shared audit store's, say) and return it from there. It is
+    verified first; an identical audit already stored of the run (same
+    ``substance_sha256``) is returned instead of a second copy; else its files are
+    uploaded, ``audit.json`` last (:func:`debugkit.audit.audit_store.publish`)."""
+    src = Path(src)
+    staged = load_audit(run_dir, src.name, base=src.parent)
+    same = find_identical(run_dir, str(staged.doc.get("substance_sha256")), base=base)
+    if same is not None:
+        return same
+    base = as_path(base)
+    own = str(base).rstrip("/") == str(audits_dir(run_dir)).rstrip("/")
+    audit_store.publish(src, base, None if own else run_dir)  # elsewhere: never inside the run
+    return load_audit(run_dir, staged.id, base=base)
+
+
 def find_identical(run_dir, substance_sha256: str, *, base=None) -> Audit | None:
     """A stored audit whose ``substance_sha256`` (everything but who/when) matches
     (among the run's audits, and those in ``base`` when given)."""
-    bases = audit_dirs(run_dir) + ([Path(base)] if base is not None else [])
+    bases = audit_dirs(run_dir) + ([as_path(base)] if base is not None else [])
     for entry in list_audits(run_dir, extra=base):
         if entry.get("substance_sha256") == substance_sha256 and not entry.get("error"):
             for b in bases:
@@ -275,7 +336,7 @@ def load_audit(run_dir, audit_id: str, *, base=None) -> Audit:
         No such audit, or its content no longer matches its id or recorded hashes.
     """
     validate_audit_id(audit_id)
-    bases = [Path(base)] if base is not None else audit_dirs(run_dir)
+    bases = [as_path(base)] if base is not None else audit_dirs(run_dir)
     try:
         if base is None:  # the run's own audits/ stays inside the run (not a link out)
             in_run(run_dir if hasattr(run_dir, "joinpath") else Path(run_dir), AUDITS_DIR,
@@ -324,17 +385,19 @@ def list_audits(run_dir, *, extra=None) -> list[dict]:
     out = []
     entries = []
     own = audits_dir(run_dir)
-    for base in audit_dirs(run_dir) + ([Path(extra)] if extra is not None else []):
+    for base in audit_dirs(run_dir) + ([as_path(extra)] if extra is not None else []):
         if not base.is_dir() or (base == own and not is_in_run(own.parent, AUDITS_DIR)):
             continue  # the run's audits/ linking out of the run is not read
         try:
-            entries += list(base.iterdir())
+            entries += [(d, base != own) for d in base.iterdir()]
         except OSError as exc:
             raise RunDirError(f"{base}: unreadable ({exc})") from exc
     seen = set()
-    for d in entries:
+    for d, outside in entries:
         if not d.is_dir() or not _ID.match(d.name) or d.name in seen or not is_in_run(d.parent, d.name):
             continue  # an audit folder linking out of its folder is not listed
+        if outside and not (d / AUDIT_JSON).is_file():
+            continue  # being uploaded (audit.json comes last), or a torn upload
         seen.add(d.name)
         row = {"id": d.name, "name": d.name, "created_at": None, "verdict": None, "model": None,
                "substance_sha256": None, "error": None}

@@ -66,22 +66,54 @@ def compute_audit(run_dir, target: str, settings: dict, bins: dict | None = None
     """Compute and store one audit of the run's ``target`` in a separate process.
 
     ``store_in``: the folder to store it in instead of the run's ``audits/`` (a server
-    stores the audits of runs outside its store in the store:
-    :func:`debugkit.audit.stored_audits.server_audits_dir`).
+    stores the audits of runs outside its store in the store, or in the team's shared
+    audit store: :func:`debugkit.audit.stored_audits.server_audits_dir`).
+
+    The worker never holds this process's cloud credentials (:func:`debugkit.child_harness.child_env`
+    keeps them here): a run at a URL is given to it as a local copy, and an audit to be
+    stored at a URL is written by the worker into a local folder and uploaded from here
+    (:func:`debugkit.audit.stored_audits.store_audit_folder`: files first, ``audit.json``
+    last). The audit's provenance names the run's own location, not the copy.
 
     Returns ``{"id", "verdict"}`` of the stored audit. Raises :class:`AuditError` (or
     the worker's own :class:`DebugkitError` message) when it could not be computed, and
     :class:`AuditBusyError` at once when :func:`max_workers` audits are running.
     """
-    from ..child_harness import run_child
+    import tempfile
+    from pathlib import Path
+
+    from ..location import as_path, is_local, local_copy
+    from .stored_audits import audits_dir, store_audit_folder
 
     timeout = timeout_s or _limit("DEBUGKIT_AUDIT_TIMEOUT_S", DEFAULT_TIMEOUT_S)
     mb = memory_mb or _limit("DEBUGKIT_AUDIT_MEMORY_MB", DEFAULT_MEMORY_MB)
     cap = int(mb * (1 << 20))
-    req = {"run_dir": str(run_dir), "target": target, "settings": settings, "bins": bins or {},
-           "sys_path": [p for p in sys.path if p],
-           "store_in": str(store_in) if store_in is not None else None,
-           "settings_env": {k: os.environ[k] for k in WORKER_SETTINGS if k in os.environ}}
+    run = as_path(run_dir)
+    dest = as_path(store_in) if store_in is not None else audits_dir(run)
+    with contextlib.ExitStack() as stack:
+        staging = None
+        if not is_local(dest):  # written locally by the worker, uploaded from here
+            staging = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="debugkit-audit-")))
+        child_run = run if is_local(run) else stack.enter_context(local_copy(run))
+        req = {"run_dir": str(child_run), "run_location": str(run_dir), "target": target,
+               "settings": settings, "bins": bins or {}, "sys_path": [p for p in sys.path if p],
+               "store_in": str(staging if staging is not None else dest) if
+               (staging is not None or store_in is not None) else None,
+               "settings_env": {k: os.environ[k] for k in WORKER_SETTINGS if k in os.environ}}
+        tick = progress
+        if staging is not None and progress is not None:
+            def tick(frac: float, msg: str) -> None:  # the worker's "Stored" is only staged
+                progress(min(frac, 0.99), "Storing the audit" if msg.startswith("Stored audit") else msg)
+        out = _run_worker(req, target, timeout, cap, tick)
+        if staging is not None and (staging / out["id"]).is_dir():
+            audit = store_audit_folder(run_dir, staging / out["id"], dest)
+            out = {"id": audit.id, "verdict": audit.verdict}
+    return out
+
+
+def _run_worker(req: dict, target: str, timeout: float, cap: int,
+                progress: Callable[[float, str], None] | None) -> dict:
+    from ..child_harness import run_child
 
     def on_progress(msg: str) -> None:
         if progress is not None:
@@ -172,6 +204,9 @@ def _compute(req: dict, chan) -> dict:
     for k, v in (req.get("settings_env") or {}).items():
         if k in WORKER_SETTINGS:  # the operator's, as the server read them
             os.environ[k] = str(v)
+    from . import audit_store
+
+    audit_store.keep_out()  # no credentials here: the parent reads and writes the shared store
     run_dir = req["run_dir"]
     chan.send("progress", message="0 Loading the model and the data")
     args = load_target(run_dir, req["target"])
@@ -183,7 +218,8 @@ def _compute(req: dict, chan) -> dict:
     auditor = Auditor(req.get("settings") or {},
                       progress=lambda f, msg: chan.send("progress", message=f"{f:.6f} {msg}"))
     audit = auditor.audit_model(args.pop("model"), args.pop("X"), args.pop("y"), run_dir=run_dir,
-                                group_bins=group_bins, store_in=req.get("store_in"), **args)
+                                group_bins=group_bins, store_in=req.get("store_in"),
+                                location=req.get("run_location"), **args)
     return {"id": audit.id, "verdict": audit.verdict}
 
 

@@ -71,8 +71,12 @@ def run(args) -> int:
     app = app_path()
     if not app.is_file():
         raise InvalidInputError(f"{app}: the dashboard's app.py is missing from this install")
+    from ..audit.audit_store import check as check_audit_store
     from ..io.served_runs import default_store
 
+    # the team's shared audit store (DEBUGKIT_AUDIT_STORE): a wrong URL, a missing bucket
+    # or missing credentials are said now, not on the first visitor's Bias audit page
+    check_audit_store()
     cwd = Path.cwd()
     env = dict(os.environ)
     # The store as the CLI resolves it here, made absolute for the server.

@@ -158,3 +158,37 @@ def test_a_share_link_made_on_one_server_opens_on_another(s3, s3_samples, tmp_pa
     assert f"Shared read-only view of audit `{audit_id}`" in _texts(at)
     refused = open_on_machine_b(None)  # machine B's own per-machine secret
     assert f"Shared read-only view of audit `{audit_id}`" not in _texts(refused)
+
+
+# ---------------------------------------------------------------------------- the shared audit store
+def test_the_audit_page_lists_an_audit_another_server_stored_in_the_shared_store(s3, tmp_path, monkeypatch):
+    """An audit of a bucket run stored by another machine in the team's shared audit store
+    (DEBUGKIT_AUDIT_STORE) is picked and drawn by this server's Bias audit page."""
+    import shutil
+
+    from debugkit.audit.stored_audits import list_audits, server_audits_dir, store_audit_folder
+
+    bucket = s3.new_bucket("shared")
+    local = tmp_path / "credit-audit"
+    shutil.copytree(SAMPLE_RUNS / "credit-audit", local, ignore=shutil.ignore_patterns("audits"))
+    s3.filesystem().put(f"{local}/", f"{bucket}/runs/credit-audit/", recursive=True)
+    run = f"s3://{bucket}/runs/credit-audit"
+    monkeypatch.setenv("DEBUGKIT_AUDIT_STORE", f"s3://{bucket}/audits")
+    monkeypatch.setenv("DEBUGKIT_ROOTS", f"s3://{bucket}/runs")
+    monkeypatch.setenv("DEBUGKIT_LISTING_TTL_S", "0")
+    aid = list_audits(SAMPLE_RUNS / "credit-audit")[1]["id"]  # the failing one
+    store_audit_folder(run, SAMPLE_RUNS / "credit-audit" / "audits" / aid,
+                       server_audits_dir(run, tmp_path / "other-machines-store"))
+    at = _open("audit", run="credit-audit")
+    assert "No audit stored" not in _texts(at)
+    (picker,) = [s for s in at.selectbox if s.label == "Audit"]
+    assert picker.options == [picker.format_func(aid)] and picker.value == aid
+    assert "Verdict: Fail." in _texts(at)
+
+
+def test_the_audit_page_says_when_the_shared_store_cannot_be_listed(s3, monkeypatch):
+    monkeypatch.setenv("DEBUGKIT_AUDIT_STORE", "s3://no-such-bucket-of-the-team/audits")
+    at = _open("audit", run="credit-audit")  # a bundled sample: outside the run store
+    (error,) = [e.value.replace("\\:", ":") for e in at.error]  # markdown-escaped
+    assert "DEBUGKIT_AUDIT_STORE=s3://no-such-bucket-of-the-team/audits: the shared audit store " \
+           "cannot be listed" in error and "bucket does not exist" in error
