@@ -115,8 +115,8 @@ KINDS: tuple[FindingKind, ...] = (
     _k("memory_grows_with_input", "serving", "info", "An inference service's memory rose with the "
        "largest input seen, not with the request count (not a leak)", "Memory",
        _S + "memory_grows_with_input"),
-    _k("latency_regression", "serving", "warning", "Request latency changed level at a request (a "
-       "change point), with its correlation with memory and input size", "Overview",
+    _k("latency_regression", "serving", "warning", "A route's request latency changed level at a "
+       "request (a change point, judged per route), with its correlation with memory and input size", "Overview",
        _S + "latency_regression"),
     _k("request_error", "serving", "error", "Requests of one input signature that raised, with the "
        "rate, the error and the capture to replay", "Replay", _S + "request_error-and-request_nonfinite"),

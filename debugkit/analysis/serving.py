@@ -435,54 +435,76 @@ def _pcts(v) -> dict:
 
 
 def detect_latency_regression(requests: pd.DataFrame, config: dict | None = None) -> list[Finding]:
-    """``latency_regression`` findings: per rank, the change point of the successful
-    requests' latency (:func:`change_point` on log latency) when the median after it is
-    ``latency_ratio`` times the median before and the two sides barely overlap (the
-    after side's 25th percentile above the before side's 75th); with Spearman
-    correlations of latency with memory and input size, and both medians of input size."""
+    """``latency_regression`` findings: per rank and per route (the ``route`` column; the
+    whole rank when the service named none), the change point of the successful requests'
+    latency (:func:`change_point` on log latency) when the median after it is
+    ``latency_ratio`` times the median before and the two sides barely overlap (the after
+    side's 25th percentile above the before side's 75th); with Spearman correlations of
+    latency with memory and input size, and both medians of input size.
+
+    Routes are judged apart because their latencies differ by nature: a slow route mixed
+    with a fast one hides its own slow-down under the fast one's median, and traffic that
+    shifts from a fast route to a slow one looks like a change of the rank's latency when
+    neither route changed.
+    """
     cfg = config_with_defaults(config)
     out: list[Finding] = []
     for rank, g in requests.groupby("rank", sort=True):
         g = _ordered(g)
         g = g[(g["outcome"] == "ok") & g["latency_ms"].notna() & (g["latency_ms"] > 0)]
-        if len(g) < cfg["latency_min_requests"]:
-            continue
-        lat = g["latency_ms"].to_numpy(dtype=np.float64)
-        seg = max(int(cfg["latency_min_segment"]), int(0.1 * len(lat)))
-        cp = change_point(np.log(lat), seg)
-        if cp is None:
-            continue
-        k = cp[0]
-        before, after = lat[:k], lat[k:]
-        m0, m1 = float(np.median(before)), float(np.median(after))
-        if not (m1 >= cfg["latency_ratio"] * m0 and m1 - m0 >= cfg["latency_min_shift_ms"]
-                and np.percentile(after, 25) > np.percentile(before, 75)):
-            continue
-        at = int(g["n"].iloc[k])
-        rho_mem = _spearman(lat, g["mem_after_bytes"].astype("float64"))
-        rho_in = _spearman(lat, g["input_numel"])
-        numel = g["input_numel"].to_numpy(dtype=np.float64)
-        in0, in1 = float(np.median(numel[:k])), float(np.median(numel[k:]))
-        tracks = [name for name, r in (("memory", rho_mem), ("input size", rho_in))
-                  if r is not None and abs(r) >= cfg["correlation"]]
-        msg = (f"Rank {rank}: latency of successful requests rose from a median of {m0:.2f} ms to "
-               f"{m1:.2f} ms ({m1 / m0:.1f}x; p99 {np.percentile(before, 99):.2f} -> "
-               f"{np.percentile(after, 99):.2f} ms) at request {at:,}")
-        if tracks:
-            msg += "; it tracks " + " and ".join(
-                f"{t} (Spearman {rho_mem if t == 'memory' else rho_in:+.2f})" for t in tracks)
-            if "input size" in tracks and in1 > in0:
-                msg += f" (median input {in0:,.0f} -> {in1:,.0f} elements: the traffic changed)"
+        parts: list[tuple[str | None, pd.DataFrame]]
+        if g["route"].notna().any():
+            parts = [(str(r), h) for r, h in g.groupby(g["route"].fillna("(no route)"), sort=True)]
         else:
-            msg += "; neither memory nor input size tracks it (look at the host: load, throttling, a lock)"
-        msg += "."
-        out.append(Finding(kind="latency_regression", step=at, rank=int(rank), layer=None,
-                           severity="warning", message=msg, evidence={
-                               "change_request": at, "before": _pcts(before), "after": _pcts(after),
-                               "ratio": m1 / m0, "requests_before": int(k), "requests_after": int(len(lat) - k),
-                               "spearman_memory": rho_mem, "spearman_input_size": rho_in,
-                               "median_input_numel_before": in0, "median_input_numel_after": in1}))
+            parts = [(None, g)]
+        for route, h in parts:
+            f = _latency_change(h, int(rank), route, cfg)
+            if f is not None:
+                out.append(f)
     return out
+
+
+def _latency_change(g: pd.DataFrame, rank: int, route: str | None, cfg: dict) -> Finding | None:
+    """The ``latency_regression`` of one rank's (one route's) successful requests, or None."""
+    if len(g) < cfg["latency_min_requests"]:
+        return None
+    lat = g["latency_ms"].to_numpy(dtype=np.float64)
+    seg = max(int(cfg["latency_min_segment"]), int(0.1 * len(lat)))
+    cp = change_point(np.log(lat), seg)
+    if cp is None:
+        return None
+    k = cp[0]
+    before, after = lat[:k], lat[k:]
+    m0, m1 = float(np.median(before)), float(np.median(after))
+    if not (m1 >= cfg["latency_ratio"] * m0 and m1 - m0 >= cfg["latency_min_shift_ms"]
+            and np.percentile(after, 25) > np.percentile(before, 75)):
+        return None
+    at = int(g["n"].iloc[k])
+    rho_mem = _spearman(lat, g["mem_after_bytes"].astype("float64"))
+    rho_in = _spearman(lat, g["input_numel"])
+    numel = g["input_numel"].to_numpy(dtype=np.float64)
+    in0, in1 = float(np.median(numel[:k])), float(np.median(numel[k:]))
+    tracks = [name for name, r in (("memory", rho_mem), ("input size", rho_in))
+              if r is not None and abs(r) >= cfg["correlation"]]
+    who = f"Rank {rank}" + (f", route {route}" if route is not None else "")
+    msg = (f"{who}: latency of successful requests rose from a median of {m0:.2f} ms to "
+           f"{m1:.2f} ms ({m1 / m0:.1f}x; p99 {np.percentile(before, 99):.2f} -> "
+           f"{np.percentile(after, 99):.2f} ms) at request {at:,}")
+    if tracks:
+        msg += "; it tracks " + " and ".join(
+            f"{t} (Spearman {rho_mem if t == 'memory' else rho_in:+.2f})" for t in tracks)
+        if "input size" in tracks and in1 > in0:
+            msg += f" (median input {in0:,.0f} -> {in1:,.0f} elements: the traffic changed)"
+    else:
+        msg += "; neither memory nor input size tracks it (look at the host: load, throttling, a lock)"
+    msg += "."
+    return Finding(kind="latency_regression", step=at, rank=rank, layer=None,
+                   severity="warning", message=msg, evidence={
+                       "route": route, "change_request": at, "before": _pcts(before),
+                       "after": _pcts(after), "ratio": m1 / m0, "requests_before": int(k),
+                       "requests_after": int(len(lat) - k),
+                       "spearman_memory": rho_mem, "spearman_input_size": rho_in,
+                       "median_input_numel_before": in0, "median_input_numel_after": in1})
 
 
 # ---------------------------------------------------------------------------- outcomes
