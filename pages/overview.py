@@ -91,7 +91,9 @@ def render():
             f"{_ui.md(f.get('error_type') or f.get('kind'))}"
         with st.container(border=True):
             st.markdown(f"**{head}**")
-            st.code(f.get("message") or "", language=None, wrap_lines=True)
+            # st.text, not st.code: a code block makes the browser load and run Streamlit's
+            # syntax highlighter (1.5 MB of JavaScript) before the loss curve is drawn
+            st.text(f.get("message") or "")
             if f.get("dataset_indices"):
                 idx = f["dataset_indices"]
                 st.caption(f"Batch of {len(idx)} samples; dataset indices {_ui.md(idx[:12])}"
@@ -100,8 +102,10 @@ def render():
             _routing.link_to(target, label, icon=":material/arrow_forward:",
                             run=_runs.run_id_for(path), failure=f["id"], step=f.get("step"))
             if f.get("traceback"):
-                with st.expander("Traceback"):
-                    st.code(f["traceback"], language="python")
+                # drawn when opened (a click reruns the page), as above
+                tb = st.expander("Traceback", key=f"ov_tb_{f['id']}", on_change="rerun")
+                if tb.open:
+                    tb.code(f["traceback"], language="python")
 
     st.subheader("Findings")
     try:
@@ -141,8 +145,12 @@ def render():
             st.warning("pip check reports conflicts:\n\n" + "\n".join(f"- {_ui.md(c)}" for c in pc["conflicts"]))
         pk = env.get("packages") or {}
         if pk:
-            st.dataframe([{"package": k, "version": v} for k, v in sorted(pk.items())],
-                         hide_index=True, height=200)
+            # drawn when opened: a data grid is 1.5 MB of JavaScript for the browser to load
+            # and run before the loss curve is drawn
+            box = st.expander(f"Installed packages ({len(pk)})", key="ov_packages", on_change="rerun")
+            if box.open:
+                box.dataframe([{"package": k, "version": v} for k, v in sorted(pk.items())],
+                              hide_index=True, height=200)
     for w in info.get("warnings") or []:
         st.caption(f":material/info: {_ui.md(_ui.visitor_text(w))}")
 

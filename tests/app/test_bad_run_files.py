@@ -83,7 +83,7 @@ def store(tmp_path, monkeypatch):
 
 
 def _shown(at) -> str:
-    parts = [*at.error, *at.warning, *at.info, *at.code, *at.markdown, *at.caption, *at.table,
+    parts = [*at.error, *at.warning, *at.info, *at.code, *at.text, *at.markdown, *at.caption, *at.table,
              *at.exception]
     return "\n".join(str(getattr(x, "value", x)) for x in parts)
 

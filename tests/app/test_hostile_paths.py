@@ -20,7 +20,7 @@ HOSTILE = [
 
 
 def _shown(at) -> str:
-    return "\n".join(str(x.value) for x in [*at.error, *at.sidebar.error, *at.warning, *at.code])
+    return "\n".join(str(x.value) for x in [*at.error, *at.sidebar.error, *at.warning, *at.code, *at.text])
 
 
 @pytest.mark.parametrize("value, why", HOSTILE, ids=["nul", "5000-chars", "long-component"])

@@ -60,3 +60,22 @@ def test_only_the_open_tab_builds_and_sends_its_figures():
     is done. Distributed sent 6 figures, Checkpoints 3 and the audit 14 before this."""
     assert _chart_keys("distributed", "ddp-straggler") == ["dist_heatmap", "dist_lines"]
     assert _chart_keys("checkpoints", "digits-resumed") == ["ckpt_heatmap", "ckpt_moved"]
+
+
+def test_overview_draws_no_code_block_or_data_grid_before_it_is_opened():
+    """A code block (Streamlit's syntax highlighter) and a data grid are each over 1.5 MB
+    of JavaScript the browser loads and runs before the loss curve is drawn (+2.1 s and
+    +0.9 s to the one-chart floor's first chart, paired medians at load 10). The failure
+    message is plain text; the traceback and the package list are drawn when opened."""
+    at = open_page("overview", run="digits-bad-label")
+    assert [c.key for c in at.get("plotly_chart")] == ["loss_curve"]
+    assert not at.code and not at.dataframe
+    assert [t.value for t in at.text] == ["Target 12 is out of bounds."]  # the failure's message
+    assert [e.label for e in at.expander][1:3] == ["Traceback", "Installed packages (13)"]
+    at.session_state["ov_tb_r0-s0000075-exception"] = True  # as a click on the expander does
+    at.run()
+    assert [c.language for c in at.code] == ["python"] and "IndexError" in at.code[0].value
+    assert not at.dataframe
+    at.session_state["ov_packages"] = True
+    at.run()
+    assert "torch" in at.dataframe[0].value["package"].tolist()

@@ -32,7 +32,7 @@ def _sha(p: Path) -> str:
 
 
 def _shown(at) -> str:
-    parts = [str(x.value) for x in [*at.error, *at.warning, *at.info, *at.success, *at.markdown,
+    parts = [str(x.value) for x in [*at.error, *at.warning, *at.info, *at.success, *at.markdown, *at.text,
                                    *at.caption, *at.code, *at.exception]]
     parts += [df.value.to_string() for df in [*at.dataframe, *at.table]]
     return "\n".join(parts)
