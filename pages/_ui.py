@@ -42,6 +42,23 @@ def md(value) -> str:
     return _MD_LINE_START.sub(lambda m: m.group(1) + "\\" + m.group(2), text)
 
 
+def text_table(df) -> str:
+    """A small DataFrame as a Markdown table, every cell escaped (:func:`md`, and ``|``).
+
+    For a few rows of text that need no sorting or scrolling: the Markdown renderer is
+    already loaded on every page, where ``st.dataframe`` (or ``st.table``) makes the
+    browser load and run 1-1.5 MB of data-grid and Arrow JavaScript first, which comes
+    before a chart on the same page is drawn.
+    """
+    def cell(v) -> str:  # each piece between pipes escaped, the pipes escaped for the table
+        return "\\|".join(md(part) for part in str(v).replace("\n", " ").split("|"))
+
+    lines = ["| " + " | ".join(cell(c) for c in df.columns) + " |",
+             "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines)
+
+
 def code(value) -> str:
     """``value`` as an inline code span (shown verbatim; backticks inside are kept)."""
     text = str(value).replace("\n", " ")

@@ -142,8 +142,9 @@ def render():
                 st.caption(_ui.code(k))
                 _ui.chart(_figure(path, sig, float(weight), (k,), bool(log_y), bool(raw), fails),
                                 key=f"scalars_chart_{i}")
-    # values as text: NaN reads "NaN" (a float column would show it as an empty cell)
-    st.dataframe(last_values(_smoothed(path, sig, float(weight)), picked), hide_index=True, width="stretch")
+    # values as text: NaN reads "NaN" (a float column would show it as an empty cell); a
+    # Markdown table, not a data grid, so the browser draws the chart first (_ui.text_table)
+    st.markdown(_ui.text_table(last_values(_smoothed(path, sig, float(weight)), picked)))
     for w in info.get("warnings") or []:
         st.caption(f":material/info: {_ui.md(_ui.visitor_text(w))}")
 

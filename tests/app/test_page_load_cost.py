@@ -79,3 +79,16 @@ def test_overview_draws_no_code_block_or_data_grid_before_it_is_opened():
     at.session_state["ov_packages"] = True
     at.run()
     assert "torch" in at.dataframe[0].value["package"].tolist()
+
+
+def test_a_text_table_keeps_every_cell_in_its_column():
+    """``_ui.text_table`` (Scalars' last values): recorded names are escaped, a ``|`` in one
+    does not split its cell."""
+    import pandas as pd
+
+    from pages._ui import text_table
+
+    table = text_table(pd.DataFrame({"key": ["a|b", "__x__", "-1"], "last value": ["NaN", "*2*", "3"]}))
+    lines = table.splitlines()
+    assert lines[:2] == ["| key | last value |", "|---|---|"]
+    assert lines[2:] == ["| a\\|b | NaN |", "| \\_\\_x\\_\\_ | \\*2\\* |", "| \\-1 | 3 |"]
