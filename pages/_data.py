@@ -168,6 +168,15 @@ def read_profiles(path: str) -> list[dict]:
     return _profiles(path, signature(path))
 
 
+def recorded_roots(path: str, *records: dict | None) -> tuple[str, ...]:
+    """The recording machine's folders of the run at ``path`` (and of ``records``, such as
+    a failure capture): what a recorded path is shown relative to
+    (:func:`debugkit.analysis.recorded_paths.recorded_roots`; with :func:`pages._ui.recorded_text`)."""
+    from debugkit.analysis.recorded_paths import recorded_roots as roots
+
+    return roots(opened(path).run.manifest, *records)
+
+
 # ---------------------------------------------------------------------------- summary, findings
 @st.cache_data(**CACHE, show_spinner=False)
 def _summary(path: str, sig: tuple):

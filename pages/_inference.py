@@ -141,7 +141,8 @@ def _failing_requests(path: str, failures: list[dict]) -> None:
         with st.container(border=True):
             st.markdown(f"**request {_ui.md(f.get('request', f.get('step')))} · rank "
                         f"{_ui.md(f.get('rank'))} · {_ui.md(what)}** · {_ui.code(f.get('signature') or '?')}")
-            st.code(f.get("message") or "", language=None, wrap_lines=True)
+            st.code(_ui.recorded_text(f.get("message") or "", _data.recorded_roots(path, f)),
+                    language=None, wrap_lines=True)
             _routing.link_to("pages/replay.py", "Replay this request", icon=":material/arrow_forward:",
                              run=run_id, failure=f["id"])
     if len(reqs) > 50:
@@ -162,7 +163,7 @@ def _findings(path: str) -> None:
     st.caption(" · ".join(f"{n} {s}" for s, n in counts.items() if n)
                + " · what `debugkit diagnose` finds, ordered by request")
     with st.container(height=480 if len(found) > 4 else "content", border=False):
-        _ui.show_findings(found)
+        _ui.show_findings(found, roots=_data.recorded_roots(path))
 
 
 def _model_and_env(info: dict) -> None:
@@ -249,17 +250,18 @@ def request_label(f: dict) -> str:
     return f"request {f.get('request', f.get('step'))} · rank {f.get('rank')} · {what} · {f['id']}"
 
 
-def show_request_failure(f: dict) -> None:
-    """What failed, for a captured request (the Replay page's left column)."""
+def show_request_failure(f: dict, roots: tuple = ()) -> None:
+    """What failed, for a captured request (the Replay page's left column); ``roots`` the
+    recording machine's folders, not shown (:func:`pages._data.recorded_roots`)."""
     what = f.get("error_type") or OUTCOME_WORDS.get(f.get("outcome") or "", "failure")
     st.markdown(f"**{_ui.md(what)}** at request {_ui.md(f.get('request', f.get('step')))}, rank "
                 f"{_ui.md(f.get('rank'))}, on {_ui.code(f.get('device') or '?')}")
     st.caption(f"Inputs: {_ui.code(f.get('signature') or '?')}, called as "
                f"{_ui.code(CALL_TEXT.get(f.get('call') or '', 'model(inputs)'))}")
-    st.code(f.get("message") or "", language=None, wrap_lines=True)
+    st.code(_ui.recorded_text(f.get("message") or "", roots), language=None, wrap_lines=True)
     if f.get("traceback"):
         with st.expander("Traceback"):
-            st.code(f["traceback"], language="python")
+            st.code(_ui.recorded_text(f["traceback"], roots), language="python")
 
 
 CALL_TEXT = {"kwargs": "model(**inputs)", "args": "model(*inputs)", "single": "model(inputs)",

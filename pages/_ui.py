@@ -86,6 +86,39 @@ def visitor_text(value) -> str:
     return relative_to_roots(str(value), folders)
 
 
+def recorded_text(value, roots=()) -> str:
+    """A text a run recorded (a traceback, an error message, a file path, a diff) as a
+    visitor may see it: the recording machine's folders gone, each recorded path relative to
+    its code root or project folder (``roots``: :func:`pages._data.recorded_roots`), then
+    the served folders as their names (:func:`visitor_text`)."""
+    from debugkit.analysis.recorded_paths import display_paths_in
+
+    text = "" if value is None else str(value)
+    if "/" not in text and "\\" not in text:
+        return text  # no path in it (most table cells)
+    return visitor_text(display_paths_in(text, roots))
+
+
+def recorded_path(file, roots=()) -> str:
+    """One recorded file path as a visitor may see it (``examples/digits.py``; see
+    :func:`recorded_text`)."""
+    from debugkit.analysis.recorded_paths import display_path
+
+    return visitor_text(display_path(file, roots))
+
+
+def recorded_values(value, roots=()):
+    """``value`` (a report: dicts, lists, strings) with every string in it as
+    :func:`recorded_text` shows it, for a page that shows it whole (a JSON view)."""
+    if isinstance(value, str):
+        return recorded_text(value, roots)
+    if isinstance(value, dict):
+        return {k: recorded_values(v, roots) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [recorded_values(v, roots) for v in value]
+    return value
+
+
 def show_error(exc: BaseException, where: str = "") -> None:
     """A DebugkitError as its message; anything else as a short note that names the run
     (its traceback goes to the server's log, never to the visitor: it would show server
@@ -117,7 +150,7 @@ SEVERITY_ICON = {"error": ":material/error:", "warning": ":material/warning:", "
 
 
 def show_findings(found: list, *, empty: str | None = None, summary: str | None = None,
-                  scroll_over: int | None = None, detail=None, action=None) -> None:
+                  scroll_over: int | None = None, detail=None, action=None, roots=()) -> None:
     """Findings as cards, in the order given (:func:`pages._data.findings`: `debugkit
     diagnose`'s): severity, kind, step, rank, layer, the message (escaped), the findings
     attached as evidence (:func:`show_related`). Every page shows findings with this.
@@ -125,7 +158,9 @@ def show_findings(found: list, *, empty: str | None = None, summary: str | None 
     ``empty``: what a success box says when there are none (nothing drawn without it);
     ``summary``: a caption line of counts by severity, this text after them; ``scroll_over``:
     more findings than this scroll in a box; ``detail(f)`` draws a page's own evidence
-    under a card's message, ``action(f, i)`` its buttons at the card's foot.
+    under a card's message, ``action(f, i)`` its buttons at the card's foot; ``roots`` the
+    recording machine's folders (:func:`pages._data.recorded_roots`): a message quoting a
+    recorded path (an error naming a file) shows it as :func:`recorded_text` does.
     """
     if not found:
         if empty:
@@ -143,22 +178,22 @@ def show_findings(found: list, *, empty: str | None = None, summary: str | None 
                                                f"rank {md(f.rank)}" if f.rank is not None else "") if x)
                 st.markdown(f"{SEVERITY_ICON.get(f.severity, '')} **{md(f.kind)}**"
                             + (f" · {where}" if where else "") + (f" · {code(f.layer)}" if f.layer else ""))
-                st.caption(md(f.message))
+                st.caption(md(recorded_text(f.message, roots)))
                 if detail is not None:
                     detail(f)
-                show_related(f)
+                show_related(f, roots)
                 if action is not None:
                     action(f, i)
 
 
-def show_related(f) -> None:
+def show_related(f, roots=()) -> None:
     """The findings attached to ``f`` as its evidence (``evidence["related"]``: the same
     event seen by another detector, or its consequence), one caption line each, under its card."""
     for r in f.evidence.get("related") or []:
         if not r.get("message"):
             continue  # a cross-reference to a finding listed on its own
         what = "Its consequence" if r.get("relation") == "consequence" else "Same event, also seen as"
-        st.caption(f"{what} **{md(r.get('kind'))}** ({md(r.get('severity'))}): {md(r.get('message'))}")
+        st.caption(f"{what} **{md(r.get('kind'))}** ({md(r.get('severity'))}): {md(recorded_text(r.get('message'), roots))}")
 
 
 def about(text: str) -> None:

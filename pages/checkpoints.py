@@ -148,7 +148,8 @@ def _findings_panel(findings) -> None:
                        + (" …" if len(names) > 12 else ""))
 
     _ui.show_findings(findings, empty="Every verified checkpoint is finite, and every layer that "
-                      "receives gradients moves between checkpoints.", detail=layers)
+                      "receives gradients moves between checkpoints.", detail=layers,
+                      roots=_data.recorded_roots(path))
 
 
 def _heatmap(m, first_bad) -> None:

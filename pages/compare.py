@@ -92,14 +92,18 @@ def _status_line(title: str, status: str) -> None:
     st.markdown(f"**{title}** {STATUS_ICON.get(status, '')} `{status}`")
 
 
-def _rows_table(rows, key, cols=("name", "run", "base", "status")):
+def _rows_table(rows, key, roots: dict, cols=("name", "run", "base", "status")):
+    """A comparison's rows; a recorded path in a cell relative to its run's code root or
+    project folder (``roots``: each side's :func:`pages._data.recorded_roots`), never the
+    recording machine's folders."""
     if rows:
-        st.dataframe(pd.DataFrame([{c: _cell(r.get(c)) for c in cols} for r in rows]),
+        st.dataframe(pd.DataFrame([{c: _cell(r.get(c), roots.get(c, roots["both"])) for c in cols}
+                                   for r in rows]),
                      hide_index=True, width="stretch", key=key)
 
 
-def _cell(v):
-    return "—" if v is None else str(v)
+def _cell(v, roots=()):
+    return "—" if v is None else _ui.recorded_text(v, roots)
 
 
 def _summary(res: dict) -> None:
@@ -118,17 +122,17 @@ def _summary(res: dict) -> None:
         for name, status in items))
 
 
-def _before(before: dict) -> None:
+def _before(before: dict, roots: dict) -> None:
     st.subheader("1. What differs before step 0")
     cfg = before["config"]
     _status_line("Config", cfg["status"])
-    _rows_table(cfg["rows"], "cfg")
+    _rows_table(cfg["rows"], "cfg", roots)
     env = before["environment"]
     _status_line("Environment", env["status"])
-    _rows_table([r for r in env["fields"] if r["status"] != "equal"], "env")
+    _rows_table([r for r in env["fields"] if r["status"] != "equal"], "env", roots)
     if env["packages"]:
         st.caption(f"{len(env['packages'])} package(s) differ or are unknown:")
-        _rows_table(env["packages"], "pkgs")
+        _rows_table(env["packages"], "pkgs", roots)
     if not all(env["packages_complete"].values()):
         st.caption("A run recorded only a short list of packages (recorded before debugkit "
                    "listed every installed distribution): the others are unknown, not equal.")
@@ -136,12 +140,12 @@ def _before(before: dict) -> None:
     st.caption(f"pip check: run **{pc['run']['status']}**, base **{pc['base']['status']}**")
     for side in ("run", "base"):
         for line in pc[side]["conflicts"]:
-            st.caption(f"{side}: {_ui.md(line)}")
+            st.caption(f"{side}: {_ui.md(_ui.recorded_text(line, roots[side]))}")
     code = before["code"]
     _status_line("Code (model factory)", code["status"])
-    _rows_table([r for r in code["rows"] if r["status"] != "equal"], "code")
-    if code["diff"]:
-        st.code(code["diff"], language="diff")
+    _rows_table([r for r in code["rows"] if r["status"] != "equal"], "code", roots)
+    if code["diff"]:  # its header names each file as its row does
+        st.code(_ui.recorded_text(code["diff"], roots["both"]), language="diff")
     elif code["diff_note"]:
         st.caption(code["diff_note"])
     data = before["data"]
@@ -154,23 +158,24 @@ def _before(before: dict) -> None:
         if "items_differing" in r:
             r["status"] += f" ({r['items_differing']} of {r['items_sampled']} sampled items)"
         rows.append(r)
-    _rows_table(rows, "data", cols=("dataset", "name", "run", "base", "status"))
+    _rows_table(rows, "data", roots, cols=("dataset", "name", "run", "base", "status"))
     _status_line("Learned batch spec", data["batch_spec"]["status"])
-    _rows_table(data["batch_spec"]["rows"], "spec", cols=("tensor", "field", "run", "base", "status"))
+    _rows_table(data["batch_spec"]["rows"], "spec", roots, cols=("tensor", "field", "run", "base", "status"))
     topo = before["topology"]
     _status_line("World size and ranks", topo["status"])
-    _rows_table([r for r in topo["rows"] if r["status"] != "equal"], "topo")
+    _rows_table([r for r in topo["rows"] if r["status"] != "equal"], "topo", roots)
 
 
-def _divergence(res, names, run_name, base_name, paths) -> None:
+def _divergence(res, names, run_name, base_name, paths, roots: dict) -> None:
     div = res["divergence"]
     st.subheader("2. Where they diverge")
     if div["status"] == "diverged":
-        st.warning(_ui.md(div["finding"]["message"]), icon=":material/call_split:")
+        st.warning(_ui.md(_ui.recorded_text(div["finding"]["message"], roots["both"])),
+                   icon=":material/call_split:")
         follow = div.get("following")
         if follow:
             st.caption(f"What follows: {_ui.md(follow['source'])} **{_ui.md(follow['kind'])}** at step "
-                       f"{follow['step']}: {_ui.md(follow.get('message') or '')}")
+                       f"{follow['step']}: {_ui.md(_ui.recorded_text(follow.get('message') or '', roots['both']))}")
     elif div["status"] == "no divergence":
         st.success("No divergence: the run stays inside the base run's band on the loss and "
                    "every layer's gradient norm.", icon=":material/check:")
@@ -214,7 +219,7 @@ def _divergence(res, names, run_name, base_name, paths) -> None:
         st.dataframe(pd.DataFrame(div["series"]), hide_index=True, width="stretch")
 
 
-def _findings(res) -> None:
+def _findings(res, roots: dict) -> None:
     st.subheader("3. Findings in one and not the other")
     cols = st.columns(2)
     for col, side, label in ((cols[0], "run", "Only in this run"), (cols[1], "base", "Only in the base")):
@@ -222,7 +227,8 @@ def _findings(res) -> None:
             found = res["findings"][side]
             st.markdown(f"**{label}** ({len(found)})")
             if found:
-                st.dataframe(pd.DataFrame([{k: f[k] for k in ("step", "severity", "kind", "layer", "message")}
+                st.dataframe(pd.DataFrame([{k: f[k] for k in ("step", "severity", "kind", "layer")}
+                                           | {"message": _ui.recorded_text(f["message"], roots[side])}
                                            for f in found]), hide_index=True, width="stretch",
                              key=f"only_{side}")
 
@@ -265,11 +271,14 @@ def render() -> None:
     st.caption(f"run **{_ui.md(run_name)}** ({res['statuses']['run']}) · base **{_ui.md(base_id)}** "
                f"({res['statuses']['base']})")
     _summary(res)
-    _before(res["before_step_0"])
+    # each run's recorded paths shown relative to its own code root or project folder
+    run_roots, base_roots = _data.recorded_roots(path), _data.recorded_roots(base_path)
+    roots = {"run": run_roots, "base": base_roots, "both": run_roots + base_roots}
+    _before(res["before_step_0"], roots)
     names = [run_name, base_id] + list(extra)
     paths = {run_name: path, base_id: base_path, **{e: _id_path(entries, e) for e in extra}}
-    _divergence(res, names, run_name, base_id, paths)
-    _findings(res)
+    _divergence(res, names, run_name, base_id, paths, roots)
+    _findings(res, roots)
 
 
 # While the run is written, the page follows it (a fragment that reruns every 5 s).

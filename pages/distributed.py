@@ -72,7 +72,8 @@ def _hang_text(path: str, sig: tuple, rank: int, name: str) -> str:
 def _findings_block(findings):
     kinds = ("rank_crashed", "rank_lost", "straggler", "hang", "rank_divergence")
     _ui.show_findings([f for f in findings if f.kind in kinds],
-                      empty="No dead rank, straggler, hang or rank divergence found.")
+                      empty="No dead rank, straggler, hang or rank divergence found.",
+                      roots=_data.recorded_roots(path))
 
 
 def _step_time_tab(a, stragglers):
@@ -159,6 +160,7 @@ def _hang_tab(a, sig):
                                 "elapsed_s": st.column_config.NumberColumn("in step for (s)", format="%.1f"),
                                 "signature_group": st.column_config.NumberColumn("stack group")})
     by_rank = {d["rank"]: d for d in inc}
+    roots = _data.recorded_roots(path)  # a frame's file relative to the recorded project
     cols = st.columns(min(len(by_rank), 4) or 1)
     for i, (r, d) in enumerate(sorted(by_rank.items())):
         with cols[i % len(cols)]:
@@ -169,7 +171,7 @@ def _hang_tab(a, sig):
                      else f"between steps, last completed {d.get('last_step')}")
             st.caption(f"{where} · dumped because of {_ui.md(d.get('reason'))}")
             st.code("\n".join(f"{'  ' if f.get('library') else '▶ '}{f['function']} "
-                              f"({f['file'].rsplit('/', 1)[-1]}:{f['line']})"
+                              f"({_ui.recorded_path(f['file'], roots)}:{f['line']})"
                               + (f"\n      {f['code']}" if f.get('code') and not f.get('library') else "")
                               for f in frames[-14:]), language=None)
     if len(by_rank) > 1:
@@ -186,11 +188,12 @@ def _hang_tab(a, sig):
             for kind in ("pyspy", "faulthandler"):
                 if files.get(kind):
                     try:
-                        st.code(_hang_text(path, sig, r, files[kind]), language=None)
+                        st.code(_ui.recorded_text(_hang_text(path, sig, r, files[kind]), roots),
+                                language=None)
                     except DebugkitError as exc:
                         _ui.show_error(exc)
             if d.get("pyspy_error"):
-                st.caption(f"py-spy: {_ui.md(d['pyspy_error'])}")
+                st.caption(f"py-spy: {_ui.md(_ui.recorded_text(d['pyspy_error'], roots))}")
 
 
 def _divergence_tab(a):

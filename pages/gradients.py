@@ -143,7 +143,7 @@ def _findings_panel(findings, rank):
                       args=(f.step, True), icon=":material/zoom_in:", type="tertiary")
 
     _ui.show_findings(findings, empty="No gradient or loss problem found.", summary="",
-                      scroll_over=4, action=show_step)
+                      scroll_over=4, action=show_step, roots=_data.recorded_roots(path))
 
 
 def _step_details(m, step, scalars, failures, rid, findings=()):

@@ -131,7 +131,7 @@ def render():
         found = []
     found = [f for f in found if f.rank is None or f.rank == rank]
     _ui.show_findings(found, empty="No dead units, saturation, activation growth or update ratio out of band.",
-                      action=_show_buttons)
+                      action=_show_buttons, roots=_data.recorded_roots(path))
     stat_names = sorted(s for s in stats["stat"].unique()
                         if not s.startswith(("w_q", "g_q")) and s != "ndim")
     default = "frac_dead_units" if "frac_dead_units" in stat_names else "max_abs"

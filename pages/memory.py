@@ -150,7 +150,8 @@ def _oom_section(ooms, snapshots, run_id):
         with st.container(border=True):
             st.markdown(f"**Step {f.get('step')} · rank {f.get('rank')} · "
                         f"{_ui.md(f.get('error_type') or 'out of memory')}**")
-            st.code((f.get("message") or "").strip()[:1500], language=None, wrap_lines=True)
+            st.code(_ui.recorded_text((f.get("message") or "").strip()[:1500], _data.recorded_roots(path, f)),
+                    language=None, wrap_lines=True)
             c = st.columns(2)
             with c[0]:
                 if not _routing.link_to("pages/replay.py", f"Replay the failing step {f.get('step')}",
@@ -448,7 +449,8 @@ def render():
         except DebugkitError as exc:
             _ui.show_error(exc)
             findings = []
-        _ui.show_findings(findings, empty="No leak, pressure or fragmentation found.", detail=_leak_metrics)
+        _ui.show_findings(findings, empty="No leak, pressure or fragmentation found.", detail=_leak_metrics,
+                          roots=_data.recorded_roots(path))
         bands = compute_bands(cap, {"gpu_threshold": gpu_thr, "host_threshold": host_thr})
         leaks = [{**f.evidence, "rank": f.rank} for f in findings if f.kind == "memory_leak"]
         fig = build_memory_timeline_figure(

@@ -89,11 +89,12 @@ def render():
         head = (f"attempt {_ui.md(f['attempt'])} · " if f.get("attempt") else "") + \
             f"step {_ui.md(f.get('step'))} · rank {_ui.md(f.get('rank'))} · " \
             f"{_ui.md(f.get('error_type') or f.get('kind'))}"
+        roots = _data.recorded_roots(path, f)  # the recording machine's folders are not shown
         with st.container(border=True):
             st.markdown(f"**{head}**")
             # st.text, not st.code: a code block makes the browser load and run Streamlit's
             # syntax highlighter (1.5 MB of JavaScript) before the loss curve is drawn
-            st.text(f.get("message") or "")
+            st.text(_ui.recorded_text(f.get("message") or "", roots))
             if f.get("dataset_indices"):
                 idx = f["dataset_indices"]
                 st.caption(f"Batch of {len(idx)} samples; dataset indices {_ui.md(idx[:12])}"
@@ -105,7 +106,7 @@ def render():
                 # drawn when opened (a click reruns the page), as above
                 tb = st.expander("Traceback", key=f"ov_tb_{f['id']}", on_change="rerun")
                 if tb.open:
-                    tb.code(f["traceback"], language="python")
+                    tb.code(_ui.recorded_text(f["traceback"], roots), language="python")
 
     st.subheader("Findings")
     try:
@@ -115,12 +116,13 @@ def render():
         found = None
     if found is not None:
         _ui.show_findings(found, empty="`debugkit diagnose` finds nothing wrong in this run.",
-                          summary="what `debugkit diagnose` finds, ordered by step", scroll_over=4)
+                          summary="what `debugkit diagnose` finds, ordered by step", scroll_over=4,
+                          roots=_data.recorded_roots(path))
 
     left, right = st.columns(2)
     with left:
         st.subheader("Config")
-        st.json(m.get("config") or {}, expanded=True)
+        st.json(_ui.recorded_values(m.get("config") or {}, _data.recorded_roots(path)), expanded=True)
         st.caption(f"Model factory: {_ui.code(m.get('model_factory') or '—')} · "
                    f"optimizer: {_ui.code(m.get('optimizer_class') or '—')} · "
                    f"schema {_ui.md(m.get('schema_version'))}")

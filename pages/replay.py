@@ -178,22 +178,24 @@ def _pick_failure(failures: list[dict]) -> dict:
 
 
 def _show_failure(f: dict) -> None:
+    roots = _data.recorded_roots(path, f)  # the recording machine's folders are not shown
     st.markdown(f"**{_ui.md(f.get('error_type') or 'Non-finite values')}** at step "
                 f"{_ui.md(f.get('step'))}, rank {_ui.md(f.get('rank'))}, on {_ui.code(f.get('device') or '?')}")
-    st.code(f.get("message") or "", language=None, wrap_lines=True)
+    st.code(_ui.recorded_text(f.get("message") or "", roots), language=None, wrap_lines=True)
     idx = f.get("dataset_indices")
     if idx:
         st.caption(f"Batch of {len(idx)} samples; dataset indices {_ui.md(idx[:10])}"
                    + (" …" if len(idx) > 10 else ""))
     if f.get("capture_errors"):
         st.caption("Parts that could not be captured: "
-                   + "; ".join(f"{_ui.md(k)}: {_ui.md(v)}" for k, v in f["capture_errors"].items()))
+                   + "; ".join(f"{_ui.md(k)}: {_ui.md(_ui.recorded_text(v, roots))}"
+                               for k, v in f["capture_errors"].items()))
     if f.get("traceback"):
         with st.expander("Traceback"):
-            st.code(f["traceback"], language="python")
+            st.code(_ui.recorded_text(f["traceback"], roots), language="python")
 
 
-def _show_code(idents: list[dict]) -> None:
+def _show_code(idents: list[dict], roots: tuple) -> None:
     for i in idents:
         color, icon = STATUS_BADGE.get(i["status"], ("red", ":material/block:"))
         st.markdown(f"{_ui.code(i['spec'])} ({i['role'].replace('_', ' ')})")
@@ -204,10 +206,12 @@ def _show_code(idents: list[dict]) -> None:
         else:
             lines += [f"SHA-256 here: {_ui.code(i['local_sha256'] or '—')}",
                       f"SHA-256 recorded: {_ui.code(i['recorded_sha256'] or '—')}"]
-        lines.append(f"Recorded at: {_ui.code(i['recorded_file'] or '—')}")
+        # where it was on the recording machine: relative to its code root (no folders of
+        # that machine, which may be an uploader's home or this server)
+        lines.append(f"Recorded at: {_ui.code(_ui.recorded_path(i['recorded_file'], roots) or '—')}")
         st.caption("  \n".join(lines))
         if i["status"] != "verified":
-            st.caption(_ui.md(_ui.visitor_text(i["message"])))
+            st.caption(_ui.md(_ui.recorded_text(i["message"], roots)))
 
 
 def _show_culprit(report: dict, f: dict) -> None:
@@ -399,12 +403,12 @@ def render() -> None:
     with left:
         st.subheader("What failed")
         if f.get("kind") == "request":  # a failing request of a debugkit.serve run
-            _inference.show_request_failure(f)
+            _inference.show_request_failure(f, _data.recorded_roots(path, f))
         else:
             _show_failure(f)
     with right:
         st.subheader("Code the replay runs")
-        _show_code(idents)
+        _show_code(idents, _data.recorded_roots(path, f))
         if data_only:
             st.caption("None of the run's code: the DataLoader failed to build this batch, and the "
                        "replay collates the captured samples again with torch's collate function.")
@@ -442,7 +446,8 @@ def render() -> None:
     _query.to_query("replay_timeout", f"{timeout:g}", f"{DEFAULT_TIMEOUT_S:g}", name="timeout")
     trusted = True
     if never:
-        st.error(_ui.md(_ui.visitor_text(never[0]["message"])), icon=":material/block:")
+        st.error(_ui.md(_ui.recorded_text(never[0]["message"], _data.recorded_roots(path, f))),
+                 icon=":material/block:")
     elif needs_trust and not _may_trust():
         trusted = False
         st.error("Only a signed-in user may trust a run's code on this server"
@@ -472,8 +477,8 @@ def render() -> None:
         _run_replay(f, device, allow=needs_trust and trusted, timeout=float(timeout),
                     checkpoint=checkpoint)
     report = st.session_state.get(RESULTS, {}).get(request)
-    if report is not None:
-        _show_report(report, f)
+    if report is not None:  # as shown: without the recording machine's folders
+        _show_report(_ui.recorded_values(report, _data.recorded_roots(path, f)), f)
     if idents and not never:
         try:
             rkey = repr(report.get("culprit")) if report else ""

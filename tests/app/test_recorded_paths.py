@@ -1,0 +1,165 @@
+"""No folder of the machine that recorded a run on the pages (follow-up to issues 28/35).
+
+A run's manifest and captures record absolute paths of the recording machine: the model
+factory's file, the working folder, the script, the interpreter, every frame of a
+traceback and of a hang dump. Uploaded, those are the uploader's home folders; recorded on
+the server, the server's. The pages show each such path relative to the recorded code root
+or project folder (``examples/watch_loop.py``, line and function kept), after
+``site-packages/`` for an installed package, else by its file name.
+
+Each test copies a sample run into the run store and moves every path it recorded under a
+made-up home folder (``/home/alice/secret-project``) or under the server's own folders
+(this checkout, the run store), then scans everything the page sends: every element's
+text, markdown, code, JSON, dataframe cells and figure JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, SAMPLE_RUNS
+
+from ._apptest import open_page
+
+HOME = "/home/alice/secret-project"
+
+
+def _store() -> Path:
+    return Path(os.environ["DEBUGKIT_STORE"])
+
+
+def _prefixes(variant: str) -> tuple[str, str]:
+    """(project folder, interpreter prefix) the copied run was recorded under."""
+    if variant == "home":
+        return HOME, "/home/alice/.pyenv/versions/3.11.7"
+    store = _store()
+    return str(ROOT), str(store.parent / "server-python")
+
+
+def _relocate(sample: str, name: str, variant: str) -> tuple[Path, tuple[str, ...]]:
+    """A copy of ``sample`` in the store as ``name``, every recorded path of its project
+    and interpreter moved under ``variant``'s folders; returns the run and the folders the
+    pages must not show."""
+    import shutil
+
+    project, interp = _prefixes(variant)
+    dst = _store() / name
+    shutil.copytree(SAMPLE_RUNS / sample, dst)
+    env = json.loads((dst / "manifest.json").read_text())["env"]
+    old_project = env["cwd"]
+    old_interp = env["executable"].rsplit("/bin/", 1)[0]
+    for f in dst.rglob("*"):
+        if f.suffix not in (".json", ".txt") or not f.is_file():
+            continue
+        text = f.read_text()
+        new = text.replace(old_interp, interp).replace(old_project, project)
+        new = re.sub(r"/work/[\w.-]+/[\w.-]+", project, new)  # other checkouts of the samples
+        if new != text:
+            f.write_text(new)
+    banned = [project + "/", interp + "/", "/work/", "/root/", str(_store()) + "/"]
+    if variant == "home":
+        banned += ["/home/alice", "secret-project"]
+    return dst, tuple(banned)
+
+
+def _scan(at) -> str:
+    """Everything the page shows: each element's message (markdown, code, captions, JSON,
+    figure specs, labels, help) and each dataframe's cells; not a widget's internal id."""
+    parts = []
+
+    def walk(node):
+        proto = getattr(node, "proto", None)
+        if proto is not None:  # a widget's internal id (its key) is not shown
+            parts.append(re.sub(r'(?m)^\s*id: ".*"$', "", str(proto)))
+        for child in (getattr(node, "children", None) or {}).values():
+            walk(child)
+
+    walk(at._tree)
+    parts += [df.value.to_string() for df in at.dataframe]
+    parts += [t.value.to_string() for t in at.table]
+    return "\n".join(parts)
+
+
+def _no_folder(at, banned) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    shown = _scan(at)
+    for folder in banned:
+        assert folder not in shown, (folder, shown[max(0, shown.find(folder) - 300):shown.find(folder) + 200])
+
+
+def _codes(at) -> str:
+    return "\n".join(c.value for c in at.code)
+
+
+def _captions(at) -> str:
+    return "\n".join(c.value for c in at.caption)
+
+
+VARIANTS = ["home", "server"]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_replay_shows_the_code_and_traceback_relative_to_the_project(variant):
+    _, banned = _relocate("watch-bad-label", "their-run", variant)
+    at = open_page("replay", run="their-run")
+    caps = _captions(at)
+    assert "Recorded at: `examples/watch_loop.py`" in caps, caps
+    tb = _codes(at)
+    assert 'File "examples/watch_loop.py", line 54, in train' in tb, tb
+    assert 'File "torch/nn/functional.py", line 3555, in cross_entropy' in tb, tb
+    _no_folder(at, banned)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_overview_shows_the_traceback_relative_to_the_project(variant):
+    _, banned = _relocate("watch-bad-label", "their-run", variant)
+    at = open_page("overview", run="their-run")
+    assert "Target 12 is out of bounds." in "\n".join(t.value for t in at.text)
+    _no_folder(at, banned)
+    at.session_state["ov_tb_r0-s0000009-exception"] = True  # as a click on the expander does
+    at.run()
+    tb = _codes(at)
+    assert 'File "examples/watch_loop.py", line 67, in main' in tb, tb
+    _no_folder(at, banned)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_compare_shows_the_code_table_relative_to_the_project(variant):
+    # the run recorded under one folder, the base under the other: the file row differs
+    # by the folders only, and shows both files as the project's examples/digits.py
+    other = "server" if variant == "home" else "home"
+    _, banned = _relocate("digits-compare-lr", "their-run", variant)
+    _, banned_base = _relocate("digits-compare-base", "their-base", other)
+    at = open_page("compare", run="their-run", base="their-base")
+    (code,) = [df.value for df in at.dataframe
+               if {"name", "run", "base"} <= set(df.value.columns) and "file" in set(df.value["name"])]
+    row = code[code["name"] == "file"].iloc[0]
+    assert (row["run"], row["base"]) == ("examples/digits.py", "examples/digits.py"), code
+    _no_folder(at, banned + banned_base)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_distributed_hang_frames_are_relative_to_the_project(variant):
+    _, banned = _relocate("ddp-hang", "their-run", variant)
+    at = open_page("distributed", run="their-run", tab="hangs")
+    codes = _codes(at)
+    assert "train (examples/ddp_digits.py:108)" in codes, codes
+    assert 'File "examples/ddp_digits.py", line' in codes, codes
+    assert 'File "threading.py", line' in codes, codes
+    _no_folder(at, banned)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_failing_request_shows_its_traceback_relative_to_the_project(variant):
+    _, banned = _relocate("serve-leak", "their-run", variant)
+    at = open_page("overview", run="their-run")
+    _no_folder(at, banned)
+    f = next((SAMPLE_RUNS / "serve-leak" / "failures").iterdir()).name
+    at = open_page("replay", run="their-run", failure=f)
+    assert "examples/serve_leak.py" in _captions(at) + _codes(at)
+    _no_folder(at, banned)
