@@ -11,6 +11,9 @@ a ~1 ms and a ~20 ms MLP. Variants of the handler, all run on the same model and
 - ``wrap``       ``rec.wrap(model)(x)``
 - ``no finite``  ``request`` on a recorder with ``check_finite=False`` (the finiteness
                  check's share of the cost)
+- ``timer``      the least instrumentation a service writes by hand: two
+                 ``time.perf_counter()`` calls around the model and an append of the
+                 latency to a list (a reference for what any per-request code costs here)
 - ``control``    the bare handler after a loop of pure Python as long as the recorder's own
                  cost (calibrated on the no-op model, without system calls): added work
                  that the bench must show at about its own length. The recorder's code costs
@@ -137,13 +140,23 @@ def bench_model(label: str, model, x, *, run: int, blocks: int, out: Path,
         with torch.no_grad(), rec_nf.request({"x": x}) as r:
             return r.output(model(x))
 
+    latencies: list[float] = []
+    perf_counter = time.perf_counter
+
+    def timer(x):
+        t = perf_counter()
+        with torch.no_grad():
+            y = model(x)
+        latencies.append(perf_counter() - t)
+        return y
+
     def control(x):
         spin_loop(spin_n or 0)
         with torch.no_grad():
             return model(x)
 
     variants = {"bare": bare, "bare again": bare_again, "request": request, "wrap": wrap,
-                "no finite": no_finite}
+                "no finite": no_finite, "timer": timer}
     if spin_n is not None:
         variants["control"] = control
     for fn in variants.values():  # warm-up: lazy initialisation, the first writer flush
@@ -163,6 +176,7 @@ def bench_model(label: str, model, x, *, run: int, blocks: int, out: Path,
             fn = variants[k]
             fn(x)  # the switch from the previous variant: not counted
             ts, ws = [], []
+            latencies.clear()
             for _ in range(run):
                 w, t = perf(), thread_time()
                 fn(x)

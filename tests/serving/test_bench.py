@@ -30,7 +30,7 @@ def test_quick_run_prints_rows_targets_and_the_a_a_check(tmp_path):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     out = p.stdout
     for model in ("noop", "1ms", "20ms"):
-        for variant in ("bare", "bare again", "request", "wrap", "no finite"):
+        for variant in ("bare", "bare again", "request", "wrap", "no finite", "timer"):
             assert re.search(rf"^{model}\s+{variant}\s+\d", out, re.M), (model, variant, out)
         assert re.search(rf"^{model}\s+writer thread: \d+\.\d+ us CPU per recorded request", out, re.M)
     for model in ("1ms", "20ms"):
@@ -57,7 +57,7 @@ def test_the_method_shows_a_planted_cost_and_no_cost_between_twins(tmp_path):
     control, twin = r["variants"]["control"]["d_cpu"], r["variants"]["bare again"]["d_cpu"]
     assert control[1] > 0 and control[0] > 0.0005, control
     assert abs(twin[0]) < 0.0001, twin
-    assert set(r["variants"]) == {"bare", "bare again", "request", "wrap", "no finite", "control"}
+    assert set(r["variants"]) == {"bare", "bare again", "request", "wrap", "no finite", "timer", "control"}
 
 
 def test_median_interval_by_order_statistics():
