@@ -14,7 +14,9 @@ WAIT_HINTS = {
 }
 
 
-def render_dump(entry: dict, dump):
+def render_dump(entry: dict, dump, roots: tuple = ()):
+    """``roots``: the recording machine's folders (:func:`pages._data.recorded_roots`); a
+    frame's file is shown relative to them, never with that machine's folders."""
     t = dump.threads
     c = st.columns(4)
     c[0].metric("Threads", len(t))
@@ -27,14 +29,18 @@ def render_dump(entry: dict, dump):
         what = WAIT_HINTS.get(top.index[0], _ui.md(top.index[0])) if len(top) else "idle"
         st.warning(f"Every thread is idle: the process looks hung. Most threads are {what}.",
                    icon=":material/hourglass_empty:")
-    st.dataframe(t.drop(columns=["thread"]), hide_index=True, width="stretch")
+    shown = t.drop(columns=["thread"])
+    if "process" in shown:  # the dumped command line: no folders of its machine
+        shown = shown.assign(process=[_ui.recorded_text(p, roots) for p in shown["process"]])
+    st.dataframe(shown, hide_index=True, width="stretch")
     for r in t.itertuples():
         state = "running" if r.active else (f"idle · {r.waiting_in}" if r.waiting_in else "idle")
         with st.expander(_ui.md(f"{r.name or 'thread'} · tid {r.tid} · pid {r.pid} · {state} · {r.leaf}")):
             fr = dump.frames[dump.frames["thread"] == r.thread]
-            lines = [f"{f.name}  ({f.file}:{f.line})" if str(f.line) != "<NA>" else f"{f.name}  ({f.file})"
-                     for f in fr.itertuples()]
+            lines = [f"{f.name}  ({_ui.recorded_path(f.file, roots)}:{f.line})" if str(f.line) != "<NA>"
+                     else f"{f.name}  ({_ui.recorded_path(f.file, roots)})" for f in fr.itertuples()]
             st.code("\n".join(lines) or "(no Python frames)", language=None)
             loc = [f for f in fr.itertuples() if f.locals]
             if loc:
-                st.json({f"{f.name}:{f.line}": f.locals for f in loc}, expanded=False)
+                st.json(_ui.recorded_values({f"{f.name}:{f.line}": f.locals for f in loc}, roots),
+                        expanded=False)

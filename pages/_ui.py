@@ -89,14 +89,15 @@ def visitor_text(value) -> str:
 def recorded_text(value, roots=()) -> str:
     """A text a run recorded (a traceback, an error message, a file path, a diff) as a
     visitor may see it: the recording machine's folders gone, each recorded path relative to
-    its code root or project folder (``roots``: :func:`pages._data.recorded_roots`), then
-    the served folders as their names (:func:`visitor_text`)."""
+    its code root or project folder (``roots``: :func:`pages._data.recorded_roots`); one
+    under none of them but under a folder this server serves as :func:`visitor_text` names
+    it (``runs/my-run/x``), else by its file name."""
     from debugkit.analysis.recorded_paths import display_paths_in
 
     text = "" if value is None else str(value)
     if "/" not in text and "\\" not in text:
         return text  # no path in it (most table cells)
-    return visitor_text(display_paths_in(text, roots))
+    return visitor_text(display_paths_in(text, roots, unknown=visitor_text))
 
 
 def recorded_path(file, roots=()) -> str:
@@ -104,7 +105,7 @@ def recorded_path(file, roots=()) -> str:
     :func:`recorded_text`)."""
     from debugkit.analysis.recorded_paths import display_path
 
-    return visitor_text(display_path(file, roots))
+    return visitor_text(display_path(file, roots, unknown=visitor_text))
 
 
 def recorded_values(value, roots=()):

@@ -61,7 +61,7 @@ def render():
         elif isinstance(obj, ChromeTrace):
             render_trace(path, entry, obj)
         else:
-            render_dump(entry, obj)
+            render_dump(entry, obj, _data.recorded_roots(path))
     except DebugkitError as exc:
         _ui.show_error(exc)
     for w in info.get("warnings") or []:

@@ -200,7 +200,9 @@ def _show_code(idents: list[dict], roots: tuple) -> None:
         color, icon = STATUS_BADGE.get(i["status"], ("red", ":material/block:"))
         st.markdown(f"{_ui.code(i['spec'])} ({i['role'].replace('_', ' ')})")
         st.badge(i["status"].replace("_", " "), color=color, icon=icon)
-        lines = [f"File here: {_ui.code(_ui.visitor_text(i['local_file'] or 'not found'))}"]
+        # this server's file relative to the code root it was found in (no server folders)
+        here = (i["search_root"],) if i.get("search_root") else ()
+        lines = [f"File here: {_ui.code(_ui.recorded_path(i['local_file'], here) or 'not found')}"]
         if i["local_sha256"] and i["local_sha256"] == i["recorded_sha256"]:
             lines.append(f"SHA-256 {_ui.code(i['local_sha256'])}, as recorded")
         else:
@@ -211,7 +213,7 @@ def _show_code(idents: list[dict], roots: tuple) -> None:
         lines.append(f"Recorded at: {_ui.code(_ui.recorded_path(i['recorded_file'], roots) or '—')}")
         st.caption("  \n".join(lines))
         if i["status"] != "verified":
-            st.caption(_ui.md(_ui.recorded_text(i["message"], roots)))
+            st.caption(_ui.md(_ui.recorded_text(i["message"], here + roots)))
 
 
 def _show_culprit(report: dict, f: dict) -> None:
@@ -446,7 +448,8 @@ def render() -> None:
     _query.to_query("replay_timeout", f"{timeout:g}", f"{DEFAULT_TIMEOUT_S:g}", name="timeout")
     trusted = True
     if never:
-        st.error(_ui.md(_ui.recorded_text(never[0]["message"], _data.recorded_roots(path, f))),
+        here = (never[0]["search_root"],) if never[0].get("search_root") else ()
+        st.error(_ui.md(_ui.recorded_text(never[0]["message"], here + _data.recorded_roots(path, f))),
                  icon=":material/block:")
     elif needs_trust and not _may_trust():
         trusted = False
@@ -460,8 +463,9 @@ def render() -> None:
         why = ("this run was uploaded or opened from outside the bundled samples"
                if not is_bundled_sample(path) else "the code differs from the recorded one")
         i0 = idents[0]
+        i0_file = _ui.recorded_path(i0["local_file"], (i0["search_root"],) if i0.get("search_root") else ())
         trusted = st.checkbox(
-            f"I trust this code ({why}): run {_ui.code(i0['spec'])} from {_ui.code(_ui.visitor_text(i0['local_file']))} "
+            f"I trust this code ({why}): run {_ui.code(i0['spec'])} from {_ui.code(i0_file)} "
             f"(SHA-256 `{(i0['local_sha256'] or '')[:16]}…`)"
             + (" and " + ", ".join(f"`{i['spec']}`" for i in idents[1:]) if len(idents) > 1 else ""),
             key=f"replay_trust_{path}_{f['id']}")

@@ -18,7 +18,7 @@ keeps the full paths (the operator runs it); only what a page shows goes through
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 _STDLIB_DIR = re.compile(r"/lib/python\d+(?:\.\d+)?t?/")
 _DRIVE = re.compile(r"^[A-Za-z]:/")
@@ -102,11 +102,13 @@ def is_absolute(path: str) -> bool:
     return p.startswith("/") or bool(_DRIVE.match(p))
 
 
-def display_path(file, roots: Iterable[str] = ()) -> str:
+def display_path(file, roots: Iterable[str] = (), unknown: Callable[[str], str] | None = None) -> str:
     """A recorded ``file`` as a visitor sees it: after ``site-packages/`` (or
     ``dist-packages/``), relative to the first of ``roots`` it lies in, after the standard
-    library's folder, else its file name; a relative path as it is. A ``:line`` after the
-    path is kept (``/src/proj/examples/digits.py:64`` -> ``examples/digits.py:64``)."""
+    library's folder, else ``unknown(file)`` where that gives a relative path (the server's
+    own naming of its served folders), else its file name; a relative path as it is. A
+    ``:line`` after the path is kept (``/src/proj/examples/digits.py:64`` ->
+    ``examples/digits.py:64``)."""
     if not isinstance(file, str) or not file:
         return "" if file is None else str(file)
     f = _norm(file)
@@ -120,21 +122,24 @@ def display_path(file, roots: Iterable[str] = ()) -> str:
         if f.startswith(root + "/"):
             return f[len(root) + 1:]
     if is_absolute(f):
+        named = unknown(file) if unknown is not None else None
+        if named and not is_absolute(named):
+            return named
         return f.rstrip("/").rsplit("/", 1)[-1]
     return file
 
 
-def display_paths_in(text, roots: Iterable[str] = ()) -> str:
+def display_paths_in(text, roots: Iterable[str] = (), unknown: Callable[[str], str] | None = None) -> str:
     """``text`` (a traceback, an error message, a diff's header, a command line) with every
     absolute path in it shown by :func:`display_path`: a traceback keeps each frame's
-    relative file, line and function."""
+    relative file, line and function. ``unknown`` as for :func:`display_path`."""
     if text is None:
         return ""
     roots = tuple(roots)
-    out = _FRAME.sub(lambda m: m.group(1) + display_path(m.group(2), roots) + m.group(3), str(text))
+    out = _FRAME.sub(lambda m: m.group(1) + display_path(m.group(2), roots, unknown) + m.group(3), str(text))
     # a root that holds a space ("/home/a/My Project") is cut whole: the pattern stops at spaces
     for root in sorted(roots, key=len, reverse=True):
         if " " in root:
             out = out.replace(root + "/", "")
-    return _ABS_PATH.sub(lambda m: display_path(m.group(0), roots), out)
+    return _ABS_PATH.sub(lambda m: display_path(m.group(0), roots, unknown), out)
 

@@ -56,3 +56,11 @@ def test_display_paths_in_a_traceback_and_a_sentence():
         "--- base: c.py\n+++ run: c.py"
     assert display_paths_in("at /home/alice/My Project/x.py:3", ("/home/alice/My Project",)) == "at x.py:3"
     assert display_paths_in(None) == ""
+
+
+def test_a_path_under_no_root_may_be_named_by_the_server():
+    """``unknown``: the server's naming of its served folders (pages._ui.visitor_text) for
+    a path under none of the recorded roots; an absolute answer is not used."""
+    named = {"/srv/runs/r/x.json": "runs/r/x.json"}
+    assert display_paths_in("bad file /srv/runs/r/x.json and /opt/y.py", (),
+                            unknown=lambda p: named.get(p, p)) == "bad file runs/r/x.json and y.py"

@@ -169,6 +169,11 @@ def test_stack_dump_view(tmp_path, monkeypatch):
     assert metrics(at)["Threads"] == "1" and metrics(at)["Running"] == "0"
     assert any("Every thread is idle: the process looks hung. Most threads are waiting on a queue" in w.value
                for w in at.warning)
+    # its frames without the dumped machine's folders: the script's name, the stdlib's file
+    frames = "\n".join(c.value for c in at.code)
+    assert "<module>  (h.py:" in frames and "Queue.get  (queue.py:" in frames, frames
+    shown = frames + "\n".join(str(j.value) for j in at.json) + at.dataframe[0].value.to_string()
+    assert str(tmp_path) not in shown and "/lib/python" not in shown, shown
 
 
 def test_torchrec_trace_shows_htas_idle_share_and_the_users_phases(tmp_path, monkeypatch):

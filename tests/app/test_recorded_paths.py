@@ -115,6 +115,19 @@ def test_replay_shows_the_code_and_traceback_relative_to_the_project(variant):
     _no_folder(at, banned)
 
 
+def test_replay_names_this_server_s_copy_of_the_code_relative_to_its_code_root(monkeypatch):
+    """The file the replay would run, on this server: "File here" and the trust box name it
+    from the code root it was found in, not with the server's folders."""
+    monkeypatch.setenv("DEBUGKIT_CODE_ROOTS", str(ROOT / "examples"))
+    monkeypatch.setenv("DEBUGKIT_CODE_TRUST", "anyone")
+    _, banned = _relocate("watch-bad-label", "their-run", "home")
+    at = open_page("replay", run="their-run")
+    caps = _captions(at)
+    assert "File here: `examples/watch_loop.py`" in caps, caps
+    assert "from `examples/watch_loop.py`" in at.checkbox[0].label, at.checkbox[0].label
+    _no_folder(at, banned + (str(ROOT),))
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_overview_shows_the_traceback_relative_to_the_project(variant):
     _, banned = _relocate("watch-bad-label", "their-run", variant)
