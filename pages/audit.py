@@ -200,13 +200,15 @@ def _shap_section(doc, figs, view):
                     f"{_ui.md(r['feature'])} ({_ui.md(r['measure'])} {r['association']:.2f})" for r in assoc))
 
 
-def _provenance(doc, sha256):
+def _provenance(doc, sha256, roots=()):
     st.subheader("Provenance")
     with st.container(border=True):
         st.markdown(f"SHA-256 of the audit JSON: `{sha256}`")
         import pandas as pd
 
-        st.table(pd.DataFrame([{"what": k, "value": _ui.md(v)} for k, v in rep.provenance_rows(doc)])
+        # the command without the folders of the machine that computed it (roots: the run's)
+        st.table(pd.DataFrame([{"what": k, "value": _ui.md(_ui.recorded_text(v, roots))}
+                               for k, v in rep.provenance_rows(doc)])
                  .set_index("what"))
 
 
@@ -435,7 +437,7 @@ def main():
     view = f"{path}#{audit_id}"  # another audit opens on its own default tabs
     _group_section(doc, figs, view)
     _shap_section(doc, figs, view)
-    _provenance(doc, data["sha256"])
+    _provenance(doc, data["sha256"], _data.recorded_roots(path))
     if not read_only:
         _compute_box(sig)
 

@@ -61,6 +61,14 @@ def _relocate(sample: str, name: str, variant: str) -> tuple[Path, tuple[str, ..
         new = re.sub(r"/work/[\w.-]+/[\w.-]+", project, new)  # other checkouts of the samples
         if new != text:
             f.write_text(new)
+    for audit in sorted((dst / "audits").glob("*/audit.json")):  # an audit's id is its content's
+        from debugkit.audit.stored_audits import content_id
+
+        doc = json.loads(audit.read_text())
+        doc["id"] = content_id(doc)
+        audit.chmod(0o644)
+        audit.write_text(json.dumps(doc))
+        audit.parent.rename(audit.parent.with_name(doc["id"]))
     banned = [project + "/", interp + "/", "/work/", "/root/", str(_store()) + "/"]
     if variant == "home":
         banned += ["/home/alice", "secret-project"]
@@ -175,4 +183,16 @@ def test_a_failing_request_shows_its_traceback_relative_to_the_project(variant):
     f = next((SAMPLE_RUNS / "serve-leak" / "failures").iterdir()).name
     at = open_page("replay", run="their-run", failure=f)
     assert "examples/serve_leak.py" in _captions(at) + _codes(at)
+    _no_folder(at, banned)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_the_audit_s_provenance_names_the_command_relative_to_the_project(variant):
+    """The owner's view of a stored audit: its Provenance table's command (recorded as
+    ``/…/examples/credit.py --out /…/sample_runs/credit-audit``) and run folder. (The
+    shared view leaves the command out: tests/app/test_audit_page.py.)"""
+    _, banned = _relocate("credit-audit", "their-run", variant)
+    at = open_page("audit", timeout=240, run="their-run")
+    table = "\n".join(t.value.to_string() for t in at.table)
+    assert "examples/credit.py --out sample_runs/credit-audit" in table, table
     _no_folder(at, banned)
