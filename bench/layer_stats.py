@@ -24,7 +24,11 @@ large one at the default N), then the same cost from its two parts measured step
 machine disturbs far less than the whole-loop rounds) and the N at which it meets the
 target.
 
-    python bench/layer_stats.py [--config small|large|both] [--every 100] [--rounds 9] [--steps 200]
+The layer statistics are off by default (``layer_stats_every=None``); ``--every`` (500,
+the N the measurements in docs/benchmarks.md point to) is the N they are measured at.
+
+    python bench/layer_stats.py [--config small|large|both] [--every 500] [--rounds 9] [--steps 200]
+    python bench/layer_stats.py --quick     # a smoke run (tests/test_benches.py): few steps
 """
 
 from __future__ import annotations
@@ -163,9 +167,17 @@ def run(config, every, rounds, steps):
     print(f"  layer statistics beyond the recorder: {100 * own:+.2f} % of thread CPU, "
           f"{100 * pown:+.2f} % of process CPU (target <= {100 * target:.0f} %: "
           f"{'met' if max(own, pown) <= target else 'NOT met'})")
+    # Each peer's cost of looking inside the layers at the same N, against ours (the peers
+    # beyond the bare loop, ours beyond the Recorder without layer statistics; process CPU,
+    # which counts wandb's and TensorBoard's writer threads).
+    ours = pmed["recorder+layers"] - pmed["recorder"]
     for peer in ("tb histograms", "wandb.watch"):
         if peer in med:
-            print(f"  {peer} beyond bare: {100 * (med[peer] / bare - 1):+.2f} %")
+            theirs = pmed[peer] - pmed["bare"]
+            ratio = f"{theirs / ours:.1f}x ours" if ours > 0 else "ours is within noise"
+            print(f"  {peer} beyond bare: {100 * (med[peer] / bare - 1):+.2f} % of thread CPU, "
+                  f"{100 * theirs / pmed['bare']:+.2f} % of process CPU = {ratio} (target: "
+                  f"ours cheaper: {'met' if theirs > ours else 'NOT met'})")
     return med
 
 
@@ -182,7 +194,7 @@ def _paired(a, b, reps):
     return statistics.median(t["a"]), statistics.median(t["b"])
 
 
-def step_costs(config, every, reps_sampled=20, reps_unsampled=None):
+def step_costs(config, every, reps_sampled=20, reps_unsampled=None, quick=False):
     """The two parts of the layer statistics' cost, each measured step by step against the
     Recorder alone (paired, alternating, medians: robust to a loaded machine): one sampled
     step's extra (every=1 vs off) and one unsampled step's extra (the grad-norm trigger and
@@ -190,6 +202,8 @@ def step_costs(config, every, reps_sampled=20, reps_unsampled=None):
     run pays, ``(unsampled + sampled / every) / recorder step``."""
     width, batch = CONFIGS[config]
     reps_unsampled = reps_unsampled or (400 if config == "small" else 100)
+    if quick:
+        reps_sampled, reps_unsampled = 4, 20
     with tempfile.TemporaryDirectory() as tmp:
         on = Variant("on", width, batch, tmp, 1, "layers")
         never = Variant("never", width, batch, tmp, 10**9, "layers")
@@ -217,14 +231,18 @@ def step_costs(config, every, reps_sampled=20, reps_unsampled=None):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", choices=["small", "large", "both"], default="small")
-    p.add_argument("--every", type=int, default=100)
+    p.add_argument("--every", type=int, default=500)
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--quick", action="store_true",
+                   help="a smoke run: 2 rounds of 10 steps, every=5, few paired steps")
     a = p.parse_args(argv)
+    if a.quick:
+        a.rounds, a.steps, a.every = 2, 10, 5
     torch.set_num_threads(1)
     for c in (["small", "large"] if a.config == "both" else [a.config]):
         run(c, a.every, a.rounds, a.steps)
-        step_costs(c, a.every)
+        step_costs(c, a.every, quick=a.quick)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,8 @@ consolidation of the chunks backward freed, ~20 us here, which the next forward 
 otherwise pay; the same call costs ~2 us a second time.
 
     python bench/recorder_overhead.py [--config small|large|both --rounds 30 --steps 50]
+    python bench/recorder_overhead.py --config small --peers none --no-breakdown   # issue 32's figure
+    python bench/recorder_overhead.py --quick   # a smoke run (tests/test_benches.py)
 """
 
 from __future__ import annotations
@@ -427,7 +429,11 @@ def main(argv=None):
     ap.add_argument("--peers", default="all",
                     help=f"comma-separated peer variants ({', '.join(PEERS)}), 'all' (those installed) or "
                          "'none'")
+    ap.add_argument("--quick", action="store_true",
+                    help="a smoke run: small config, 3 rounds of 10 steps, no peers, 20 breakdown steps")
     a = ap.parse_args(argv)
+    if a.quick:
+        a.config, a.rounds, a.steps, a.breakdown_steps, a.peers = "small", 3, 10, 20, "none"
     torch.set_num_threads(1)
     tmp = Path(tempfile.mkdtemp(prefix="dk-bench-"))
     wanted = list(PEERS) if a.peers == "all" else [] if a.peers == "none" else a.peers.split(",")

@@ -255,3 +255,72 @@ def test_a_nonfinite_step_records_its_outputs_as_its_forward_produced_them(tmp_p
     for k in ("mean", "std", "max_abs", "frac_zero"):
         assert drop[k] == pytest.approx(ref[k], rel=1e-5), k
     assert {"w_q50", "g_q50"} <= set(df[df["step"] == 5]["stat"])
+
+
+def _trigger(n_layers):
+    from debugkit.recorder.layerstats import LayerStats
+
+    params = [(f"p{i}", torch.zeros(1)) for i in range(n_layers)]
+    return LayerStats(nn.Linear(2, 2), params, None, 10**9, lambda *a: None, False)
+
+
+def _norm_rows(n_layers, steps, seed=0, planted=()):
+    """Per-step norms (layers + total) with +-20 % noise around fixed levels; ``planted``:
+    ``(step, layer, factor)`` (factor NaN plants a NaN)."""
+    import math
+
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    level = rng.uniform(0.01, 2.0, n_layers)
+    rows = []
+    for s in range(steps):
+        v = (level * rng.uniform(0.8, 1.2, n_layers)).tolist()
+        for ps, layer, factor in planted:
+            if ps == s:
+                v[layer] = math.nan if factor != factor else v[layer] * factor
+        v.append(math.hypot(*v) if all(x == x for x in v) else math.nan)
+        rows.append(v)
+    return rows
+
+
+@pytest.mark.parametrize("n_layers", [50, 200])  # the plain-Python check, then numpy's
+def test_the_trigger_checks_every_step_and_names_only_the_layer_that_moved(n_layers):
+    """The band is updated every TRIGGER_UPDATE_EVERY observations after the first ones,
+    but every step is checked against it: a x10 jump on a step between two updates fires
+    on that step, naming that layer; +-20 % noise never fires; a NaN fires and leaves the
+    band as it was."""
+    from debugkit.recorder import layerstats as ls_mod
+
+    jump = 1001  # not an update step: (jump + 1) % TRIGGER_UPDATE_EVERY != 0
+    assert (jump + 1) % ls_mod.TRIGGER_UPDATE_EVERY and jump + 1 > ls_mod.TRIGGER_DENSE
+    rows = _norm_rows(n_layers, 1600, planted=[(jump, 7, 10.0), (1500, 3, float("nan"))])
+    t = _trigger(n_layers)
+    fired, named, kept = [], {}, None
+    for s, v in enumerate(rows):
+        band = (list(t._lo), list(t._hi)) if t._lo is not None else None
+        if t.observe_norms(s, v):
+            fired.append(s)
+            named[s] = [name for name, _ in t._triggered]
+        if s == 1500:
+            kept = band == (t._lo, t._hi)
+    assert fired == [jump, 1500]
+    assert named[jump] == ["p7"] and named[1500] == ["p3"]
+    assert {jump + 1, 1501} <= t._forced
+    assert kept  # the blow-up did not widen the band
+
+
+def test_the_trigger_fires_on_the_same_steps_in_python_and_numpy(monkeypatch):
+    from debugkit.recorder import layerstats as ls_mod
+
+    planted = [(300, 5, 8.0), (301, 5, 8.0), (650, 40, 0.05), (900, 0, 30.0)]
+    rows = _norm_rows(60, 1000, seed=3, planted=planted)
+    runs = []
+    for py_layers in (10**6, 0):
+        monkeypatch.setattr(ls_mod, "TRIGGER_PY_LAYERS", py_layers)
+        t = _trigger(60)
+        runs.append([(s, tuple(n for n, _ in t._triggered)) for s, v in enumerate(rows)
+                     if t.observe_norms(s, v)])
+    assert runs[0] == runs[1]
+    assert [s for s, _ in runs[0]][:1] == [300] and (650, ("p40",)) in runs[0]
+    assert (900, ("p0",)) in runs[0]
