@@ -252,3 +252,28 @@ def test_debugkit_ui_refuses_to_start_with_a_store_it_cannot_list(s3, tmp_path, 
     assert "the shared audit store cannot be listed" in out.stderr
     assert {"missing bucket": "bucket does not exist", "wrong secret": "signature",
             "no credentials": "Unable to locate credentials"}[case] in out.stderr
+
+
+def test_reading_the_shared_store_is_one_listing_and_one_fetch_per_file(team):
+    """Counted by a proxy in front of S3, in a new process with listings kept 600 s: three
+    listings of the run's audits, loading, verifying and reading one of them make one
+    listing of the whole store and one GET of each of the audit's two files (a batch)."""
+    from ..s3server import CountingProxy
+
+    t = team
+    store_audit_folder(t.run, SAMPLE / "audits" / SAMPLE_IDS[0], server_audits_dir(t.run, t.store))
+    proxy = CountingProxy(int(t.s3.endpoint.rsplit(":", 1)[1]))
+    code = ("import sys; from debugkit.audit.stored_audits import list_audits, load_audit\n"
+            "for _ in range(3): assert [e['id'] for e in list_audits(sys.argv[1])] == [sys.argv[2]]\n"
+            "assert len(load_audit(sys.argv[1], sys.argv[2]).rows) == 400")
+    done = subprocess.run([sys.executable, "-c", code, t.run, SAMPLE_IDS[0]],
+                          env=_other_server(t, "r", AWS_ENDPOINT_URL=proxy.endpoint,
+                                            DEBUGKIT_LISTING_TTL_S="600"),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = proxy.take()
+    store = [x for x in lines if "prefix=audits" in x or x.split()[1].startswith(f"/{t.root}/")]
+    assert len([x for x in store if "list-type=2" in x]) == 1, store
+    assert sorted(x.split()[1].rsplit("/", 1)[1] for x in store if "list-type" not in x) == \
+        [AUDIT_JSON, ROWS_FILE], store
+    assert all(x.startswith("GET ") for x in store), store
