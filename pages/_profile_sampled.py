@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import streamlit as st
 
-from debugkit.analysis.profile import display_path
 from debugkit.errors import DebugkitError
 from debugkit.location import as_path
 from pages import _data, _query, _runs, _ui
@@ -168,7 +167,8 @@ def render_sampled(path: str, entry: dict, prof):
         cmd = entry["command"] if isinstance(entry["command"], str) else " ".join(entry["command"])
         status = entry.get("exit_status")
         # no folders of the recording machine (its home, checkout, interpreter)
-        st.caption(_ui.code(ap.display_paths_in(cmd)) + (f" · exit status {status}" if status is not None else ""))
+        st.caption(_ui.code(_ui.recorded_text(cmd, _data.recorded_roots(path)))
+                   + (f" · exit status {status}" if status is not None else ""))
     if opts and opts.get("idle") is False:
         st.warning("Recorded without `--idle`: time the training thread spends waiting (for data, "
                    "for a lock) is not sampled, so data loading looks cheaper than it is.",
@@ -212,7 +212,7 @@ def render_sampled(path: str, entry: dict, prof):
         _ui.chart(cp.build_step_breakdown_figure(bd), key="step_breakdown",
                         config={"displayModeBar": False})
         st.markdown(ap.describe_breakdown(bd, info, hot))
-        st.caption(f"Training loop: {_ui.code(ap.display_paths_in(info['loop']))} · {info['loop_samples']:,} samples of {thread_desc}; "
+        st.caption(f"Training loop: {_ui.code(_ui.recorded_text(info['loop'], _data.recorded_roots(path)))} · {info['loop_samples']:,} samples of {thread_desc}; "
                    f"{info['outside_samples']:,} samples outside it (imports, set-up) are left out.")
     else:
         st.info(ap.describe_breakdown(bd, info, hot), icon=":material/info:")
@@ -232,7 +232,9 @@ def render_sampled(path: str, entry: dict, prof):
             _top_functions(path, sig, entry, threads, thread_desc, by, query)
     if views["threads"].open:
         with views["threads"]:
-            st.dataframe(prof.threads.drop(columns=["thread_id"]), hide_index=True, width="stretch",
+            # a thread's name may hold its process's command line: no folders of that machine
+            st.dataframe(_ui.recorded_frame(prof.threads.drop(columns=["thread_id"]), _data.recorded_roots(path)),
+                         hide_index=True, width="stretch",
                          column_config={"weight_s": st.column_config.NumberColumn("seconds", format="%.2f")})
     if views["compare"].open:
         with views["compare"]:
@@ -330,7 +332,7 @@ def _top_functions(path: str, sig: tuple, entry: dict, threads, thread_desc: str
         st.caption(f"{idle_info['samples']:,} idle samples ({idle_info['fraction']:.0%} of {thread_desc}) "
                    "left out of the self time, waiting in " + ", ".join(_ui.code(r["name"]) for r in idle_info["top"][:3])
                    + ".")
-    _function_tables(table, by, query)
+    _function_tables(table, by, query, _data.recorded_roots(path))
 
 
 def _loop_node(tree, info) -> int | None:
@@ -340,7 +342,7 @@ def _loop_node(tree, info) -> int | None:
     return int(cand.sort_values("samples", ascending=False)["node_id"].iloc[0]) if len(cand) else None
 
 
-def _function_tables(table, by: str, query: str):
+def _function_tables(table, by: str, query: str, roots: tuple = ()):
     cols = {"self_fraction": st.column_config.ProgressColumn("self %", format="percent", min_value=0, max_value=1),
             "total_fraction": st.column_config.ProgressColumn("total %", format="percent", min_value=0, max_value=1),
             "self_s": st.column_config.NumberColumn("self s", format="%.2f"),
@@ -348,7 +350,7 @@ def _function_tables(table, by: str, query: str):
             "self_samples": st.column_config.NumberColumn("self samples"),
             "total_samples": st.column_config.NumberColumn("total samples")}
     show = table.copy()
-    show["file"] = [display_path(f) for f in show["file"]]
+    show["file"] = [_ui.recorded_path(f, roots) for f in show["file"]]
     if by != "frame":
         show = show.drop(columns=["line"])
     if query.strip():
@@ -415,7 +417,7 @@ def _compare(path: str, entry: dict, prof, threads):
             for c in ("base_self_fraction", "new_self_fraction", "self_delta", "base_total_fraction",
                       "new_total_fraction", "total_delta")}
     show = table.copy()
-    show["file"] = [display_path(f) for f in show["file"]]
+    show["file"] = [_ui.recorded_path(f, _data.recorded_roots(path)) for f in show["file"]]
     a, b = st.columns(2)
     with a:
         st.markdown("**Got slower** (larger share now)")

@@ -105,7 +105,19 @@ def recorded_path(file, roots=()) -> str:
     :func:`recorded_text`)."""
     from debugkit.analysis.recorded_paths import display_path
 
-    return visitor_text(display_path(file, roots, unknown=visitor_text))
+    return display_path(file, roots, unknown=visitor_text)  # never an absolute path
+
+
+def recorded_frame(df, roots=()):
+    """``df`` with every text cell as :func:`recorded_text` shows it (a table of recorded
+    names: threads, processes, commands)."""
+    from pandas.api.types import is_object_dtype, is_string_dtype
+
+    out = df.copy()
+    for col in out.columns:
+        if is_string_dtype(out[col]) or is_object_dtype(out[col]):
+            out[col] = [recorded_text(v, roots) if isinstance(v, str) else v for v in out[col]]
+    return out
 
 
 def recorded_values(value, roots=()):

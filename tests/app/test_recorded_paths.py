@@ -15,6 +15,8 @@ text, markdown, code, JSON, dataframe cells and figure JSON.
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
 import os
 import re
@@ -53,14 +55,22 @@ def _relocate(sample: str, name: str, variant: str) -> tuple[Path, tuple[str, ..
     env = json.loads((dst / "manifest.json").read_text())["env"]
     old_project = env["cwd"]
     old_interp = env["executable"].rsplit("/bin/", 1)[0]
-    for f in dst.rglob("*"):
-        if f.suffix not in (".json", ".txt") or not f.is_file():
-            continue
-        text = f.read_text()
-        new = text.replace(old_interp, interp).replace(old_project, project)
-        new = re.sub(r"/work/[\w.-]+/[\w.-]+", project, new)  # other checkouts of the samples
-        if new != text:
-            f.write_text(new)
+    def move(text: str) -> str:
+        text = text.replace(old_interp, interp).replace(old_project, project)
+        return re.sub(r"/work/[\w.-]+/[\w.-]+", project, text)  # other checkouts of the samples
+
+    for f in sorted(dst.rglob("*")):
+        if f.suffix in (".json", ".txt") and f.is_file():
+            f.chmod(0o644)
+            f.write_text(move(f.read_text()))
+        elif f.name.endswith(".json.gz"):  # a profile: its hash and size in the manifest follow
+            data = gzip.compress(move(gzip.decompress(f.read_bytes()).decode()).encode(), mtime=0)
+            f.write_bytes(data)
+            manifest = json.loads((dst / "manifest.json").read_text())
+            for entry in manifest.get("profiles") or []:
+                if entry.get("file") == f.relative_to(dst).as_posix():
+                    entry.update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
+            (dst / "manifest.json").write_text(json.dumps(manifest))
     for audit in sorted((dst / "audits").glob("*/audit.json")):  # an audit's id is its content's
         from debugkit.audit.stored_audits import content_id
 
@@ -195,4 +205,20 @@ def test_the_audit_s_provenance_names_the_command_relative_to_the_project(varian
     at = open_page("audit", timeout=240, run="their-run")
     table = "\n".join(t.value.to_string() for t in at.table)
     assert "examples/credit.py --out sample_runs/credit-audit" in table, table
+    _no_folder(at, banned)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("view", ["flame", "functions", "threads"])
+def test_the_profiler_shows_no_folder_of_the_profiled_machine(variant, view):
+    """digits-profiled: the profiled command, the training loop, the function tables and the
+    flamegraph's hover, each sampled view, and the torch.profiler trace."""
+    _, banned = _relocate("digits-profiled", "their-run", variant)
+    at = open_page("profiler", run="their-run", view=view)
+    _no_folder(at, banned)
+    if view == "flame":
+        caps = _captions(at)
+        assert "examples.digits --out sample_runs/digits-profiled" in caps, caps
+        assert "examples/digits.py, lines" in caps, caps
+    at = open_page("profiler", run="their-run", profile="torch-trace")
     _no_folder(at, banned)
