@@ -40,3 +40,21 @@ def test_layer_stats_quick_prints_the_targets_and_the_peers_ratio():
                      r"[-+]\d+\.\d\d % of process CPU \(target <= 2 %: (met|NOT met)\)", out)
     assert re.search(r"tb histograms beyond bare: .* \(target: ours cheaper: (met|NOT met)\)", out)
     assert re.search(r"=> at every=5: .* \(target <= 2 %: (met|NOT met)\); break-even every=", out)
+
+
+@pytest.mark.slow  # what it runs: SeaweedFS, 10 runs uploaded, 12 measured processes (~60 CPU s)
+def test_object_store_quick_prints_every_row_with_cpu_and_the_targets():
+    """bench/object_store.py --quick (issue 29's speed targets): each row has wall and CPU
+    seconds on S3 and on disk and the proxy's request count, and a line per target."""
+    out = _run("object_store.py", "--quick")
+    assert out.startswith("10 runs; S3 (SeaweedFS) behind +40 ms per request")
+    for row in ("list cold (empty index)", "list indexed (new process)", "Home cold (empty index)",
+                "Home indexed (new process)", "Overview of one run (new process)",
+                "Overview, empty cache (new process)"):
+        assert re.search(rf"^{re.escape(row)}\s+\d+\.\d\d\s+\d+\.\d\d\s+\d+\s+\d+\.\d\d\s+\d+\.\d\d$", out, re.M), row
+    # the indexed store is a constant number of requests whatever the number of runs
+    assert re.search(r"^Home indexed \(new process\)\s+\S+\s+\S+\s+[1-3]\s", out, re.M), out
+    for row, limit in (("Home cold (empty index)", 10), ("Home indexed (new process)", 3),
+                       ("Overview of one run (new process)", 5)):
+        assert re.search(rf"^target {re.escape(row)}: \d+\.\d\d s on S3 \(< {limit} s\): (met|NOT met) "
+                         rf"\(measured with 10 runs at \+40 ms: not the target's setting\)$", out, re.M), row
