@@ -86,6 +86,15 @@ def visitor_text(value) -> str:
     return relative_to_roots(str(value), folders)
 
 
+def key_for(prefix: str, path) -> str:
+    """A widget key for one run: ``prefix`` and a digest of the run's path. A key reaches
+    the browser (in the element's id and its ``st-key-`` class), so it never holds the
+    server's path."""
+    import hashlib
+
+    return f"{prefix}_{hashlib.sha256(str(path).encode()).hexdigest()[:16]}"
+
+
 def recorded_text(value, roots=()) -> str:
     """A text a run recorded (a traceback, an error message, a file path, a diff) as a
     visitor may see it: the recording machine's folders gone, each recorded path relative to

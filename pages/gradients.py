@@ -78,7 +78,7 @@ def _clip_value(text: str) -> float | None:
 def _other_runs(rank: int) -> dict:
     """Other runs' gradient norms drawn over this run's lines (``?with=<id>``, repeated):
     ``{run id: GradMatrix}`` of the same rank (or the run's first)."""
-    entries, picked = _runs.overlay_picker(path, f"grad_with_{path}", placeholder="other runs, drawn dashed",
+    entries, picked = _runs.overlay_picker(path, _ui.key_for("grad_with", path), placeholder="other runs, drawn dashed",
                                            help="The same layers of other runs, dashed, as `<layer> · <run>`")
     out = {}
     for rid in picked:

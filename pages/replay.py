@@ -167,7 +167,7 @@ def _pick_failure(failures: list[dict]) -> dict:
     except DebugkitError as exc:
         st.warning(_ui.md(_ui.visitor_text(exc)), icon=":material/link_off:")
     by_id = {f["id"]: f for f in failures}
-    fid = st.selectbox("Failure", ids, index=index, key=f"replay_failure_{path}",
+    fid = st.selectbox("Failure", ids, index=index, key=_ui.key_for("replay_failure", path),
                        format_func=lambda i: _inference.request_label(by_id[i])
                        if by_id[i].get("kind") == "request" else
                        f"step {by_id[i].get('step')} · rank {by_id[i].get('rank')} · "
@@ -468,7 +468,7 @@ def render() -> None:
             f"I trust this code ({why}): run {_ui.code(i0['spec'])} from {_ui.code(i0_file)} "
             f"(SHA-256 `{(i0['local_sha256'] or '')[:16]}…`)"
             + (" and " + ", ".join(f"`{i['spec']}`" for i in idents[1:]) if len(idents) > 1 else ""),
-            key=f"replay_trust_{path}_{f['id']}")
+            key=_ui.key_for(f"replay_trust_{f['id']}", path))
         st.caption("A replay executes the model's code in a separate process with a timeout and "
                    "a memory cap; it is not a sandbox.")
     # The click is kept in session state by a callback (not read from the button's return

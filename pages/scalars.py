@@ -51,7 +51,7 @@ def _smoothing_value(text: str) -> float | None:
 
 def _other_runs() -> tuple:
     """The runs drawn over this one (``?with=<id>``, repeated): ``(id, path, signature)``."""
-    entries, picked = _runs.overlay_picker(path, f"scalars_with_{path}", placeholder="other runs, drawn over this one",
+    entries, picked = _runs.overlay_picker(path, _ui.key_for("scalars_with", path), placeholder="other runs, drawn over this one",
                                            help="The same scalars of other runs on the chart, as `<key> · <run>`")
     out = []
     for rid in picked:
@@ -98,7 +98,7 @@ def render():
     from debugkit.analysis.scalars import last_values, suggest_log_scale
 
     default_keys = _default_keys(keys)
-    keys_key = f"scalars_keys_{path}"
+    keys_key = _ui.key_for("scalars_keys", path)
     _query.list_from_query(keys_key, keys, name="key", expected="a scalar this run logged")
     st.session_state[keys_key] = [k for k in st.session_state.get(keys_key, default_keys) if k in keys]
     # The view lives in the URL (?key=...&smoothing=...&log=...&raw=...): a pasted link

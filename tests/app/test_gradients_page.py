@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from pages._ui import key_for
+
 from ._apptest import open_page
 
 
@@ -234,7 +236,7 @@ def test_other_runs_are_drawn_over_the_lines_and_kept_in_the_url():
     from ..conftest import ROOT
 
     at = _page("digits-compare-lr")
-    at.multiselect(key=f"grad_with_{ROOT / 'sample_runs' / 'digits-compare-lr'}") \
+    at.multiselect(key=key_for("grad_with", ROOT / 'sample_runs' / 'digits-compare-lr')) \
         .set_value(["digits-compare-base"]).run()
     assert not at.exception
     lines = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
@@ -245,7 +247,7 @@ def test_other_runs_are_drawn_over_the_lines_and_kept_in_the_url():
     assert other["line"]["dash"] == "dash" and other["mode"] == "lines"
     assert at.query_params["with"] in ("digits-compare-base", ["digits-compare-base"])
     again = _page("digits-compare-lr", **{"with": "digits-compare-base"})
-    assert again.multiselect(key=f"grad_with_{ROOT / 'sample_runs' / 'digits-compare-lr'}").value == \
+    assert again.multiselect(key=key_for("grad_with", ROOT / 'sample_runs' / 'digits-compare-lr')).value == \
         ["digits-compare-base"]
 
 

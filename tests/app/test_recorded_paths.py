@@ -87,13 +87,13 @@ def _relocate(sample: str, name: str, variant: str) -> tuple[Path, tuple[str, ..
 
 def _scan(at) -> str:
     """Everything the page shows: each element's message (markdown, code, captions, JSON,
-    figure specs, labels, help) and each dataframe's cells; not a widget's internal id."""
+    figure specs, labels, help, widget ids) and each dataframe's cells."""
     parts = []
 
     def walk(node):
         proto = getattr(node, "proto", None)
-        if proto is not None:  # a widget's internal id (its key) is not shown
-            parts.append(re.sub(r'(?m)^\s*id: ".*"$', "", str(proto)))
+        if proto is not None:  # widget ids too: a key reaches the browser (its st-key- class)
+            parts.append(str(proto))
         for child in (getattr(node, "children", None) or {}).values():
             walk(child)
 

@@ -12,6 +12,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from debugkit.replay.policy import HINT_SERVER, MSG_NOT_ALLOWED
+from pages._ui import key_for
 
 from ._apptest import new_app, open_page
 
@@ -32,7 +33,7 @@ def texts(at) -> str:
 
 def test_replay_the_corrupted_label_from_a_deep_link():
     at = app("digits-bad-label", FID)
-    assert at.selectbox(key=f"replay_failure_{ROOT / 'sample_runs' / 'digits-bad-label'}").value == FID
+    assert at.selectbox(key=key_for("replay_failure", ROOT / 'sample_runs' / 'digits-bad-label')).value == FID
     assert "Target 12 is out of bounds." in texts(at)
     assert ":green-badge[:material/verified: verified]" in texts(at)
     button = at.button(key="replay_button")

@@ -8,6 +8,7 @@ from streamlit.testing.v1 import AppTest
 
 from debugkit.analysis.scalars import smooth_ema
 from debugkit.io.run import open_run
+from pages._ui import key_for
 
 from ..conftest import ROOT
 from ._apptest import open_page
@@ -145,7 +146,7 @@ def test_the_view_round_trips_through_the_url():
 
 def test_other_runs_are_drawn_over_this_one_and_kept_in_the_url():
     at = open_page("scalars", run="digits-compare-lr")
-    at.multiselect(key=f"scalars_with_{ROOT / 'sample_runs' / 'digits-compare-lr'}") \
+    at.multiselect(key=key_for("scalars_with", ROOT / 'sample_runs' / 'digits-compare-lr')) \
         .set_value(["digits-compare-base", "digits-compare-unlabelled"]).run()
     assert not at.exception
     names = [t["name"] for t in _spec(at)["data"]]
