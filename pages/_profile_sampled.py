@@ -307,7 +307,8 @@ def _flamegraph(path: str, sig: tuple, entry: dict, prof, threads, thread_desc: 
     _query.to_query(zkey, str(zoom), "-1", name="zoom")
     _query.to_query("sp_flame", "1" if flame else "0", "0", name="flame")
     fig = cp.build_flamegraph_figure(tree, highlight=mask if mask.any() else None,
-                                     root_id=None if zoom < 0 else zoom, flame=flame)
+                                     root_id=None if zoom < 0 else zoom, flame=flame,
+                                     roots=_data.recorded_roots(path))
     _ui.chart(fig, key="flamegraph", config={"displayModeBar": False})
     folded = int((tree["folded"] > 0).sum())
     st.caption(f"{len(tree):,} frames of {thread_desc}" + (" in the training loop" if scope == "loop" else "")
@@ -409,7 +410,7 @@ def _compare(path: str, entry: dict, prof, threads):
                    "kind selected here).")
     tree, table = _diff(base_path, _data.signature(base_path), base_id, base_threads, path,
                         _data.signature(path), entry["id"], threads, 0.001)
-    _ui.chart(cp.build_diff_flamegraph_figure(tree), key="diff_flamegraph",
+    _ui.chart(cp.build_diff_flamegraph_figure(tree, roots=_data.recorded_roots(path)), key="diff_flamegraph",
                     config={"displayModeBar": False})
     st.caption("Sizes: this profile. Red: a larger share of the samples than in the baseline "
                "(slower, or called more); blue: a smaller share.")

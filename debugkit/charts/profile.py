@@ -32,17 +32,21 @@ def package_color(pkg: str) -> str:
     return _EXTRA[sum(map(ord, pkg)) % len(_EXTRA)]
 
 
-def _short(file: str) -> str:
-    from ..analysis.profile import display_path
+def _short(file: str, roots=()) -> str:
+    """No folders of the recording machine: relative to its recorded ``roots``
+    (:func:`debugkit.analysis.recorded_paths.recorded_roots`), else as
+    :func:`debugkit.analysis.profile.display_path` shortens it."""
+    from ..analysis.profile import display_path as shorten
+    from ..analysis.recorded_paths import display_path
 
-    return display_path(file)  # no folders of the recording machine
+    return display_path(file, roots, unknown=shorten)
 
 
-def _hover_text(tree) -> list[str]:
+def _hover_text(tree, roots=()) -> list[str]:
     """``file:line`` (or ``file``) of every node."""
     import pandas as pd
 
-    return [_short(f) + ("" if pd.isna(ln) else f":{int(ln)}")
+    return [_short(f, roots) + ("" if pd.isna(ln) else f":{int(ln)}")
             for f, ln in zip(tree["file"].tolist(), tree["line"].astype(object).tolist())]
 
 
@@ -51,7 +55,7 @@ MAX_LEVELS = 28  # levels shown at once; clicking a frame shows the levels below
 
 def build_flamegraph_figure(tree, *, highlight=None, root_id: int | None = None,
                             flame: bool = False, title: str | None = None, unit: str = "samples",
-                            height: int | None = None, max_levels: int = MAX_LEVELS):
+                            height: int | None = None, max_levels: int = MAX_LEVELS, roots=()):
     """An icicle (root on top) or flame graph (``flame=True``: root at the bottom) of a
     flame tree from :func:`~debugkit.analysis.profile.compute_flame_tree`.
 
@@ -70,6 +74,9 @@ def build_flamegraph_figure(tree, *, highlight=None, root_id: int | None = None,
         Levels drawn at once below the current root (deeper ones appear on zooming in).
     unit : str
         What ``samples`` counts, for the hover text.
+    roots : tuple of str
+        The recording machine's folders (the run's recorded roots): a frame's file is shown
+        relative to them.
     """
     import plotly.graph_objects as go
 
@@ -86,7 +93,7 @@ def build_flamegraph_figure(tree, *, highlight=None, root_id: int | None = None,
     colors = [FOLDED if f else c for f, c in zip(folded, colors)]
     total = float(tree["samples"].iloc[0]) if len(tree) else 0.0
     custom = np.stack([
-        np.array(_hover_text(tree), dtype=object),
+        np.array(_hover_text(tree, roots), dtype=object),
         tree["samples"].to_numpy().astype(object),
         (100 * tree["fraction"].to_numpy()).round(2).astype(object),
         tree["self_samples"].to_numpy().astype(object),
@@ -113,17 +120,18 @@ def build_flamegraph_figure(tree, *, highlight=None, root_id: int | None = None,
 
 
 def build_diff_flamegraph_figure(tree, *, flame: bool = False, title: str | None = None,
-                                 height: int | None = None):
+                                 height: int | None = None, roots=()):
     """A differential flame graph: the new profile's tree (sizes), each frame coloured by
     how its share changed from the base profile (red: larger share now, i.e. slower;
-    blue: smaller). ``tree`` comes from :func:`~debugkit.analysis.profile.compute_diff_tree`."""
+    blue: smaller). ``tree`` comes from :func:`~debugkit.analysis.profile.compute_diff_tree`;
+    ``roots`` as for :func:`build_flamegraph_figure`."""
     import plotly.graph_objects as go
 
     delta = 100 * tree["delta"].to_numpy()
     lim = float(np.nanmax(np.abs(delta[1:]))) if len(delta) > 1 else 1.0
     lim = max(lim, 0.5)
     custom = np.stack([
-        np.array(_hover_text(tree), dtype=object),
+        np.array(_hover_text(tree, roots), dtype=object),
         (100 * tree["base_fraction"].to_numpy()).round(2).astype(object),
         (100 * tree["fraction"].to_numpy()).round(2).astype(object),
         delta.round(2).astype(object),
