@@ -368,7 +368,7 @@ def isolated(rounds, tmp, n=200):
         rec = Recorder(tmp / f"isolated-{name}", m, optimizer=o, flush_every_s=2.0)
         recs.append(rec)
         if name == "spec":
-            rec._specs._specs = None
+            rec._specs._specs, rec._specs.every = None, 0
         elif name == "rows":
             rec._finish_step_rows = lambda st, t1, ok, rec=rec: setattr(rec, "_step_no", st.step + 1)
         elif name == "check":

@@ -48,12 +48,8 @@ class NonFiniteMonitor:
         self.halt = halt
         self.on_found = on_found
         self.found = False
-        self._pending: list = []
-
-    @property
-    def pending(self) -> bool:
-        """Whether deferred (GPU) values wait to be judged."""
-        return bool(self._pending)
+        #: Deferred (GPU) values waiting to be judged (a list: true while any wait).
+        self.pending: list = []
 
     def check(self, st, values, loss, where: str, *, after_optimizer_step: bool) -> None:
         """A step's norms (``values``: a list or a :class:`PendingTensor`) and its logged
@@ -62,7 +58,7 @@ class NonFiniteMonitor:
             return
         if self.defer:
             # No blocking sync: decide when the copies have landed (next step or close).
-            self._pending.append((st, values, loss, where))
+            self.pending.append((st, values, loss, where))
             return
         vals = values.resolve().tolist() if isinstance(values, PendingTensor) else values
         self.judge(st, vals, _host(loss), where, after_optimizer_step=after_optimizer_step)
@@ -74,7 +70,7 @@ class NonFiniteMonitor:
 
     def resolve_pending(self, *, block: bool) -> None:
         keep = []
-        for item in self._pending:
+        for item in self.pending:
             st, values, loss, where = item
             ready = [values.event] + [v.event for _, v in loss if isinstance(v, PendingTensor)]
             if not block and not all(e.query() for e in ready):
@@ -85,7 +81,7 @@ class NonFiniteMonitor:
             vals = values.resolve().tolist()
             self.judge(st, vals, _host(loss), where + " (checked after the step)",
                        after_optimizer_step=True)
-        self._pending = keep
+        self.pending = keep
 
     def judge(self, st, vals, loss, where: str, *, after_optimizer_step: bool) -> None:
         bad_loss = [k for k, v in loss if not math.isfinite(v)]

@@ -83,6 +83,17 @@ class _RSS:
             self._fd = None
 
 
+def _all_finite(rows, start: int) -> bool:
+    """Whether the values of the scalar rows ``rows[start:]`` are all finite floats (a GPU
+    copy in flight is not a float: it is judged by the full check; ``x - x`` is NaN for
+    NaN and inf)."""
+    for i in range(start, len(rows)):
+        v = rows[i][2]
+        if type(v) is not float or v - v != 0.0:
+            return False
+    return True
+
+
 def _inner_optimizer(optimizer):
     """The torch optimizer under wrappers that do not run its step hooks on their own.
 
@@ -775,7 +786,9 @@ class Recorder:
             self._comm.begin_step()
         if self._watchdog is not None:
             self._watchdog.step_started(st.step)
-        self._specs.observe(st.step, st.batch)
+        every = self._specs.every  # spec learning: most steps are not observed
+        if every and not st.step % every:
+            self._specs.observe(st.step, st.batch)
         if self._layer_stats is not None:
             self._layer_stats.begin(st.step)
         if bad:  # guard_action="raise": a failure of this step, captured with its batch
@@ -807,8 +820,14 @@ class Recorder:
                 and not self._opt_stepped):  # this step's norms moved: its outputs too
             self._layer_stats.sample_now(st.step, self._forward_again(st))
         self._step_grads = (st.step, values)
-        self._losses_checked = len(self._step_scalars)
-        if not self._nonfinite.found:
+        rows = self._step_scalars
+        self._losses_checked = len(rows)
+        if not self._nonfinite.found and not (type(values) is list
+                                              and values[-1] - values[-1] == 0.0
+                                              and _all_finite(rows, 0)):
+            # Judged in full only when a value is non-finite (x - x is NaN for NaN and
+            # inf) or a GPU copy is in flight: a finite total norm means every layer's
+            # norm is finite (.norms).
             self._nonfinite.check(st, values, self._losses(), where,
                                   after_optimizer_step=self._opt_stepped)
 
@@ -876,7 +895,8 @@ class Recorder:
             if ok and not self._grads_taken:
                 self._take_grads("end of step")
             elif (ok and len(self._step_scalars) > self._losses_checked
-                  and not self._nonfinite.found):
+                  and not self._nonfinite.found
+                  and not _all_finite(self._step_scalars, self._losses_checked)):
                 # Loss logged after the norms were taken (after the optimizer step): judge
                 # it on its own.
                 self._nonfinite.check_loss(st, self._losses(), "end of step",
@@ -896,10 +916,14 @@ class Recorder:
             if self._layer_stats is not None:
                 self._layer_stats.end(st.step)
             self._finish_step_rows(st, t1, ok)
+            specs = self._specs
             if ok:
-                self._memhist.step_ok(st.step)
-                self._specs.commit(st.step)
-            self._specs.discard()
+                if self._memhist.active:
+                    self._memhist.step_ok(st.step)
+                if specs.obs is not None:
+                    specs.commit(st.step)
+            else:
+                specs.obs = None
 
     def _finish_step_rows(self, st: _Step, t1: float, ok: bool):
         """Write the step's rows into slot ``n`` of the writer's current block and publish

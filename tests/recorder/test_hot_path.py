@@ -104,3 +104,53 @@ def test_rss_is_read_on_a_timer_and_at_a_failed_step(tmp_path, monkeypatch):
     mem = open_run(tmp_path / "r").memory()
     assert mem["step"].tolist() == list(range(30))
     assert (mem["rss_bytes"] > 10_000_000).all()  # every row carries the latest reading
+
+
+def test_healthy_steps_skip_the_full_nonfinite_check_and_a_nan_loss_is_still_caught(tmp_path):
+    """A step whose total norm and logged scalars are finite floats is not judged in full
+    (no NonFiniteMonitor call on the per-step path); the first NaN loss is, and captured."""
+    model, opt, x, y = _setup()
+    rec = Recorder(tmp_path / "r", model, optimizer=opt, flush_every_s=3600)
+    calls = []
+    check, check_loss = rec._nonfinite.check, rec._nonfinite.check_loss
+    rec._nonfinite.check = lambda *a, **k: (calls.append("check"), check(*a, **k))[1]
+    rec._nonfinite.check_loss = lambda *a, **k: (calls.append("loss"), check_loss(*a, **k))[1]
+    _train(rec, model, opt, x, y, 12)  # loss logged before the optimizer step
+    for _ in range(3):  # and after it: judged at the end of the step
+        with rec.step((x, y)):
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            rec.log(loss=loss)
+    assert calls == []
+    with rec.step((x, y)):
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        rec.log(loss=loss * float("nan"), acc=float("inf"))
+        opt.step()
+    assert calls == ["check"]
+    rec.close()
+    run = open_run(tmp_path / "r")
+    (f,) = run.failures()
+    assert f["step"] == 15 and f["kind"] == "nonfinite" and "loss 'loss' is nan" in f["message"]
+
+
+def test_spec_learning_observes_the_dense_steps_then_every_nth_then_stops(tmp_path, monkeypatch):
+    from debugkit.recorder import spec_sampler as sm
+    from debugkit.recorder.batchspec import SpecBuilder
+
+    monkeypatch.setattr(sm, "SPEC_DENSE", 4)
+    monkeypatch.setattr(sm, "SPEC_EVERY", 3)
+    monkeypatch.setattr(sm, "SPEC_MAX", 7)
+    seen = []
+    observe = SpecBuilder.observe
+    monkeypatch.setattr(SpecBuilder, "observe",
+                        lambda self, batch: (seen.append(rec._cur.step), observe(self, batch))[1])
+    model, opt, x, y = _setup()
+    rec = Recorder(tmp_path / "r", model, optimizer=opt, flush_every_s=3600)
+    _train(rec, model, opt, x, y, 20, fail_at={1})  # a failed step's batch is not committed
+    assert seen == [0, 1, 2, 3, 4, 6, 9, 12]  # 4 dense commits (0, 2, 3, 4), every 3rd to 7
+    assert rec._specs.every == 0 and rec._specs._specs.n == 7
+    rec.close()
