@@ -194,16 +194,27 @@ def summary(path: str) -> dict:
 
 
 @st.cache_data(**CACHE, show_spinner=False)
-def _findings(path: str, sig: tuple, sources: tuple | None, config: str, _inputs: dict | None) -> list:
+def _findings(path: str, sig: tuple, sources: tuple | None, config: str, _inputs: dict | None,
+              outside: tuple = ()) -> list:
     import json
 
-    from debugkit.diagnose import diagnose
+    from debugkit.diagnose import SOURCES, arrange, diagnose
     from debugkit.diagnose.run_summaries import cached_findings
 
     if config == "{}":  # the default thresholds: what the run list's index holds, if it does
-        found = cached_findings(path, sig, sources)
-        if found is not None:
-            return found
+        names = [s for s in SOURCES if sources is None or s in sources]
+        if outside and "audit" in names:
+            # audits stored outside the run (the machine's store, the team's shared audit
+            # store) are not in the run's files the index is keyed on: the audit source runs
+            # now (it reads audit.json files only), the others come from the index
+            rest = [s for s in names if s != "audit"]
+            found = cached_findings(path, sig, rest) if rest else []
+            if found is not None:
+                return arrange(found + diagnose(_open(path), sources=["audit"]))
+        else:
+            found = cached_findings(path, sig, sources)
+            if found is not None:
+                return found
     return diagnose(_open(path), json.loads(config), sources=None if sources is None else list(sources),
                     inputs=_inputs)
 
@@ -220,8 +231,17 @@ def findings(path: str, *, sources=None, config: dict | None = None, inputs: dic
     ``DebugkitError`` for a run that cannot be read."""
     import json
 
+    from debugkit.audit.stored_audits import audits_signature
+
     key = json.dumps(config or {}, sort_keys=True)
-    return _findings(path, signature(path), None if sources is None else tuple(sources), key, inputs)
+    outside = ()
+    if sources is None or "audit" in sources:
+        try:  # audits of the run stored outside it (a key: one computed elsewhere shows)
+            outside = tuple(d for d in audits_signature(path) if d[1])
+        except (OSError, DebugkitError):
+            outside = ()  # the shared store cannot be listed: the Bias audit page says so
+    return _findings(path, signature(path), None if sources is None else tuple(sources), key, inputs,
+                     outside)
 
 
 # ---------------------------------------------------------------------------- live refresh

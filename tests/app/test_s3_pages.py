@@ -192,3 +192,29 @@ def test_the_audit_page_says_when_the_shared_store_cannot_be_listed(s3, monkeypa
     (error,) = [e.value.replace("\\:", ":") for e in at.error]  # markdown-escaped
     assert "DEBUGKIT_AUDIT_STORE=s3://no-such-bucket-of-the-team/audits: the shared audit store " \
            "cannot be listed" in error and "bucket does not exist" in error
+
+
+def test_the_overview_shows_the_finding_of_an_audit_stored_in_the_shared_store_later(s3, tmp_path, monkeypatch):
+    """Home indexes the bucket run (no audit yet); another machine then stores a failing
+    audit of it in the shared store: this server's Overview shows its bias_audit finding
+    (the index is keyed on the run's own files, which did not change)."""
+    import shutil
+
+    from debugkit.audit.stored_audits import list_audits, server_audits_dir, store_audit_folder
+
+    bucket = s3.new_bucket("shared")
+    local = tmp_path / "credit-audit"
+    shutil.copytree(SAMPLE_RUNS / "credit-audit", local, ignore=shutil.ignore_patterns("audits"))
+    s3.filesystem().put(f"{local}/", f"{bucket}/runs/credit-audit/", recursive=True)
+    run = f"s3://{bucket}/runs/credit-audit"
+    for name, value in (("DEBUGKIT_AUDIT_STORE", f"s3://{bucket}/audits"), ("DEBUGKIT_ROOTS", f"s3://{bucket}/runs"),
+                        ("DEBUGKIT_LISTING_TTL_S", "0"), ("DEBUGKIT_CACHE", str(tmp_path / "cache"))):
+        monkeypatch.setenv(name, value)
+    home = _open("home")
+    assert list(home.dataframe[0].value["run"]) == ["credit-audit"]
+    assert "Bias audit" not in _texts(_open("overview", run="credit-audit"))
+    aid = list_audits(SAMPLE_RUNS / "credit-audit")[1]["id"]  # the failing one
+    store_audit_folder(run, SAMPLE_RUNS / "credit-audit" / "audits" / aid,
+                       server_audits_dir(run, tmp_path / "other-machines-store"))
+    assert f"Bias audit {aid} (Gradient boosting (sklearn), held-out 40 %) fails" in \
+        _texts(_open("overview", run="credit-audit"))
