@@ -63,7 +63,8 @@ def _report(path: str, sig: tuple, audit_id: str, shared: bool = False) -> bytes
         from debugkit.audit.share import shared_view
 
         a = shared_view(a)
-    return rep.build_report_html(a).encode("utf-8")
+    roots = _data.recorded_roots(path)  # the command without the folders of its machine
+    return rep.build_report_html(a, shown=lambda v: _ui.recorded_text(v, roots)).encode("utf-8")
 
 
 @st.cache_data(**_data.CACHE, show_spinner=False)

@@ -205,8 +205,12 @@ def _table(headers: list[str], rows: list[list[str]], cls: str = "") -> str:
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def build_report_html(audit, *, json_file_name: str | None = None) -> str:
-    """The standalone HTML report of a stored :class:`~debugkit.audit.stored_audits.Audit`."""
+def build_report_html(audit, *, json_file_name: str | None = None, shown=None) -> str:
+    """The standalone HTML report of a stored :class:`~debugkit.audit.stored_audits.Audit`.
+
+    ``shown(text)``: how a provenance value is written (the dashboard passes one that
+    leaves out the folders of the machine that computed the audit); as recorded without it.
+    """
     import plotly.io as pio
 
     doc = audit.doc
@@ -294,6 +298,7 @@ def build_report_html(audit, *, json_file_name: str | None = None) -> str:
                          for rs in top.values() for r in rs[:5]]))
 
     parts.append("<h2>Provenance</h2>")
-    parts.append(_table(["", ""], [[k, v] for k, v in provenance_rows(doc)], cls="prov"))
+    parts.append(_table(["", ""], [[k, v if shown is None else shown(v)] for k, v in provenance_rows(doc)],
+                        cls="prov"))
     parts.append("</body></html>")
     return "\n".join(parts)
