@@ -222,3 +222,27 @@ def test_the_profiler_shows_no_folder_of_the_profiled_machine(variant, view):
         assert "examples/digits.py, lines" in caps, caps
     at = open_page("profiler", run="their-run", profile="torch-trace")
     _no_folder(at, banned)
+
+
+def test_compare_s_code_diff_names_each_file_relative_to_its_project(tmp_path):
+    """Both runs' factory files still on this server (the run under one project folder,
+    the base under another) and different: the diff's header names each as
+    ``examples/digits.py``, not at the folder it lies in."""
+    import hashlib
+
+    for name, sample, folder, extra in (("their-run", "digits-compare-lr", "proj-run", "# run\n"),
+                                        ("their-base", "digits-compare-base", "proj-base", "")):
+        dst, _ = _relocate(sample, name, "server")
+        factory = tmp_path / folder / "examples" / "digits.py"
+        factory.parent.mkdir(parents=True)
+        factory.write_text((ROOT / "examples" / "digits.py").read_text() + extra)
+        manifest = json.loads((dst / "manifest.json").read_text())
+        manifest["env"]["cwd"] = str(tmp_path / folder)
+        manifest["code"]["model_factory"].update(
+            file=str(factory), sha256=hashlib.sha256(factory.read_bytes()).hexdigest())
+        (dst / "manifest.json").write_text(json.dumps(manifest))
+    at = open_page("compare", run="their-run", base="their-base")
+    diffs = [c.value for c in at.code if c.language == "diff"]
+    assert diffs and diffs[0].startswith("--- base: examples/digits.py\n+++ run: examples/digits.py"), diffs
+    assert "+# run" in diffs[0]
+    _no_folder(at, (str(tmp_path),))
