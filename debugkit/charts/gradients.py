@@ -60,28 +60,36 @@ def build_grad_heatmap_figure(bins: HeatmapBins, *, groups=(), selected_step=Non
     label_groups = bool(groups) and len(names) > 2 * len(groups) + 1
     with np.errstate(divide="ignore", invalid="ignore"):
         z = np.where(bins.max_norm > 0, np.log10(bins.max_norm), np.nan).astype(np.float32)
-    end = bins.end_step.astype(np.float64)
-    custom = np.broadcast_to(end[None, :], z.shape).astype(np.float32)
+    # Each cell's last step, for the hover: whole numbers, sent in the smallest integer type
+    # that holds them (uint8/16/32: a quarter or half of float32's bytes in the page).
+    end = bins.end_step
+    custom = np.broadcast_to(end[None, :], z.shape).astype(_uint_for(end))
+    edges = _whole(bins.edges)
     fig.add_trace(go.Heatmap(
-        z=z, x=bins.edges, y=names, customdata=custom, colorscale="Viridis", name="log10 norm",
+        z=z, x=edges, y=names, customdata=custom, colorscale="Viridis", name="log10 norm",
         colorbar={"title": {"text": "log10<br>norm"}, "thickness": 12,
                   "x": 1.0 + (0.16 if label_groups else 0.01), "xanchor": "left"},
         hovertemplate="%{y}<br>steps %{x}–%{customdata:.0f}<br>max norm 10^%{z:.2f}<extra></extra>",
         zsmooth=False))
+    # The overlays are sent only over the columns that hold a marked cell (x: those columns'
+    # edges), and the NaN/Inf overlay's z is the count its hover reads: an overlay that was
+    # as large as the heatmap (two arrays) is now one array over a few columns.
     bad = bins.nonfinite
     if bad.any():
-        n_bad = (bins.n_nan + bins.n_inf).astype(np.float32)
+        cols = _marked_columns(bad)
+        counts = (bins.n_nan + bins.n_inf)[:, cols]
         fig.add_trace(go.Heatmap(
-            z=np.where(bad, 1.0, np.nan).astype(np.float32), x=bins.edges, y=names,
-            customdata=n_bad, colorscale=[[0, NONFINITE_COLOR], [1, NONFINITE_COLOR]],
+            z=np.where(bad[:, cols], counts, np.nan).astype(np.float32), x=edges[cols.start:cols.stop + 1],
+            y=names, colorscale=[[0, NONFINITE_COLOR], [1, NONFINITE_COLOR]],
             showscale=False, name="NaN/Inf", zmin=0, zmax=1,
-            hovertemplate="%{y}<br>from step %{x}: %{customdata:.0f} NaN/Inf value(s)<extra></extra>"))
+            hovertemplate="%{y}<br>from step %{x}: %{z:.0f} NaN/Inf value(s)<extra></extra>"))
         _legend_swatch(fig, "NaN/Inf", NONFINITE_COLOR)
     zero = bins.all_zero & ~bad
     if zero.any():
+        cols = _marked_columns(zero)
         fig.add_trace(go.Heatmap(
-            z=np.where(zero, 1.0, np.nan).astype(np.float32), x=bins.edges, y=names,
-            colorscale=[[0, ZERO_COLOR], [1, ZERO_COLOR]], showscale=False, name="exactly 0",
+            z=np.where(zero[:, cols], 1.0, np.nan).astype(np.float32), x=edges[cols.start:cols.stop + 1],
+            y=names, colorscale=[[0, ZERO_COLOR], [1, ZERO_COLOR]], showscale=False, name="exactly 0",
             zmin=0, zmax=1, hovertemplate="%{y}<br>from step %{x}: gradient exactly 0<extra></extra>"))
         _legend_swatch(fig, "exactly 0", ZERO_COLOR)
     shapes, annotations = [], []
@@ -115,6 +123,27 @@ def build_grad_heatmap_figure(bins: HeatmapBins, *, groups=(), selected_step=Non
         uirevision="grad-heatmap", plot_bgcolor="white")
     return fig
 
+
+
+def _uint_for(values: np.ndarray):
+    """The smallest unsigned integer type holding every value of ``values`` (whole, >= 0)."""
+    top = int(values.max()) if len(values) else 0
+    return next(t for t in (np.uint8, np.uint16, np.uint32, np.uint64) if top <= np.iinfo(t).max)
+
+
+def _whole(values: np.ndarray) -> np.ndarray:
+    """``values`` as the smallest unsigned integer type when all are whole and >= 0 (the
+    bins' edges are steps), else unchanged."""
+    v = np.asarray(values)
+    if len(v) and np.all(np.isfinite(v)) and v.min() >= 0 and np.all(v == np.round(v)):
+        return v.astype(_uint_for(v))
+    return v
+
+
+def _marked_columns(mask: np.ndarray) -> slice:
+    """The columns from the first to the last holding a True cell of ``mask`` (not empty)."""
+    cols = np.flatnonzero(mask.any(axis=0))
+    return slice(int(cols[0]), int(cols[-1]) + 1)
 
 def _nonfinite_subset(idx: np.ndarray, max_points: int) -> np.ndarray:
     """Indices of non-finite points to draw: all of them up to ``max_points``, else the

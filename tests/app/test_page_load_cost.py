@@ -92,3 +92,20 @@ def test_a_text_table_keeps_every_cell_in_its_column():
     lines = table.splitlines()
     assert lines[:2] == ["| key | last value |", "|---|---|"]
     assert lines[2:] == ["| a\\|b | NaN |", "| \\_\\_x\\_\\_ | \\*2\\* |", "| \\-1 | 3 |"]
+
+
+def _figure_bytes(at) -> dict:
+    return {c.key: len(c.proto.spec) for c in at.get("plotly_chart")}
+
+
+def test_gradients_sends_its_heatmap_in_compact_arrays():
+    """Gradients' heatmap was 59 kB of figure JSON on digits-exploding (104 steps x 15
+    rows): its NaN/Inf overlay sent two full-size arrays for one marked column, the zero
+    overlay one for 23 columns, and the hover's step numbers were float32. The overlays now
+    span their marked columns and the steps are small integers: 22 kB, the same cells."""
+    at = open_page("gradients", run="digits-exploding")
+    sizes = _figure_bytes(at)
+    assert list(sizes) == ["grad_heatmap", "grad_lines_chart"]
+    assert sizes["grad_heatmap"] < 30_000, sizes
+    heat = json.loads(at.get("plotly_chart")[0].proto.spec)["data"]
+    assert [t["name"] for t in heat if t["type"] == "heatmap"] == ["log10 norm", "NaN/Inf", "exactly 0"]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
+import plotly.io as pio
 
 from debugkit.analysis.gradients.clipping import compute_clip_whatif
 from debugkit.analysis.gradients.heatmap import compute_heatmap_bins
@@ -77,8 +80,8 @@ def test_heatmap_marks_nonfinite_and_zero_cells_and_stays_bounded():
     nan_layer = next(t for t in heat if t.name == "NaN/Inf")
     zn = np.asarray(nan_layer.z, dtype=float)
     assert np.nansum(zn[0]) == 1 and np.nansum(zn[1]) == 0
-    col = int(np.nanargmax(zn[0]))
-    assert bins.start_step[col] <= 500_000 <= bins.end_step[col]
+    col = int(np.nanargmax(zn[0]))  # a column of the overlay, whose x holds its own edges
+    assert nan_layer.x[col] <= 500_000 < nan_layer.x[col + 1]
     # 10 zero steps share their bin with non-zero ones: no all-zero cell
     assert not any(t.name == "exactly 0" for t in heat)
     assert figure_payload_points(fig) < 20_000
@@ -100,6 +103,7 @@ def test_heatmap_zero_overlay_and_group_labels():
     zero = next(t for t in fig.data if t.name == "exactly 0")
     z = np.asarray(zero.z, dtype=float)
     assert np.nansum(z[6]) == n and np.nansum(z[:6]) == 0
+    assert [int(x) for x in zero.x] == list(range(n + 1))  # head.w is 0 at every step: all 40 columns
     assert [a.text for a in fig.layout.annotations] == ["blocks.0", "blocks.1", "head"]
 
 
@@ -118,3 +122,35 @@ def test_other_runs_are_dashed_lines_named_by_run():
     assert {"w", "total", "w · run-b", "total · run-b"} <= set(by)
     assert by["w · run-b"].line.dash == "dash" and by["w · run-b"].customdata is None
     assert list(fig.layout.xaxis.range) == [0.0, 20.0]  # the longer run fits
+
+
+def test_heatmap_overlays_span_only_their_marked_columns_in_compact_arrays():
+    """Figure JSON is what the page sends before its first chart is drawn: the NaN/Inf and
+    zero overlays cover only the columns from their first to their last marked cell (they
+    were as wide as the heatmap, and NaN/Inf's counts a second full-size array), and the
+    hover's step numbers are sent as small integers. Every mark stays where it was."""
+    n, names = 3000, ["a.w", "b.w", "c.w"]
+    vals = {k: np.linspace(1.0, 2.0, n) for k in names}
+    vals["a.w"][2000] = np.nan
+    vals["b.w"][2005:2015] = np.inf
+    vals["c.w"][100:200] = 0.0
+    rows = [(s, k, v[s]) for k, v in vals.items() for s in range(n)]
+    g = pd.DataFrame(rows, columns=["step", "layer", "grad_norm"]).assign(rank=0)
+    g["layer"] = pd.Categorical(g["layer"], categories=names)
+    m = pivot_grad_norms(g)[0]
+    bins = compute_heatmap_bins(m, 300)
+    fig = build_grad_heatmap_figure(bins)
+    main, nan, zero = (next(t for t in fig.data if t.name == k) for k in ("log10 norm", "NaN/Inf", "exactly 0"))
+    assert np.asarray(main.customdata).dtype == np.uint16 and np.asarray(main.x).dtype == np.uint16
+    np.testing.assert_array_equal(np.asarray(main.customdata)[0], bins.end_step)
+    zn = np.asarray(nan.z, dtype=float)
+    assert zn.shape[1] <= 2 and list(nan.y) == list(main.y)  # one or two of 300 columns
+    marked = {(main.y[r], int(nan.x[c])) for r, c in zip(*np.nonzero(np.isfinite(zn)))}
+    want = {(main.y[r], int(bins.start_step[c])) for r, c in zip(*np.nonzero(bins.nonfinite))}
+    assert marked == want
+    assert np.nansum(zn[:3]) == 1 + 10  # the hover's counts: a.w's NaN, b.w's ten Infs (row 3: the total)
+    zz = np.asarray(zero.z, dtype=float)
+    assert zz.shape[1] <= 11 and np.nansum(zz[:2]) == 0
+    assert {int(x) for x in zero.x[:-1]} >= {int(s) for s in bins.start_step[bins.all_zero[2]]}
+    sizes = {t["name"]: len(json.dumps(t)) for t in json.loads(pio.to_json(fig))["data"]}  # as sent
+    assert sizes["NaN/Inf"] < sizes["log10 norm"] / 5 and sizes["exactly 0"] < sizes["log10 norm"] / 5
