@@ -195,11 +195,14 @@ def _paired(a, b, reps):
 
 
 def step_costs(config, every, reps_sampled=20, reps_unsampled=None, quick=False):
-    """The two parts of the layer statistics' cost, each measured step by step against the
-    Recorder alone (paired, alternating, medians: robust to a loaded machine): one sampled
-    step's extra (every=1 vs off) and one unsampled step's extra (the grad-norm trigger and
-    the sampled-step checks: every=10**9 vs off). Their sum at ``every`` is the overhead a
-    run pays, ``(unsampled + sampled / every) / recorder step``."""
+    """The two parts of the layer statistics' cost, each measured step by step (robust to a
+    loaded machine): one sampled step's extra (every=1 against the Recorder alone, paired,
+    alternating, medians) and the grad-norm trigger that runs on every other step, timed in
+    place (``LayerStats.observe_norms`` wrapped, thread CPU, median per call; a paired
+    comparison of two Recorders, also printed, carries their models' placement noise, tens
+    of us on a loaded 2-core machine). Their sum at ``every`` is the overhead a run pays,
+    ``(trigger + sampled / every) / recorder step``. TensorBoard's ``add_histogram`` of every
+    weight and gradient is measured the same way per logged step, for the peers' ratio."""
     width, batch = CONFIGS[config]
     reps_unsampled = reps_unsampled or (400 if config == "small" else 100)
     if quick:
@@ -208,24 +211,45 @@ def step_costs(config, every, reps_sampled=20, reps_unsampled=None, quick=False)
         on = Variant("on", width, batch, tmp, 1, "layers")
         never = Variant("never", width, batch, tmp, 10**9, "layers")
         off = Variant("off", width, batch, tmp, 1, "recorder")
-        for v in (on, never, off):
+        bare = Variant("bare", width, batch, tmp, 1, "bare")
+        tb = Variant("tb", width, batch, tmp, 1, "tb")
+        for v in (on, never, off, bare, tb):
             for _ in range(3):
                 v.step()
         a, b = _paired(on, off, reps_sampled)
         c, d = _paired(never, off, reps_unsampled)
-        for v in (on, never, off):
+        e, f = _paired(tb, bare, reps_sampled)
+        ls = never.rec._layer_stats
+        trig: list = []
+        observe = ls.observe_norms
+
+        def timed(step, values):
+            t0 = time.thread_time()
+            try:
+                return observe(step, values)
+            finally:
+                trig.append(time.thread_time() - t0)
+
+        ls.observe_norms = timed
+        for _ in range(reps_unsampled):
+            never.step()
+        for v in (on, never, off, bare, tb):
             v.close()
-    sampled, unsampled = a - b, c - d
-    est = (unsampled + sampled / every) / d
+    sampled, unsampled, tb_logged = a - b, c - d, e - f
+    trigger = statistics.median(trig)
+    est = (trigger + sampled / every) / d
     target = 0.02 if config == "small" else 0.01
     print(f"  one sampled step: {1e3 * a:.3f} ms CPU vs {1e3 * b:.3f} ms unsampled "
           f"(+{1e3 * sampled:.3f} ms)")
-    print(f"  one unsampled step: {1e6 * c:.1f} us CPU vs {1e6 * d:.1f} us without layer "
-          f"statistics ({1e6 * unsampled:+.1f} us)")
-    print(f"  => at every={every}: ({1e6 * unsampled:.1f} us + {1e3 * sampled:.3f} ms / {every})"
+    print(f"  the grad-norm trigger on an unsampled step, timed in place: {1e6 * trigger:.1f} us "
+          f"(two Recorders paired: {1e6 * c:.1f} us vs {1e6 * d:.1f} us, {1e6 * unsampled:+.1f} us)")
+    print(f"  => at every={every}: ({1e6 * trigger:.1f} us + {1e3 * sampled:.3f} ms / {every})"
           f" / {1e3 * d:.3f} ms = {100 * est:+.2f} % (target <= {100 * target:.0f} %: "
           f"{'met' if est <= target else 'NOT met'}); break-even every="
-          f"{math.ceil(sampled / max(1e-12, target * d - unsampled)) if target * d > unsampled else 'none'}")
+          f"{math.ceil(sampled / max(1e-12, target * d - trigger)) if target * d > trigger else 'none'}")
+    print(f"  TensorBoard add_histogram of every weight and gradient: +{1e3 * tb_logged:.3f} ms per "
+          f"logged step = {tb_logged / sampled:.2f}x one sampled step of ours (target: ours "
+          f"cheaper: {'met' if tb_logged > sampled else 'NOT met'})")
 
 
 def main(argv=None):

@@ -40,6 +40,9 @@ def test_layer_stats_quick_prints_the_targets_and_the_peers_ratio():
                      r"[-+]\d+\.\d\d % of process CPU \(target <= 2 %: (met|NOT met)\)", out)
     assert re.search(r"tb histograms beyond bare: .* \(target: ours cheaper: (met|NOT met)\)", out)
     assert re.search(r"=> at every=5: .* \(target <= 2 %: (met|NOT met)\); break-even every=", out)
+    assert re.search(r"the grad-norm trigger on an unsampled step, timed in place: \d+\.\d us", out)
+    assert re.search(r"add_histogram of every weight and gradient: \+-?\d+\.\d+ ms per logged step = "
+                     r"-?\d+\.\d\dx one sampled step of ours \(target: ours cheaper: (met|NOT met)\)", out)
 
 
 @pytest.mark.slow  # what it runs: SeaweedFS, 10 runs uploaded, 12 measured processes (~60 CPU s)

@@ -324,3 +324,41 @@ def test_the_trigger_fires_on_the_same_steps_in_python_and_numpy(monkeypatch):
     assert runs[0] == runs[1]
     assert [s for s, _ in runs[0]][:1] == [300] and (650, ("p40",)) in runs[0]
     assert (900, ("p0",)) in runs[0]
+
+
+def test_a_sampled_step_holds_at_most_the_output_budget_and_frees_its_copies(tmp_path, monkeypatch):
+    """Memory per sampled step is bounded: copied outputs are reduced whenever they pass
+    OUTPUT_BUDGET elements (the statistics are the same as with the whole step's copies
+    held), and the weights copied for the update ratio are freed by the optimizer step."""
+    import numpy as np
+
+    from debugkit.recorder import layerstats as ls_mod
+
+    def run(name, budget):
+        monkeypatch.setattr(ls_mod, "OUTPUT_BUDGET", budget)
+        torch.manual_seed(0)
+        m = nn.Sequential(*[nn.Sequential(nn.Linear(64, 64), nn.ReLU()) for _ in range(6)])
+        opt = torch.optim.SGD(m.parameters(), lr=0.01)
+        rec = Recorder(tmp_path / name, m, opt, layer_stats_every=2)
+        ls = rec._layer_stats
+        held, after_step = [], []
+        stash = ls._stash
+        monkeypatch.setattr(ls, "_stash", lambda *a: (stash(*a), held.append(ls._out_elems))[0])
+        x = torch.randn(32, 64, generator=torch.Generator().manual_seed(1))
+        for _ in range(4):
+            with rec.step(x):
+                loss = m(x).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                after_step.append(ls._w0)
+        rec.close()
+        df = open_run(tmp_path / name).layer_stats()
+        return held, after_step, df.sort_values(["step", "module", "stat"])["value"].to_numpy()
+
+    budget = 3 * 32 * 64  # three layers' outputs
+    held, after_step, bounded = run("bounded", budget)
+    assert held and max(held) <= budget  # 12 outputs of 2,048 per sampled step
+    assert all(w is None for w in after_step)
+    _, _, whole = run("whole", 1 << 30)
+    np.testing.assert_allclose(bounded, whole, rtol=1e-6)
