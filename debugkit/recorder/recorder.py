@@ -740,12 +740,19 @@ class Recorder:
         if type(value) is float:
             return value
         if isinstance(value, self._Tensor):
+            # On a CPU run one torch call: .item() (it needs neither detach nor reshape, and
+            # refuses a tensor that is not one element). Each torch entry point the step
+            # touches costs ~1 us here, where the code runs cold after backward.
+            if not self._cuda or not value.is_cuda:
+                try:
+                    return float(value.item())
+                except RuntimeError:
+                    if value.numel() == 1:
+                        raise
             if value.numel() != 1:
                 raise InvalidInputError(
                     f"rec.log({key}=...): expected a Python number or a 0-d tensor, "
-                    f"got a tensor of shape {tuple(value.shape)}")
-            if not value.is_cuda:  # .item() needs neither detach nor reshape
-                return float(value.item())
+                    f"got a tensor of shape {tuple(value.shape)}") from None
             import torch
 
             v = value.detach()

@@ -145,6 +145,8 @@ def test_log_accepts_numbers_and_0d_tensors_only(tmp_path):
             rec.log(a=1, b=2.5, c=torch.tensor(3.0), d=torch.tensor([4.0]))
             with pytest.raises(InvalidInputError, match=r"rec.log\(e=...\): expected a Python number or a 0-d tensor, got a tensor of shape \(2,\)"):
                 rec.log(e=torch.ones(2))
+            with pytest.raises(InvalidInputError, match=r"got a tensor of shape \(0, 3\)"):
+                rec.log(g=torch.ones(0, 3))
             with pytest.raises(InvalidInputError, match="expected a Python number"):
                 rec.log(f="high")
     sc = open_run(tmp_path / "r").scalars()
