@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..analysis.findings import Finding
 from ..analysis.lost_ranks import describe_collective_error, parse_collective_error
 
-#: At most this many captures have their batch read (each load imports torch's safetensors).
+#: At most this many captures have their batch read (each reads its safetensors file).
 MAX_BATCH_CHECKS = 20
 
 
