@@ -118,7 +118,15 @@ def _pick_folder() -> None:
 
 
 # ----------------------------------------------------------------------------- sections
+#: Checkpoints listed as a Markdown table; a longer list opens its grid instead.
+TABLE_ROWS = 12
+
+
 def _listing_table(listing) -> None:
+    """The checkpoints: a Markdown table of their main columns, and every column (hash,
+    path) in a grid drawn when its expander is opened. A data grid is 1.5 MB of JavaScript
+    the browser loads and runs before the heatmap is drawn; the Markdown renderer is
+    already loaded. A list longer than :data:`TABLE_ROWS` is the grid, open."""
     import pandas as pd
 
     shown = pd.DataFrame({
@@ -130,9 +138,17 @@ def _listing_table(listing) -> None:
         "problem": listing["problem"],
         "path": listing["path"].map(_ui.visitor_text),  # relative to the served folders
     })
-    st.dataframe(shown, hide_index=True, width="stretch",
-                 column_config={"ok": st.column_config.CheckboxColumn("verified", width="small")},
-                 height=min(400, 35 * (len(shown) + 1) + 3))
+    long = len(shown) > TABLE_ROWS
+    if not long:
+        short = shown[["checkpoint", "ok", "size (KiB)", "source", "problem"]].assign(
+            ok=shown["ok"].map({True: "✓", False: "✗"}), problem=shown["problem"].fillna("").replace("", "—"))
+        st.markdown(_ui.text_table(short.rename(columns={"ok": "verified"})))
+    box = st.expander(f"All {len(shown)} checkpoints (SHA-256, path)", key="ckpt_listing",
+                      on_change="rerun", expanded=long)
+    if box.open:
+        box.dataframe(shown, hide_index=True, width="stretch",
+                      column_config={"ok": st.column_config.CheckboxColumn("verified", width="small")},
+                      height=min(400, 35 * (len(shown) + 1) + 3))
     bad = listing[~listing["ok"]]
     for _, r in bad.iterrows():
         st.warning(f"{_ui.md(_label(r))} is skipped: {_ui.md(r['problem'])}", icon=":material/broken_image:")
@@ -228,7 +244,9 @@ def _compare_section(listing, sig, folder_sig) -> None:
             st.caption("Nothing changed: the two checkpoints hold identical weights.")
     with right:
         st.markdown("**Never moved** (bit-identical in both)")
-        if mv["never_moved"]:
+        if 0 < len(mv["never_moved"]) <= TABLE_ROWS:  # a few names: text, no data grid to load
+            st.markdown("\n".join(f"- {_ui.code(t)}" for t in mv["never_moved"]))
+        elif mv["never_moved"]:
             st.dataframe({"tensor": mv["never_moved"]}, hide_index=True, width="stretch",
                          height=min(300, 35 * len(mv["never_moved"]) + 40))
         else:
@@ -236,8 +254,9 @@ def _compare_section(listing, sig, folder_sig) -> None:
         if mv["only_a"] or mv["only_b"]:
             st.warning(f"Only in A: {_ui.md(', '.join(mv['only_a']) or '—')}; only in B: "
                        f"{_ui.md(', '.join(mv['only_b']) or '—')}", icon=":material/difference:")
-    with st.expander("All tensors"):
-        st.dataframe(diff, hide_index=True, width="stretch")
+    box = st.expander(f"All {len(diff)} tensors", key="ckpt_all_tensors", on_change="rerun")
+    if box.open:  # drawn when opened (a data grid's JavaScript is loaded only then)
+        box.dataframe(diff, hide_index=True, width="stretch")
 
 
 def _replay_links(listing, failures, rid) -> None:

@@ -238,6 +238,39 @@ def _trace_tab(sig):
     _ui.chart(build_overlap_figure(t["overlap"]), key="dist_overlap")
 
 
+#: Ranks listed as a Markdown table above the charts; a larger job gets a count by status.
+TABLE_RANKS = 16
+#: The rank list's columns in its Markdown table (all are in the grid when it is opened).
+RANK_COLUMNS = {"rank": "rank", "host": "host", "device": "device", "status": "status",
+                "heartbeat_step": "last step", "heartbeat_time": "last heartbeat (UTC)",
+                "crash_reason": "crash reason"}
+
+
+def _rank_table(info: pd.DataFrame) -> None:
+    """The ranks: a Markdown table of their main columns (up to :data:`TABLE_RANKS`; above
+    that, a count by status), and every column in a grid drawn when its expander is opened.
+    A data grid is 1.5 MB of JavaScript the browser loads and runs before the step-time
+    heatmap is drawn; the Markdown renderer is already loaded."""
+    if info.empty:
+        return
+    times = pd.to_datetime(info["heartbeat_time"], unit="s", utc=True)
+    if len(info) <= TABLE_RANKS:
+        cols = [c for c in RANK_COLUMNS if c in info.columns]
+        short = info[cols].assign(**({"heartbeat_time": times.dt.strftime("%Y-%m-%d %H:%M:%S")}
+                                     if "heartbeat_time" in cols else {}))
+        short = short.astype(object).where(short.notna(), "—").rename(columns=RANK_COLUMNS)
+        st.markdown(_ui.text_table(short))
+    else:
+        counts = info["status"].fillna("unknown").value_counts()
+        st.caption(f"{len(info)} ranks: " + ", ".join(f"{n} {_ui.md(k)}" for k, n in counts.items()))
+    box = st.expander(f"All rank details ({len(info)} ranks, {len(info.columns)} columns)",
+                      key="dist_ranks", on_change="rerun")
+    if box.open:
+        box.dataframe(info.assign(heartbeat_time=times), hide_index=True, width="stretch",
+                      column_config={"heartbeat_time": st.column_config.DatetimeColumn(
+                          "last heartbeat (UTC)", format="YYYY-MM-DD HH:mm:ss")})
+
+
 def render():
     try:
         sig = _data.signature(path)
@@ -263,10 +296,7 @@ def render():
                 "ranks (`ranks/` folders): the straggler and overlap analysis of the traces is on the "
                 "**Profiler traces** tab; step times, hangs and gradient divergence need a recorded run.")
     _findings_block(a["findings"])
-    shown = info.assign(heartbeat_time=pd.to_datetime(info["heartbeat_time"], unit="s", utc=True))
-    st.dataframe(shown, hide_index=True, width="stretch",
-                 column_config={"heartbeat_time": st.column_config.DatetimeColumn(
-                     "last heartbeat (UTC)", format="YYYY-MM-DD HH:mm:ss")})
+    _rank_table(info)
     stragglers = sorted({f.rank for f in a["findings"] if f.kind == "straggler"
                          and f.rank is not None})
     # A hung run opens on its Hangs tab.

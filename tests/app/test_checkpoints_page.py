@@ -30,6 +30,8 @@ def _charts(at):
 def test_resumed_sample_lists_verified_checkpoints_and_draws_the_heatmap():
     at = _open("digits-resumed")
     assert at.title[0].value == "Checkpoints"
+    at.session_state["ckpt_listing"] = True  # as a click on the list's expander does
+    at.run()
     listing = at.dataframe[0].value
     assert listing["checkpoint"].tolist() == ["step 30", "step 60", "step 90", "step 120", "step 150"]
     assert listing["ok"].all()
@@ -70,6 +72,8 @@ def test_a_corrupted_checkpoint_is_flagged_and_skipped(tmp_path):
     f = tmp_path / "r" / "checkpoints" / "000000150" / "model.safetensors"
     f.write_bytes(b"\0" * f.stat().st_size)  # same size, other bytes
     at = _open_path(tmp_path / "r")
+    at.session_state["ckpt_listing"] = True  # as a click on the list's expander does
+    at.run()
     listing = at.dataframe[0].value
     assert listing.iloc[-1]["problem"] == "model.safetensors: SHA-256 differs from the recorded one"
     assert any("step 150 is skipped" in w.value for w in at.warning)
@@ -97,6 +101,8 @@ def test_a_folder_of_state_dict_files(tmp_path):
     at.text_input[0].input(str(folder))
     at.button[0].click().run()
     assert not at.exception
+    at.session_state["ckpt_listing"] = True  # as a click on the list's expander does
+    at.run()
     listing = at.dataframe[0].value
     assert set(listing["source"]) == {"state_dict file"}
     bad = listing[~listing["ok"]]

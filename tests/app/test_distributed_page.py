@@ -24,13 +24,19 @@ def test_straggler_sample_shows_rank_2_and_the_charts():
     assert any("Rank 2 starts its last gloo:all_reduce" in c for c in captions)
     assert [t.label for t in at.tabs] == ["Step time", "Data wait vs compute", "Hangs",
                                           "Gradient divergence", "Profiler traces"]
+    # the ranks: a Markdown table, and every column in a grid drawn when opened
+    ranks = next(m.value for m in at.markdown if m.value.startswith("| rank | host |"))
+    assert [r.split(" | ")[3] for r in ranks.splitlines()[2:]] == ["finished"] * 4
+    assert not at.dataframe
+    at.session_state["dist_ranks"] = True  # as a click on "All rank details" does
+    at.run()
     info = at.dataframe[0].value
     assert info["rank"].tolist() == [0, 1, 2, 3] and set(info["status"]) == {"finished"}
     # only the open tab (Step time: heatmap and lines) is built and sent
     assert len(at.get("plotly_chart")) == 2
     at.session_state["dist_tab"] = "Data wait vs compute"  # as a click on the tab does
     at.run()
-    split = at.dataframe[1].value
+    split = next(d.value for d in at.dataframe if "straggler" in d.value.columns)
     assert split.loc[split["straggler"], "rank"].tolist() == [2]
     at.session_state["dist_tab"] = "Gradient divergence"
     at.run()

@@ -83,6 +83,8 @@ def hostile_run(tmp_path):
 
 def test_checkpoints_page_never_reads_a_checkpoint_outside_the_run(hostile_run):
     at = open_page("checkpoints", run="ckpt-escape")
+    at.session_state["ckpt_listing"] = True  # as a click on the list's expander does
+    at.run()
     listing = at.dataframe[0].value
     assert listing["checkpoint"].tolist() == ["step 30", "step 60", "step 90", "step 120", "step 150"]
     assert listing["ok"].tolist() == [True, True, False, False, False]

@@ -74,6 +74,8 @@ def test_each_page_shows_a_bucket_run_as_it_shows_the_local_one(s3, s3_samples, 
 def test_checkpoints_page_lists_and_verifies_the_buckets_checkpoints(served):
     at = _open("checkpoints", run="digits-resumed")
     assert not at.error, [e.value for e in at.error]
+    at.session_state["ckpt_listing"] = True  # the list's grid, drawn when opened
+    at.run()
     frames = [d.value for d in at.dataframe] + [t.value for t in at.table]
     assert any(len(d) >= 2 for d in frames)
 
