@@ -234,27 +234,27 @@ class Request:
     capture's id, or None) and ``latency_ms`` say what was recorded.
     """
 
-    __slots__ = ("rec", "inputs", "call", "route", "request", "wall_time", "t0", "mem_before", "rng",
-                 "fallback_name", "fallback_error", "out", "has_output", "outcome",
-                 "failure_id", "latency_ms")
+    # the defaults are class attributes: a request sets only what it changes (each
+    # attribute written costs on the request thread)
+    request = -1
+    wall_time = 0.0
+    t0 = 0.0
+    mem_before: int | None = None
+    #: the CPU generator's state tensor (a CPU model) or take_rng_state()'s dict
+    rng: Any = None
+    fallback_name: str | None = None
+    fallback_error: BaseException | None = None
+    out: Any = None
+    has_output = False
+    outcome: str | None = None
+    failure_id: str | None = None
+    latency_ms: float | None = None
 
     def __init__(self, rec: ServeRecorder, inputs, call: str | None, route: str | None):
         self.rec = rec
         self.inputs = inputs
         self.call = call
         self.route = route
-        self.request = -1
-        self.wall_time = 0.0
-        self.t0 = 0.0
-        self.mem_before: int | None = None
-        self.rng: dict | None = None
-        self.fallback_name: str | None = None
-        self.fallback_error: BaseException | None = None
-        self.out = None
-        self.has_output = False
-        self.outcome: str | None = None
-        self.failure_id: str | None = None
-        self.latency_ms: float | None = None
 
     def output(self, out):
         """Record the model's output (its floating tensors are checked for NaN/Inf);
@@ -410,6 +410,8 @@ class ServeRecorder:
         self._rss = _RSS()
         self._mem_every = float(memory_every_s)
         self._mem_next = 0.0  # perf_counter() from which the next request reads memory
+        self._wall_offset = time.time() - time.perf_counter()  # wall clock - perf_counter()
+        self._add_row = self._writer.appender("requests")
         # a CPU model draws only from the CPU generator: its state alone is copied
         self._cpu_gen = None if self._cuda else torch.default_generator
         # 0-based request numbers in the order requests start, over all threads: next() on
@@ -506,25 +508,38 @@ class ServeRecorder:
         if self._closed:
             raise InvalidInputError(MSG_CLOSED)
         r.request = next(self._seq)
-        if self.capture:
+        if self.capture:  # a CPU model: the CPU generator's state tensor (a dict at capture)
             gen = self._cpu_gen
-            r.rng = {"torch_cpu": gen.get_state()} if gen is not None else take_rng_state()
-        r.wall_time = time.time()
+            r.rng = gen.get_state() if gen is not None else take_rng_state()
         now = time.perf_counter()
         if now >= self._mem_next:  # a reading is due (a race between threads: both read)
             self._mem_next = now + self._mem_every
+            # the wall clock is perf_counter() plus this offset, refreshed with each memory
+            # reading (a time.time() call per request costs more with cold caches)
+            self._wall_offset = time.time() - now
             r.mem_before = self._mem()
             now = time.perf_counter()
         r.t0 = now
 
     def _end(self, r: Request, exc: BaseException | None) -> None:
         t1 = time.perf_counter()
-        mem_after = self._mem() if r.mem_before is not None else None
-        r.latency_ms = (t1 - r.t0) * 1e3
+        mem_before = r.mem_before
+        mem_after = self._mem() if mem_before is not None else None
+        t0 = r.t0
+        r.latency_ms = latency_ms = (t1 - t0) * 1e3
+        inputs = r.inputs
         try:
-            sig, numel = describe_inputs(r.inputs, self._Tensor)
+            # a dict of one tensor or one tensor (most services): one cache lookup by its
+            # key, dtype and shape (see describe_inputs)
+            T = self._Tensor
+            if type(inputs) is dict and len(inputs) == 1:
+                for k, v in inputs.items():
+                    hit = _INPUTS_CACHE.get((k, v.dtype, v.shape)) if type(v) is T else None
+                sig, numel = hit if hit is not None else describe_inputs(inputs, T)
+            else:
+                sig, numel = describe_inputs(inputs, T)
         except Exception:  # noqa: BLE001 - an odd input never breaks the request
-            sig, numel = f"input:{type(r.inputs).__name__}", 0
+            sig, numel = f"input:{type(inputs).__name__}", 0
         etype = None
         bad: list[str] = []
         if exc is not None:
@@ -551,13 +566,13 @@ class ServeRecorder:
                     bad = []
                 if bad:
                     outcome = "nonfinite"
-        r.outcome = outcome
-        if self.capture and (outcome in ("error", "nonfinite") or r.fallback_error is not None):
-            r.failure_id = self._reserve_capture(r, outcome, etype, exc or r.fallback_error, sig, bad)
         r.out = None  # the output is not kept past the request
-        self._writer.add("requests", (r.request, r.wall_time, r.latency_ms, outcome, r.fallback_name,
-                                      etype, sig, numel, r.mem_before, mem_after, self._mem_kind,
-                                      self._dev_str, r.failure_id, r.route))
+        r.outcome = outcome
+        r.wall_time = wall_time = t0 + self._wall_offset
+        if outcome != "ok" and self.capture and (outcome != "fallback" or r.fallback_error is not None):
+            r.failure_id = self._reserve_capture(r, outcome, etype, exc or r.fallback_error, sig, bad)
+        self._add_row((r.request, wall_time, latency_ms, outcome, r.fallback_name, etype, sig, numel,
+                       mem_before, mem_after, self._mem_kind, self._dev_str, r.failure_id, r.route))
 
     # ------------------------------------------------------------------ captures
     def _reserve_capture(self, r: Request, outcome: str, etype: str | None,
@@ -624,7 +639,8 @@ class ServeRecorder:
                 message = None
             write_capture(
                 self.run_dir, kind="request", step=r.request, rank=self.rank, world_size=1,
-                device=self._dev_str, exc=exc, batch=r.inputs, model=None, rng_state=r.rng,
+                device=self._dev_str, exc=exc, batch=r.inputs, model=None,
+                rng_state=r.rng if r.rng is None or isinstance(r.rng, dict) else {"torch_cpu": r.rng},
                 code=self._code, message=message, fid=fid,
                 extra={"request": r.request, "outcome": outcome, "signature": sig, "route": r.route,
                        "fallback": r.fallback_name, "call": r.call or _call_of(r.inputs),

@@ -149,6 +149,11 @@ class RankWriter:
         """Queue one row (a tuple in the table's column order; grads: ``(step, values)``)."""
         self._bufs[table].append(row)
 
+    def appender(self, table: str):
+        """``add`` bound to one table: a callable that queues one row (one C call, for a
+        caller that adds a row per request)."""
+        return self._bufs[table].append
+
     def next_block(self) -> StepBlock:
         """Hand the current (full) block to the writer and start a new one."""
         self._full.append(self.block)

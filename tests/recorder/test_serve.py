@@ -277,6 +277,8 @@ def test_memory_is_read_when_due_both_sides_of_a_request(tmp_path, monkeypatch):
 
     clock = {"t": 100.0}
     monkeypatch.setattr(serve_mod.time, "perf_counter", lambda: clock["t"])
+    # the wall clock moves with perf_counter (as a machine's do): rows' wall times derive from it
+    monkeypatch.setattr(serve_mod.time, "time", lambda: 1.7e9 + clock["t"])
     rec = debugkit.serve(_model(), tmp_path / "r", memory_every_s=0.01)
     reads = []
     real = rec._rss.read
@@ -293,13 +295,49 @@ def test_memory_is_read_when_due_both_sides_of_a_request(tmp_path, monkeypatch):
     assert open_run(tmp_path / "r").manifest["serve"]["memory_every_s"] == 0.01
 
 
+def test_wall_time_is_the_request_start_between_memory_readings(tmp_path):
+    """A row's wall_time (perf_counter plus an offset taken at each memory reading, not a
+    time.time() call per request) is the request's start on the wall clock, also for
+    requests long after the last reading."""
+    import time
+
+    rec = debugkit.serve(_model(), tmp_path / "r", memory_every_s=3600)  # one reading
+    spans = []
+    for i in range(4):
+        time.sleep(0.05 * i)
+        before = time.time()
+        with rec.request(torch.ones(1)) as r:
+            time.sleep(0.05)
+            r.output(torch.ones(1))
+        spans.append((before, time.time(), r.wall_time))
+    rec.close()
+    df = open_run(tmp_path / "r").requests().sort_values("request")
+    assert df["mem_before_bytes"].notna().tolist() == [True, False, False, False]
+    for (before, after, wall), row in zip(spans, df["wall_time"]):
+        assert before - 1e-3 <= wall <= before + 0.025 < after  # at the start, not the end
+        assert row == pytest.approx(wall, abs=1e-6)
+
+
 @pytest.mark.parametrize("out,outcome", [
     (torch.tensor([1.0, float("nan")]), "nonfinite"),
     (torch.tensor([3e38, 3e38]), "ok"),                     # the sum overflows; the values do not
     (torch.tensor([float("-inf")], dtype=torch.bfloat16), "nonfinite"),
+    (torch.tensor([float("inf"), 1.0]), "nonfinite"),
+    (torch.tensor([2.0, float("-inf")]), "nonfinite"),
+    (torch.tensor([float("inf"), float("-inf")]), "nonfinite"),  # the sum is NaN
+    (torch.tensor([-3e38, -3e38, 1.0]), "ok"),              # the sum overflows to -inf
+    (torch.tensor([6e4, 6e4], dtype=torch.float16), "ok"),  # overflows half's sum, not its values
+    (torch.tensor([float("nan"), 1.0], dtype=torch.float16), "nonfinite"),
+    (torch.tensor([3e38, 3e38], dtype=torch.bfloat16), "ok"),
+    (torch.tensor([1.0, float("nan")], dtype=torch.float64)[1:], "nonfinite"),  # a view
+    (torch.full((4, 4), float("nan")).t()[:, :2], "nonfinite"),  # strided
     (torch.ones(2, dtype=torch.int64), "ok"),
+    (torch.ones(2, dtype=torch.bool), "ok"),
     (torch.zeros(0), "ok"),
+    (torch.zeros(0, dtype=torch.float16), "ok"),
     (torch.full((2,), float("nan"), requires_grad=True) * 1, "nonfinite"),  # through _nonfinite_outputs
+    ([torch.ones(2), (torch.tensor([3e38, 3e38]), torch.tensor([float("-inf")]))], "nonfinite"),
+    ({"a": torch.ones(2), "b": torch.tensor([3e38, 3e38])}, "ok"),
     ((torch.ones(1), {"logits": torch.tensor([float("inf")])}), "nonfinite"),
 ])
 def test_the_recorders_finiteness_check(tmp_path, out, outcome):
