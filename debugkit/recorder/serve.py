@@ -6,8 +6,9 @@ A served model gets one row per request in ``ranks/<rank>/requests-<seg>.arrows`
 (``failures/<id>/``, the inputs in safetensors, no pickle) within a bounded capture
 budget. See docs/serving.md.
 
-The request thread does only what must happen there: two clock reads, a copy of the
-model device's RNG state, the input signature and the output's finiteness; memory
+The request thread does only what must happen there: two ``perf_counter`` reads (the
+wall time is derived from them), a copy of the model device's RNG state, the input
+signature and the output's finiteness; memory
 (``/proc/self/statm`` on CPU, the CUDA allocator's counter on GPU) is read before and
 after a request only when ``memory_every_s`` has passed since the last reading. The row
 is appended to the per-rank background writer's queue
