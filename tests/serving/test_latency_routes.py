@@ -24,6 +24,9 @@ from ..conftest import ROOT, console_script
 def _record(run_dir, monkeypatch, *, slows: bool, seed: int = 0, n: int = 1500):
     clock = {"t": 1000.0}
     monkeypatch.setattr(serve_mod.time, "perf_counter", lambda: clock["t"])
+    # a row's wall time is its perf_counter() start plus the wall clock's offset: the wall
+    # clock moves with the planted one (as a machine's two clocks do)
+    monkeypatch.setattr(serve_mod.time, "time", lambda: 1.7e9 + clock["t"])
     rng = np.random.default_rng(seed)
     model = torch.nn.Linear(4, 2).eval()
     with debugkit.serve(model, run_dir, hash_weights=False) as rec:
