@@ -107,6 +107,26 @@ def _verdict_box(doc):
             st.markdown("\n".join(f"- {_ui.md(r)}" for r in reasons))
 
 
+#: Groups listed as a Markdown table above the charts; more are a sortable grid below them.
+TABLE_GROUPS = 12
+
+
+def _group_text_table(rows: list[dict]) -> str:
+    import pandas as pd
+
+    def num(v):
+        return "—" if v is None or v != v else f"{v:.3f}"
+
+    df = pd.DataFrame(rows)
+    for m in GROUP_COLUMNS:
+        df[rep.METRIC_LABELS[m]] = df[rep.METRIC_LABELS[m]].map(num)
+    for m in ("selection_rate", "tpr", "fpr"):  # the interval beside its value: fewer columns
+        label = rep.METRIC_LABELS[m]
+        ci = df.pop(label + " CI").fillna("")
+        df[label] = [f"{v} ({c})" if c and c != "—" else v for v, c in zip(df[label], ci)]
+    return _ui.text_table(df.fillna("—"))
+
+
 def _group_section(doc, figs, view):
     st.subheader("Group metrics")
     st.caption(rep.FOUR_FIFTHS_NOTE)
@@ -134,20 +154,22 @@ def _group_section(doc, figs, view):
                 c.metric(r["metric"], rep.fmt_num(r["value"]), help=f"CI {r['ci']}; {r['judgement']}",
                          delta=r["judgement"] or None, delta_color="off" if r["judgement"] == "within" else "inverse",
                          delta_arrow="off")
-            rows = rep.group_table_rows(a)
-            st.dataframe(
-                [{"group": r["group"], "rows": r["count"],
-                  **{rep.METRIC_LABELS[m]: r[m] for m in GROUP_COLUMNS},
-                  **{rep.METRIC_LABELS[m] + " CI": r[m + "_ci"] for m in ("selection_rate", "tpr", "fpr")}}
-                 for r in rows],
-                hide_index=True, width="stretch",
-                column_config={rep.METRIC_LABELS[m]: st.column_config.NumberColumn(format="%.3f")
-                               for m in GROUP_COLUMNS})
+            rows = [{"group": r["group"], "rows": r["count"],
+                     **{rep.METRIC_LABELS[m]: r[m] for m in GROUP_COLUMNS},
+                     **{rep.METRIC_LABELS[m] + " CI": r[m + "_ci"] for m in ("selection_rate", "tpr", "fpr")}}
+                    for r in rep.group_table_rows(a)]
+            many = len(rows) > TABLE_GROUPS
+            if not many:  # a few groups: a Markdown table (a data grid's JavaScript comes before the charts)
+                st.markdown(_group_text_table(rows))
             st.markdown("**Disparity: each group's rate divided by the reference group's** "
                         "(shaded: the acceptable band; bars: bootstrap intervals)")
             _ui.chart(figs[f"disparity:{name}"], key=f"disp_{name}")
             st.markdown("**Rates per group** (bars: bootstrap intervals)")
             _ui.chart(figs[f"group_metrics:{name}"], key=f"bars_{name}")
+            if many:  # many groups: the sortable grid, below the charts
+                st.dataframe(rows, hide_index=True, width="stretch",
+                             column_config={rep.METRIC_LABELS[m]: st.column_config.NumberColumn(format="%.3f")
+                                            for m in GROUP_COLUMNS})
             findings = a.get("findings") or []
             if findings:
                 with st.expander(f"{len(findings)} finding(s) for {_ui.md(name)}"):
@@ -208,9 +230,9 @@ def _provenance(doc, sha256, roots=()):
         import pandas as pd
 
         # the command without the folders of the machine that computed it (roots: the run's)
-        st.table(pd.DataFrame([{"what": k, "value": _ui.md(_ui.recorded_text(v, roots))}
-                               for k, v in rep.provenance_rows(doc)])
-                 .set_index("what"))
+        # a Markdown table: st.table would load 1 MB of Arrow JavaScript (text_table escapes)
+        st.markdown(_ui.text_table(pd.DataFrame([{"what": k, "value": _ui.recorded_text(v, roots)}
+                                                 for k, v in rep.provenance_rows(doc)])))
 
 
 def _base_url() -> str:

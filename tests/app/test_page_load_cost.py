@@ -134,3 +134,17 @@ def test_distributed_and_checkpoints_draw_no_data_grid_before_it_is_opened():
     at.session_state["ckpt_all_tensors"] = True
     at.run()
     assert len(at.dataframe[0].value) == 6
+
+
+def test_the_audit_draws_no_data_grid_or_arrow_table():
+    """The audit drew a data grid (the group metrics, above its first chart) and an
+    ``st.table`` (the provenance: 1 MB of Arrow JavaScript). Both are Markdown tables now;
+    a group's intervals sit beside its rates."""
+    at = open_page("audit", run="credit-audit", timeout=240)
+    assert not at.dataframe and not at.table and not at.code and not at.json
+    groups = next(m.value for m in at.markdown if m.value.startswith("| group | rows |"))
+    rows = groups.splitlines()[2:]
+    assert [r.split(" | ")[0] for r in rows] == ["| <25", "| 25\\-34 (reference)", "| 35\\-44", "| 45\\-59", "| 60\\+"]
+    assert "| 0.613 (0.490–0.735) |" in rows[0].replace("\\", "")  # selection rate and its interval
+    prov = next(m.value for m in at.markdown if m.value.startswith("| what | value |"))
+    assert "| Command | examples/credit.py" in prov.replace("\\", "")
