@@ -280,17 +280,23 @@ def _snapshot_section(snapshots):
     if v["format"] == "legacy":
         st.caption("PyTorch 2.0 format (history on blocks).")
     tabs = _query.tabs(SNAPSHOT_TABS, "mem_snap_tab", run_path=path)
-    with tabs[0]:
-        _timeline_tab(v)
-    with tabs[1]:
-        _segments_tab(key, device, depth, user_code, v)
-    with tabs[2]:
-        _largest_tab(v)
-    with tabs[3]:
-        _leaks_tab(v)
+    # Only the open tab is built and sent (a click on another reruns the page); a closed
+    # Segments tab keeps its moment and event, and still reads ?moment= from a link.
+    draw = (lambda: _timeline_tab(v), lambda: _segments_tab(key, device, depth, user_code, v),
+            lambda: _largest_tab(v), lambda: _leaks_tab(v))
+    for i, (tab, fn) in enumerate(zip(tabs, draw)):
+        if tab.open is False:
+            if i == 1:
+                _segments_moment(v)
+                _ui.keep_widget_state("mem_seg_")
+            continue
+        with tab:
+            fn()
     if v["settings"]:
-        with st.expander("Allocator settings"):
-            st.json(v["settings"], expanded=False)
+        # drawn when opened: a collapsed expander still loads st.json's code
+        box = st.expander("Allocator settings", key="mem_alloc_settings", on_change="rerun")
+        if box.open:
+            box.json(v["settings"], expanded=False)
 
 
 def _timeline_tab(v):
@@ -314,13 +320,20 @@ def _timeline_tab(v):
                      f"free on the device (from {o['site']}).", icon=":material/error:")
 
 
-def _segments_tab(key, device, depth, user_code, v):
+def _segments_moment(v):
+    """The Segments tab's moments (slugs, labels), with ``?moment=`` read (and a bad value
+    warned about) whether the tab is open or not."""
     slugs = ["end"] + (["peak", "event"] if v["peak"] is not None else [])
     options = [MOMENTS[m] for m in slugs]
     if st.session_state.get("mem_seg_when") not in options:
         st.session_state["mem_seg_when"] = options[0]
     _query.from_query("mem_seg_when", lambda m: MOMENTS[m] if m in slugs else None, name="moment",
                       expected="one of " + ", ".join(repr(m) for m in slugs))
+    return slugs, options
+
+
+def _segments_tab(key, device, depth, user_code, v):
+    slugs, options = _segments_moment(v)
     when = st.segmented_control("Moment", options, key="mem_seg_when") or options[0]
     _query.to_query("mem_seg_when", next(m for m in slugs if MOMENTS[m] == when), "end", name="moment")
     seq = None

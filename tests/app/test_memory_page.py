@@ -156,15 +156,21 @@ def test_oom_capture_is_linked_and_its_snapshot_opens(oom_run):
     specs = _chart_specs(at)
     titles = [s["layout"].get("xaxis", {}).get("title", {}).get("text") for s in specs]
     assert "seconds into the trace" in titles
+    # the other tabs are built when opened (as a click on the tab does)
+    at.session_state["mem_snap_tab"] = "Segments"
+    at.run()
+    titles = [s["layout"].get("xaxis", {}).get("title", {}).get("text") for s in _chart_specs(at)]
     assert "position in segment (%)" in titles
-    leak_spec = next(s for s in specs if s["layout"]["xaxis"]["title"]["text"].startswith("still alive"))
+    at.session_state["mem_snap_tab"] = "Alive at the end (leaks)"
+    at.run()
+    leak_spec = next(s for s in _chart_specs(at) if s["layout"]["xaxis"]["title"]["text"].startswith("still alive"))
     assert leak_spec["data"][0]["y"][0] == "train.py:34 train_step"
 
 
 def test_snapshot_query_param_is_validated_and_segments_moment_changes(oom_run):
     at = _app("oom-run", snapshot="../../etc/passwd")
     assert any("no such snapshot in this run" in w for w in _texts(at.warning))
-    at = _app("oom-run", snapshot="r0-s0000003-oom")
+    at = _app("oom-run", snapshot="r0-s0000003-oom", tab="segments")
     from debugkit.analysis import memsnap as ms
     from debugkit.io.memsnap import read_snapshot
 
@@ -178,6 +184,8 @@ def test_snapshot_query_param_is_validated_and_segments_moment_changes(oom_run):
     assert any(c.startswith(f"{len(at_peak)} segments, ") for c in _texts(at.caption))
     at.slider(key="mem_depth").set_value(2).run()
     assert not at.exception
+    at.session_state["mem_snap_tab"] = "Alive at the end (leaks)"  # built when opened
+    at.run()
     leak_spec = next(s for s in _chart_specs(at)
                      if s["layout"]["xaxis"]["title"]["text"].startswith("still alive"))
     assert leak_spec["data"][0]["y"][0] == "train.py:34 train_step"  # no deeper user frame

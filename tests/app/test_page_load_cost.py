@@ -148,3 +148,21 @@ def test_the_audit_draws_no_data_grid_or_arrow_table():
     assert "| 0.613 (0.490–0.735) |" in rows[0].replace("\\", "")  # selection rate and its interval
     prov = next(m.value for m in at.markdown if m.value.startswith("| what | value |"))
     assert "| Command | examples/credit.py" in prov.replace("\\", "")
+
+
+def test_memory_snapshot_builds_only_its_open_tab():
+    """A memory snapshot's four tabs each drew their chart (and three data grids) on every
+    load, and the allocator settings' collapsed expander still loaded st.json's code: now
+    only the open tab is built, and the settings when opened."""
+    from pathlib import Path
+
+    from tests.app.test_memory_page import make_oom_run
+
+    make_oom_run(Path(os.environ["DEBUGKIT_STORE"]))
+    at = open_page("memory", run="oom-run")
+    assert [c.key for c in at.get("plotly_chart")] == ["mem_timeline", "snap_timeline"]
+    assert not at.dataframe and not at.json
+    at.session_state["mem_snap_tab"] = "Segments"
+    at.run()
+    assert [c.key for c in at.get("plotly_chart")] == ["mem_timeline", "snap_segments"]
+    assert len(at.dataframe) == 1
