@@ -148,6 +148,8 @@ def test_the_audit_draws_no_data_grid_or_arrow_table():
     assert "| 0.613 (0.490–0.735) |" in rows[0].replace("\\", "")  # selection rate and its interval
     prov = next(m.value for m in at.markdown if m.value.startswith("| what | value |"))
     assert "| Command | examples/credit.py" in prov.replace("\\", "")
+    # the beeswarm's numeric points are coloured by uint16 ranks (float64 fractions before)
+    assert _figure_bytes(at)["beeswarm"] < 200_000  # 220.2 kB before
 
 
 def test_memory_snapshot_builds_only_its_open_tab():

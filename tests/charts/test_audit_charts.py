@@ -94,3 +94,20 @@ def test_beeswarm_names_each_feature_once_and_sends_compact_points():
     assert "status_of_existing_checking_account = " not in spec
     per_point = len(json.dumps(json.loads(spec)["data"])) / (3 * n)
     assert per_point < 35, per_point  # 71 when every point carried "<feature> = <value>", float64 x, y
+
+
+def test_beeswarm_colours_numeric_points_by_rank_in_small_integers():
+    """A numeric feature's points are coloured by their rank among its values (low blue,
+    high red): sent as uint16 ranks on a scale to the last rank, not float64 fractions
+    (the beeswarm is most of the audit page's figure JSON)."""
+    import pandas as pd
+
+    from debugkit.charts.audit import build_beeswarm_figure
+
+    values = pd.DataFrame({"age": [30.0, 20.0, 50.0, 40.0, 20.0]})
+    shap = pd.DataFrame({"age": [0.1, -0.2, 0.3, 0.0, -0.1]})
+    fig = build_beeswarm_figure(shap, values, ["age"])
+    m = fig.data[0].marker
+    assert np.asarray(m.color).dtype == np.uint16
+    assert list(m.color) == [2, 0, 4, 3, 1] and (m.cmin, m.cmax) == (0, 4)  # ties: in row order
+    assert list(m.colorbar.tickvals) == [0, 4] and list(m.colorbar.ticktext) == ["low", "high"]
