@@ -55,6 +55,43 @@ def warm_plotly() -> None:
     pio.to_json(go.Figure(go.Bar(y=[0]), layout={"height": 100}), validate=False)
 
 
+#: Where the server reads runs and audits from: a URL here means an object store whose
+#: client library (s3fs with aiobotocore and aiohttp: about 0.7 s of CPU) the first page
+#: would otherwise import.
+STORE_SETTINGS = ("DEBUGKIT_ROOTS", "DEBUGKIT_STORE", "DEBUGKIT_AUDIT_STORE")
+
+
+def store_packages(env=None) -> list[str]:
+    """The fsspec implementation modules (``s3fs``, ``gcsfs``, ...) of the URL schemes in
+    :data:`STORE_SETTINGS`, in the order they first appear."""
+    import re
+
+    env = os.environ if env is None else env
+    schemes = []
+    for name in STORE_SETTINGS:
+        for scheme in re.findall(r"(?<![a-z0-9+.-])([a-z][a-z0-9+.-]*)://", env.get(name, "")):
+            if scheme not in ("file", "local") and scheme not in schemes:
+                schemes.append(scheme)
+    if not schemes:
+        return []
+    from fsspec.registry import known_implementations
+
+    out = []
+    for scheme in schemes:
+        cls = (known_implementations.get(scheme) or {}).get("class", "")
+        module = cls.split(".")[0]
+        if module and module != "fsspec" and module not in out:
+            out.append(module)
+    return out
+
+
+def preload_names(env=None) -> tuple[str, ...]:
+    """:data:`PRELOAD`, with the object-store packages of the server's settings
+    (:func:`store_packages`) right after the run reader that lists the store."""
+    at = PRELOAD.index("debugkit.io.served_runs") + 1
+    return PRELOAD[:at] + tuple(store_packages(env)) + PRELOAD[at:]
+
+
 def preload(names=PRELOAD) -> list[str]:
     """Import ``names`` in order, then :func:`warm_plotly`; returns the names that failed
     (a missing optional dependency is the page's to report, with its own message, when
@@ -100,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
 
     _navigation_mode()
     if os.environ.get("DEBUGKIT_PRELOAD", "1") != "0":
-        threading.Thread(target=preload, name="debugkit-preload", daemon=True).start()
+        threading.Thread(target=preload, args=(preload_names(),), name="debugkit-preload",
+                         daemon=True).start()
     sys.argv = ["streamlit", *(sys.argv[1:] if argv is None else argv)]
     return cli.main(prog_name="streamlit")
 

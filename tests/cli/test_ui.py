@@ -103,3 +103,46 @@ def test_ui_serves_through_the_preloading_launcher(tmp_path, monkeypatch):
                                str(app_path())]
     assert seen["cmd"][-4:] == ["--server.port", "8600", "--server.headless", "true"]
     assert seen["env"]["DEBUGKIT_ROOTS"] == str(tmp_path.resolve())
+
+
+def test_serve_names_the_object_store_client_of_the_servers_settings():
+    from pages._serve import PRELOAD, preload_names, store_packages
+
+    assert store_packages({"DEBUGKIT_ROOTS": "/srv/runs:s3://team/runs:s3a://x",
+                           "DEBUGKIT_AUDIT_STORE": "gs://audits/a"}) == ["s3fs", "gcsfs"]
+    assert store_packages({"DEBUGKIT_ROOTS": "/srv/runs", "DEBUGKIT_STORE": "./runs"}) == []
+    names = preload_names({"DEBUGKIT_ROOTS": "s3://team/runs"})
+    assert names.index("s3fs") == names.index("debugkit.io.served_runs") + 1
+    assert preload_names({"DEBUGKIT_ROOTS": "/srv/runs"}) == PRELOAD
+
+
+def test_a_server_of_a_bucket_imports_its_s3_client_before_any_visit(tmp_path):
+    """The launcher started with a bucket root loads s3fs's stack (aiohttp's C parser is
+    mapped into the server process) with no page opened, so the first Home visit does not
+    pay the import (about 0.7 s of CPU)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = Path(app_path()).parent
+    env = {**os.environ, "PYTHONPATH": str(root), "DEBUGKIT_ROOTS": "s3://no-such-bucket/runs",
+           "DEBUGKIT_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.Popen(
+        [sys.executable, str(root / "pages" / "_serve.py"), "run", str(app_path()),
+         "--server.headless", "true", "--server.port", str(port), "--server.address", "127.0.0.1"],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    maps = Path(f"/proc/{proc.pid}/maps")
+    try:
+        deadline = time.monotonic() + 240  # a bound on the wait, not a timing assertion
+        while time.monotonic() < deadline and proc.poll() is None \
+                and "aiohttp/_http_parser" not in maps.read_text():
+            time.sleep(0.5)
+        assert proc.poll() is None and "aiohttp/_http_parser" in maps.read_text()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
