@@ -299,9 +299,11 @@ def render():
     _rank_table(info)
     stragglers = sorted({f.rank for f in a["findings"] if f.kind == "straggler"
                          and f.rank is not None})
-    # A hung run opens on its Hangs tab.
+    # A hung run opens on its Hangs tab; a run of traces alone on its Profiler traces tab (the
+    # only one with something to show, now that only the open tab is built).
     hung = any(f.kind == "hang" for f in a["findings"])
-    tabs = _query.tabs(TABS, "dist_tab", default="hangs" if hung else None, run_path=path)
+    default = "hangs" if hung else "traces" if traces_only else None
+    tabs = _query.tabs(TABS, "dist_tab", default=default, run_path=path)
     # Only the open tab is built and sent (a click on another reruns the page): its charts
     # are the page's first, not the last of six. A closed tab's widgets keep their values.
     draw = (lambda: _step_time_tab(a, stragglers), lambda: _split_tab(a, stragglers),

@@ -208,6 +208,7 @@ def test_traces_only_run_reaches_diagnose_and_the_distributed_page(tmp_path, mon
     at = _distributed_page(monkeypatch, tmp_path)
     infos = " ".join(i.value for i in at.info)
     assert "single rank" not in infos and "2 per-rank torch.profiler traces" in infos
+    # the page opens on the Profiler traces tab, the only one with something to show
     assert "ranks 0, 1" in " ".join(c.value for c in at.caption)
 
 
