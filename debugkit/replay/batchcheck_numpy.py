@@ -116,16 +116,10 @@ def _item(x):
 
 
 def find_target(batch: Any) -> tuple[tuple, Any] | None:
-    """As :func:`debugkit.replay.datachecks.find_target`."""
-    from .datachecks import LABEL_KEYS
+    """As :func:`debugkit.replay.datachecks.find_target`, on numpy arrays."""
+    from . import datachecks
 
-    if isinstance(batch, (list, tuple)) and len(batch) == 2 and _is_int(batch[1]):
-        return (1,), batch[1]
-    if isinstance(batch, dict):
-        for key in LABEL_KEYS:
-            if key in batch and _is_int(batch[key]):
-                return (key,), batch[key]
-    return None
+    return datachecks.find_target(batch, _is_int)
 
 
 def _pos(p: list) -> int | list | None:

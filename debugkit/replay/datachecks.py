@@ -28,17 +28,19 @@ def _is_int(t) -> bool:
         and t.dtype != torch.bool
 
 
-def find_target(batch: Any) -> tuple[tuple, Any] | None:
+def find_target(batch: Any, is_int=None) -> tuple[tuple, Any] | None:
     """``(path, tensor)`` of the batch's integer classification target, if it has one.
 
     An ``(inputs, target)`` pair gives ``target``; a dict gives the first of
-    :data:`LABEL_KEYS` that holds an integer tensor.
+    :data:`LABEL_KEYS` that holds an integer tensor (``is_int``: the test of one, default
+    torch's; :mod:`debugkit.replay.batchcheck_numpy` passes numpy's).
     """
-    if isinstance(batch, (list, tuple)) and len(batch) == 2 and _is_int(batch[1]):
+    is_int = is_int or _is_int
+    if isinstance(batch, (list, tuple)) and len(batch) == 2 and is_int(batch[1]):
         return (1,), batch[1]
     if isinstance(batch, dict):
         for key in LABEL_KEYS:
-            if key in batch and _is_int(batch[key]):
+            if key in batch and is_int(batch[key]):
                 return (key,), batch[key]
     return None
 
