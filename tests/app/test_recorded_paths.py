@@ -56,8 +56,12 @@ def _relocate(sample: str, name: str, variant: str) -> tuple[Path, tuple[str, ..
     old_project = env["cwd"]
     old_interp = env["executable"].rsplit("/bin/", 1)[0]
     def move(text: str) -> str:
-        text = text.replace(old_interp, interp).replace(old_project, project)
-        return re.sub(r"/work/[\w.-]+/[\w.-]+", project, text)  # other checkouts of the samples
+        # through placeholders, so a new folder that itself lies under /work/ (a checkout at
+        # /check/work/main) is not moved again
+        text = text.replace(old_interp, "\0interp\0").replace(old_project, "\0project\0")
+        # other checkouts of the samples, whole paths only (not /work/ inside a longer path)
+        text = re.sub(r"(?<![\w./-])/work/[\w.-]+/[\w.-]+", "\0project\0", text)
+        return text.replace("\0interp\0", interp).replace("\0project\0", project)
 
     for f in sorted(dst.rglob("*")):
         if f.suffix in (".json", ".txt") and f.is_file():

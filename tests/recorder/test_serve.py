@@ -314,7 +314,10 @@ def test_wall_time_is_the_request_start_between_memory_readings(tmp_path):
     df = open_run(tmp_path / "r").requests().sort_values("request")
     assert df["mem_before_bytes"].notna().tolist() == [True, False, False, False]
     for (before, after, wall), row in zip(spans, df["wall_time"]):
-        assert before - 1e-3 <= wall <= before + 0.025 < after  # at the start, not the end
+        # at the start, not the end (the request lasts 50 ms); a few ms either way allowed,
+        # as a VM's wall clock is slewed against the monotonic clock between readings (CI
+        # saw -2.8 ms after 0.3 s)
+        assert before - 0.01 <= wall <= before + 0.025 < after
         assert row == pytest.approx(wall, abs=1e-6)
 
 
