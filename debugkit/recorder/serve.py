@@ -136,12 +136,83 @@ class Request:
         self.fallback_name = name
         self.fallback_error = error
 
+    # The request thread's whole path is these two methods (no further Python frames on a
+    # request that goes well): next to a model, each call and object touched costs several
+    # times its tight-loop cost (docs/serving.md#what-it-costs).
     def __enter__(self):
-        self.rec._begin(self)
+        rec = self.rec
+        if rec._closed:
+            raise InvalidInputError(MSG_CLOSED)
+        self.request = next(rec._seq)
+        if rec.capture:  # a CPU model: the CPU generator's state tensor (a dict at capture)
+            gen = rec._cpu_gen
+            self.rng = gen.get_state() if gen is not None else take_rng_state()
+        now = time.perf_counter()
+        if now >= rec._mem_next:  # a reading is due (a race between threads: both read)
+            rec._mem_next = now + rec._mem_every
+            # the wall clock is perf_counter() plus this offset, refreshed with each memory
+            # reading (a time.time() call per request costs more with cold caches)
+            rec._wall_offset = time.time() - now
+            self.mem_before = rec._mem()
+            now = time.perf_counter()
+        self.t0 = now
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        self.rec._end(self, exc)
+        t1 = time.perf_counter()
+        rec = self.rec
+        T = rec._Tensor
+        # the finiteness check first, right after the model: its torch call then finds the
+        # caches the model's own last operation left (measured: docs/serving.md#benchmark)
+        etype = None
+        bad: list[str] = []
+        if exc is not None:
+            outcome, etype = "error", type(exc).__name__
+        elif self.fallback_name is not None:
+            outcome = "fallback"
+            if self.fallback_error is not None:
+                etype = type(self.fallback_error).__name__
+        else:
+            outcome = "ok"
+            if self.has_output and rec.check_finite:
+                out = self.out
+                try:
+                    if type(out) is T and not out.requires_grad:
+                        # one tensor (the usual case): its sum is finite iff every element
+                        # is, confirmed element-wise only when it is not (see _nonfinite_outputs)
+                        if out.dtype in rec._float_dtypes:
+                            total = out.sum().item()
+                            if total - total != 0 and not bool(rec._torch.isfinite(out).all()):
+                                bad = ["output"]
+                    else:
+                        bad = _nonfinite_outputs(out, rec._torch)
+                except Exception:  # noqa: BLE001 - an odd output is not a failure of ours
+                    bad = []
+                if bad:
+                    outcome = "nonfinite"
+        self.out = None  # the output is not kept past the request
+        mem_before = self.mem_before
+        mem_after = rec._mem() if mem_before is not None else None
+        t0 = self.t0
+        self.latency_ms = latency_ms = (t1 - t0) * 1e3
+        inputs = self.inputs
+        try:
+            # a dict of one tensor or one tensor (most services): one cache lookup by its
+            # key, dtype and shape (see describe_inputs)
+            if type(inputs) is dict and len(inputs) == 1:
+                for k, v in inputs.items():
+                    hit = _INPUTS_CACHE.get((k, v.dtype, v.shape)) if type(v) is T else None
+                sig, numel = hit if hit is not None else describe_inputs(inputs, T)
+            else:
+                sig, numel = describe_inputs(inputs, T)
+        except Exception:  # noqa: BLE001 - an odd input never breaks the request
+            sig, numel = f"input:{type(inputs).__name__}", 0
+        self.outcome = outcome
+        self.wall_time = wall_time = t0 + rec._wall_offset
+        if outcome != "ok" and rec.capture and (outcome != "fallback" or self.fallback_error is not None):
+            self.failure_id = rec._reserve_capture(self, outcome, etype, exc or self.fallback_error, sig, bad)
+        rec._add_row((self.request, wall_time, latency_ms, outcome, self.fallback_name, etype, sig, numel,
+                      mem_before, mem_after, rec._mem_kind, rec._dev_str, self.failure_id, self.route))
         return False
 
 
@@ -163,8 +234,11 @@ class _Wrapped:
             inputs, call = tuple(args), "args"
         else:
             inputs, call = {"args": tuple(args), "kwargs": kwargs}, "args_kwargs"
-        with self._rec.request(inputs, call=call, route=self._route) as r:
-            return r.output(self._fn(*args, **kwargs))
+        r = Request(self._rec, inputs, call, self._route)
+        with r:
+            out = r.out = self._fn(*args, **kwargs)
+            r.has_output = True
+        return out
 
     def __getattr__(self, name):
         return getattr(self._fn, name)
@@ -365,76 +439,6 @@ class ServeRecorder:
             except RuntimeError:  # a broken CUDA context: the request's own error propagates
                 return None
         return self._rss.read()
-
-    def _begin(self, r: Request) -> None:
-        if self._closed:
-            raise InvalidInputError(MSG_CLOSED)
-        r.request = next(self._seq)
-        if self.capture:  # a CPU model: the CPU generator's state tensor (a dict at capture)
-            gen = self._cpu_gen
-            r.rng = gen.get_state() if gen is not None else take_rng_state()
-        now = time.perf_counter()
-        if now >= self._mem_next:  # a reading is due (a race between threads: both read)
-            self._mem_next = now + self._mem_every
-            # the wall clock is perf_counter() plus this offset, refreshed with each memory
-            # reading (a time.time() call per request costs more with cold caches)
-            self._wall_offset = time.time() - now
-            r.mem_before = self._mem()
-            now = time.perf_counter()
-        r.t0 = now
-
-    def _end(self, r: Request, exc: BaseException | None) -> None:
-        t1 = time.perf_counter()
-        mem_before = r.mem_before
-        mem_after = self._mem() if mem_before is not None else None
-        t0 = r.t0
-        r.latency_ms = latency_ms = (t1 - t0) * 1e3
-        inputs = r.inputs
-        try:
-            # a dict of one tensor or one tensor (most services): one cache lookup by its
-            # key, dtype and shape (see describe_inputs)
-            T = self._Tensor
-            if type(inputs) is dict and len(inputs) == 1:
-                for k, v in inputs.items():
-                    hit = _INPUTS_CACHE.get((k, v.dtype, v.shape)) if type(v) is T else None
-                sig, numel = hit if hit is not None else describe_inputs(inputs, T)
-            else:
-                sig, numel = describe_inputs(inputs, T)
-        except Exception:  # noqa: BLE001 - an odd input never breaks the request
-            sig, numel = f"input:{type(inputs).__name__}", 0
-        etype = None
-        bad: list[str] = []
-        if exc is not None:
-            outcome, etype = "error", type(exc).__name__
-        elif r.fallback_name is not None:
-            outcome = "fallback"
-            if r.fallback_error is not None:
-                etype = type(r.fallback_error).__name__
-        else:
-            outcome = "ok"
-            if r.has_output and self.check_finite:
-                out = r.out
-                try:
-                    if type(out) is self._Tensor and not out.requires_grad:
-                        # one tensor (the usual case): its sum is finite iff every element
-                        # is, confirmed element-wise only when it is not (see _nonfinite_outputs)
-                        if out.dtype in self._float_dtypes:
-                            total = out.sum().item()
-                            if total - total != 0 and not bool(self._torch.isfinite(out).all()):
-                                bad = ["output"]
-                    else:
-                        bad = _nonfinite_outputs(out, self._torch)
-                except Exception:  # noqa: BLE001 - an odd output is not a failure of ours
-                    bad = []
-                if bad:
-                    outcome = "nonfinite"
-        r.out = None  # the output is not kept past the request
-        r.outcome = outcome
-        r.wall_time = wall_time = t0 + self._wall_offset
-        if outcome != "ok" and self.capture and (outcome != "fallback" or r.fallback_error is not None):
-            r.failure_id = self._reserve_capture(r, outcome, etype, exc or r.fallback_error, sig, bad)
-        self._add_row((r.request, wall_time, latency_ms, outcome, r.fallback_name, etype, sig, numel,
-                       mem_before, mem_after, self._mem_kind, self._dev_str, r.failure_id, r.route))
 
     # ------------------------------------------------------------------ captures
     def _reserve_capture(self, r: Request, outcome: str, etype: str | None,
