@@ -2,7 +2,10 @@
 store on local disk.
 
 Starts SeaweedFS (``weed mini``, tests/s3server.py) on loopback, uploads N runs (real
-sample runs in turn, ``run00000``...) into a bucket, and puts a latency-injecting TCP proxy
+sample runs in turn, ``run00000``...) into a bucket the way ``debugkit sync`` (and a
+``Recorder`` writing to a URL) does, each ended run with its ``pack.zip`` (its small files
+in one object, debugkit.runpack; ``--no-pack``: the files alone, as a plain copy of the
+folders leaves them), and puts a latency-injecting TCP proxy
 in front of its S3 port: every request waits ``--latency-ms`` (default 40 ms, a real
 region is 20-80 ms) before it is forwarded. Then, each in a fresh process (imports
 included), with the credentials and the proxy's address only in the environment
@@ -21,7 +24,7 @@ its threads: what a loaded machine inflates least, and where the time goes when 
 the network), the number of HTTP requests the proxy forwarded, and a line per issue 29
 target (Home cold < 10 s, Home indexed < 3 s, Overview of one run < 5 s, on S3 at +40 ms).
 
-    python bench/object_store.py [--runs 200] [--latency-ms 40] [--repeat 1]
+    python bench/object_store.py [--runs 200] [--latency-ms 40] [--repeat 1] [--no-pack]
     python bench/object_store.py --quick     # a smoke run: 10 runs, one repeat
 """
 
@@ -127,12 +130,38 @@ def measure(root: str, n: int, env: dict, cache: Path, repeat: int, proxy=None) 
     return out
 
 
+def upload(server, local: Path, dest: str, n: int, pack: bool) -> None:
+    """Put the runs under ``local`` at ``dest`` (``bucket/runs``): as ``debugkit sync`` does
+    (with its pack) or, ``pack=False``, the files alone."""
+    if not pack:
+        server.filesystem().put(f"{local}/", f"{dest}/", recursive=True)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    from debugkit.io.sync import sync_run
+
+    saved = {k: os.environ.get(k) for k in server.env()}
+    os.environ.update(server.env())
+    try:
+        with ThreadPoolExecutor(8) as ex:
+            list(ex.map(lambda i: sync_run(local / f"run{i:05d}", f"s3://{dest}/run{i:05d}", pack=True),
+                        range(n)))
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--latency-ms", type=float, default=40.0)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="a smoke run: 10 runs, one repeat")
+    ap.add_argument("--no-pack", action="store_true",
+                    help="upload the runs' files alone (no pack.zip), as a plain copy does")
     args = ap.parse_args(argv)
     if args.quick:
         args.runs, args.repeat = 10, 1
@@ -148,7 +177,7 @@ def main(argv=None):
         for i in range(args.runs):
             shutil.copytree(ROOT / "sample_runs" / SAMPLES[i % len(SAMPLES)], local / f"run{i:05d}")
         bucket = server.new_bucket("bench")
-        server.filesystem().put(f"{local}/", f"{bucket}/runs/", recursive=True)
+        upload(server, local, f"{bucket}/runs", args.runs, pack=not args.no_pack)
         port = int(server.endpoint.rsplit(":", 1)[1])
         proxy = CountingProxy(port, args.latency_ms / 1000)
         env = dict(os.environ, **server.env())
@@ -158,7 +187,8 @@ def main(argv=None):
     finally:
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{args.runs} runs; S3 (SeaweedFS) behind +{args.latency_ms:g} ms per request, "
+    print(f"{args.runs} runs ({'files alone' if args.no_pack else 'synced with their pack.zip'}); "
+          f"S3 (SeaweedFS) behind +{args.latency_ms:g} ms per request, "
           f"vs the same runs on local disk; seconds, median of {args.repeat}; "
           f"load average before/after: {load0} / {os.getloadavg()[0]:.1f}")
     print(f"{'':<36} {'S3 +lat':>9} {'S3 cpu':>8} {'requests':>9} {'local':>8} {'local cpu':>9}")

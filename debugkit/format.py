@@ -34,7 +34,7 @@ from .errors import (
 from .runschema import check
 
 SCHEMA_MAJOR = 1
-SCHEMA_MINOR = 2
+SCHEMA_MINOR = 3
 SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
 
 MANIFEST = "manifest.json"
@@ -224,6 +224,9 @@ UPGRADES: dict[tuple[int, int], Any] = {
     # 1.1 -> 1.2 added inference runs ("kind": "inference", the "serve" object and the
     # per-rank ``requests`` table); a 1.1 run is a training run with no requests.
     (1, 1): lambda manifest: manifest,
+    # 1.2 -> 1.3 added the optional ``pack.zip`` (a finished run's small files in one object,
+    # written by ``debugkit sync``; debugkit.runpack); a 1.2 run has none and is read file by file.
+    (1, 2): lambda manifest: manifest,
 }
 
 

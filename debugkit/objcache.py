@@ -36,10 +36,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
+import logging
 import os
 import threading
 import time
 from pathlib import Path
+
+from .runpack import PACK
+
+log = logging.getLogger(__name__)
 
 #: How long a listing answers for the paths under it (seconds), unless
 #: ``$DEBUGKIT_LISTING_TTL_S`` says otherwise (:func:`listing_ttl_s`). A file added to the
@@ -222,6 +227,33 @@ class _Remembering:
             pass
         return None
 
+    def _dk_put(self, dest: Path, data: bytes) -> bool:
+        """Write ``data`` as the cache object ``dest`` (atomically)."""
+        tmp = dest.with_name(f".tmp-{dest.name}-{os.getpid()}-{threading.get_ident()}")
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_bytes(data)
+            os.replace(tmp, dest)
+        except OSError:
+            return False
+        return True
+
+    async def _dk_get_many(self, keys: list[str]) -> list:
+        """The content of each of ``keys`` (one GET each, concurrently), None where it
+        failed."""
+        sem = asyncio.Semaphore(FETCH_CONCURRENCY)
+        cat = super()._cat_file  # type: ignore[misc]
+        kw = {"max_concurrency": 1} if "max_concurrency" in inspect.signature(cat).parameters else {}
+
+        async def one(key):
+            async with sem:
+                try:
+                    return await cat(key, **kw)
+                except Exception:  # noqa: BLE001 - the files are read one by one instead
+                    return None
+
+        return list(await asyncio.gather(*(one(k) for k in keys)))
+
     async def _dk_fetch(self, items) -> int:
         """Fetch ``[(key, info)]`` not yet cached, concurrently, into the cache; returns how
         many were fetched."""
@@ -246,13 +278,7 @@ class _Remembering:
                     return 0
             if len(data) != int(info.get("size") or 0):
                 return 0  # rewritten since it was listed: read in place
-            tmp = dest.with_name(f".tmp-{dest.name}-{os.getpid()}-{threading.get_ident()}")
-            try:
-                tmp.write_bytes(data)
-                os.replace(tmp, dest)
-            except OSError:
-                return 0
-            return 1
+            return 1 if self._dk_put(dest, data) else 0
 
         n = sum(await asyncio.gather(*(one(k, i, f) for k, i, f in todo)))
         trim_cache()  # what the files really take on disk (a file system may allocate more)
@@ -391,13 +417,69 @@ def _wanted(fs, lst: _Listing) -> list[tuple[str, dict]]:
 
     budget = cache_max_bytes() // 4
     out = []
+    pack = f"{lst.prefix}/{PACK}"
     for key, info in sorted(lst.files.items()):
+        if key == pack:
+            continue  # read by _fill_from_packs, never as a file
         size = _on_disk(info)
         if int(info.get("size") or 0) > PREFETCH_MAX_FILE_BYTES or size > budget:
             continue
         budget -= size
         out.append((key, info))
     return out
+
+
+def _fill_from_packs(fs, groups) -> list[tuple[str, dict]]:
+    """Put into the cache, from each run's pack (:mod:`debugkit.runpack`; one GET per run,
+    all concurrently), the files of ``groups`` (``[(listing of the run, [(key, info)] the
+    cache lacks, the run's name for messages)]``) that the pack holds as the listing shows
+    them now. Returns the ``(key, info)`` still missing: not packed, changed since the
+    pack was written, or the pack unreadable or refused (logged, and kept in
+    :func:`pack_problems`)."""
+    from fsspec.asyn import sync
+
+    from ._fsutil import trim_cache
+    from .errors import DebugkitError
+    from .runpack import MAX_PACK_BYTES, member_is_current, read_pack
+
+    rest: list[tuple[str, dict]] = []
+    packed = []
+    for lst, missing, run in groups:
+        pack = lst.files.get(f"{lst.prefix}/{PACK}")
+        if pack is None or len(missing) < 2 or int(pack.get("size") or 0) > 2 * MAX_PACK_BYTES:
+            rest.extend(missing)  # one file: its own GET costs the same as the pack's
+        else:
+            packed.append((lst, missing, run, pack))
+    if not packed:
+        return rest
+    trim_cache(reserve=sum(_on_disk(i) for _, m, _, _ in packed for _, i in m))
+    datas = sync(fs.loop, fs._dk_get_many, [f"{lst.prefix}/{PACK}" for lst, *_ in packed])
+    problems = fs._dk_state().setdefault("pack_problems", {})
+    for (lst, missing, run, pack), data in zip(packed, datas):
+        members: dict = {}
+        if data is not None and len(data) == int(pack.get("size") or 0):
+            try:
+                members = read_pack(data, run=run)
+                problems.pop(lst.prefix, None)
+            except DebugkitError as exc:
+                log.warning("%s", exc)
+                problems[lst.prefix] = str(exc)
+        for key, info in missing:
+            m = members.get(key[len(lst.prefix) + 1:])
+            if m is None or not member_is_current(m, info, pack) \
+                    or not fs._dk_put(fs._dk_object(key, info), m["data"]):
+                rest.append((key, info))
+    trim_cache()
+    return rest
+
+
+def pack_problems(path) -> str | None:
+    """Why the pack of the run at ``path`` (a ``UPath``) was refused the last time it was
+    read in this process (a :data:`debugkit.runpack.MSG_BAD_PACK` message), or None."""
+    fs = _fs_of(path)
+    if fs is None:
+        return None
+    return fs._dk_state().get("pack_problems", {}).get(fs._dk_norm(path.path))
 
 
 def _fs_of(path):
@@ -438,7 +520,9 @@ def prefetch(path) -> bool:
     items = _wanted(fs, lst)
     missing = [(k, i) for k, i in items if not fs._dk_object(k, i).is_file()]
     if missing:
-        sync(fs.loop, fs._dk_fetch, missing)
+        rest = _fill_from_packs(fs, [(lst, missing, str(path))])
+        if rest:
+            sync(fs.loop, fs._dk_fetch, rest)
     fetched = {k for k, _ in missing}
     for k, i in items:
         if k not in fetched:
@@ -458,12 +542,15 @@ def prefetch_many(paths_listings) -> int:
         prefix = fs._dk_norm(path.path)
         found = {f"{prefix}/{rel}": dict(info, name=f"{prefix}/{rel}") for rel, info in listing.items()}
         lst = fs._dk_remember(prefix, found, pinned=True)
-        by_fs.setdefault(id(fs), (fs, []))[1].extend(
-            (k, i) for k, i in _wanted(fs, lst) if not fs._dk_object(k, i).is_file())
+        missing = [(k, i) for k, i in _wanted(fs, lst) if not fs._dk_object(k, i).is_file()]
+        if missing:
+            by_fs.setdefault(id(fs), (fs, []))[1].append((lst, missing, str(path)))
     from fsspec.asyn import sync
 
     n = 0
-    for fs, missing in by_fs.values():
-        if missing:
-            n += sync(fs.loop, fs._dk_fetch, missing)
+    for fs, groups in by_fs.values():
+        rest = _fill_from_packs(fs, groups)
+        n += sum(len(m) for _, m, _ in groups) - len(rest)
+        if rest:
+            n += sync(fs.loop, fs._dk_fetch, rest)
     return n

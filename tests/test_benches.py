@@ -50,13 +50,15 @@ def test_object_store_quick_prints_every_row_with_cpu_and_the_targets():
     """bench/object_store.py --quick (issue 29's speed targets): each row has wall and CPU
     seconds on S3 and on disk and the proxy's request count, and a line per target."""
     out = _run("object_store.py", "--quick")
-    assert out.startswith("10 runs; S3 (SeaweedFS) behind +40 ms per request")
+    assert out.startswith("10 runs (synced with their pack.zip); S3 (SeaweedFS) behind +40 ms per request")
     for row in ("list cold (empty index)", "list indexed (new process)", "Home cold (empty index)",
                 "Home indexed (new process)", "Overview of one run (new process)",
                 "Overview, empty cache (new process)"):
         assert re.search(rf"^{re.escape(row)}\s+\d+\.\d\d\s+\d+\.\d\d\s+\d+\s+\d+\.\d\d\s+\d+\.\d\d$", out, re.M), row
     # the indexed store is a constant number of requests whatever the number of runs
     assert re.search(r"^Home indexed \(new process\)\s+\S+\s+\S+\s+[1-3]\s", out, re.M), out
+    # cold: the store's listing and one GET per run (its pack.zip), not one per file
+    assert re.search(r"^Home cold \(empty index\)\s+\S+\s+\S+\s+11\s", out, re.M), out
     for row, limit in (("Home cold (empty index)", 10), ("Home indexed (new process)", 3),
                        ("Overview of one run (new process)", 5)):
         assert re.search(rf"^target {re.escape(row)}: \d+\.\d\d s on S3 \(< {limit} s\): (met|NOT met) "

@@ -21,7 +21,7 @@ PKG = ROOT / "debugkit"
 LAYERS: dict[str, int] = {
     # 0 base: errors, file-system helpers, the version, the run layout and its one writer,
     # the child-process harness (stdlib only; replay and the audit worker run through it).
-    "errors": 0, "_fsutil": 0, "location": 0, "objcache": 0, "_version": 0, "format": 0, "runschema": 0, "tensortree": 0, "checkpoints": 0,
+    "errors": 0, "_fsutil": 0, "location": 0, "objcache": 0, "runpack": 0, "_version": 0, "format": 0, "runschema": 0, "tensortree": 0, "checkpoints": 0,
     "child_harness": 0,
     # 1 training side writes runs, io reads them (the two never import each other).
     "recorder": 1, "io": 1,

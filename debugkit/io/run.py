@@ -15,7 +15,7 @@ from pathlib import Path
 from .. import format as fmt
 from .._fsutil import MAX_JSON_BYTES, in_run, loads_capped, process_start_ticks, read_bytes_capped
 from ..errors import MSG_TABLE_UNREADABLE, OutsideRunError, RunDirError, TruncatedRecordWarning
-from ..location import as_path
+from ..location import as_path, is_local
 from ..runschema import check as check_schema
 from ..runschema import read_run_json
 from .arrowio import read_stream
@@ -72,6 +72,12 @@ class Run:
         self.manifest = manifest
         self.source = source or path
         self.warnings: list[str] = []
+        if not is_local(path):
+            from ..objcache import pack_problems
+
+            problem = pack_problems(path)  # a refused pack.zip: its files were read instead
+            if problem:
+                self.warnings.append(problem)
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r}, name={self.name!r})"

@@ -9,6 +9,12 @@ saying ``finished`` also sees every row written before it. Table files are
 append-only Arrow streams: a copy taken while the writer appends ends at most in a
 torn last record, which the reader skips.
 
+On the last pass of a run that has ended, the run's small files are also uploaded packed
+into one object, ``pack.zip`` (:mod:`debugkit.runpack`), after everything else: a reader of
+the store then fetches them with one GET instead of one per file. The pack is an extra
+copy (every file is uploaded on its own first), and a reader uses a member only when it
+is the file as the store holds it now.
+
 Nothing is ever deleted at the destination, and the source is only read.
 """
 
@@ -20,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import format as fmt
+from .. import runpack
 from ..errors import RunDirError
 from .fs import as_path, is_local
 
@@ -88,7 +95,11 @@ def _write(dest, rel: str, data: bytes) -> None:
     target.write_bytes(data)  # one PUT: atomic per object
 
 
-def sync_run(src, dest, state: dict | None = None) -> SyncResult:
+#: The key of ``SyncResult.state`` that remembers the pack last uploaded (its MD5).
+_PACK_STATE = "\x00pack"
+
+
+def sync_run(src, dest, state: dict | None = None, *, pack: bool | None = None) -> SyncResult:
     """Make one incremental pass copying the run at ``src`` to ``dest``.
 
     Parameters
@@ -99,6 +110,10 @@ def sync_run(src, dest, state: dict | None = None) -> SyncResult:
         Where the copy lives (``s3://bucket/runs/job-42``, ``/mnt/shared/job-42``).
     state : dict, optional
         The ``state`` of the previous pass's result; without it every file is copied.
+    pack : bool, optional
+        Upload ``pack.zip`` (the run's small files in one object, last) when DEST is an
+        object store; by default when the run has ended (its status is not ``running``).
+        Not re-uploaded when it would be the same as the last pass's.
 
     Returns
     -------
@@ -116,6 +131,7 @@ def sync_run(src, dest, state: dict | None = None) -> SyncResult:
             raise RunDirError(MSG_DEST_INSIDE.format(dest=dest, src=src))
     state = dict(state or {})
     found = _scan(src_p)
+    found.pop(runpack.PACK, None)  # a pack copied in with the run is made again below
     changed = sorted((rel for rel, sig in found.items() if state.get(rel) != sig),
                      key=lambda r: (_order(r), r))
     res = SyncResult(unchanged=len(found) - len(changed), state=state)
@@ -133,7 +149,48 @@ def sync_run(src, dest, state: dict | None = None) -> SyncResult:
         state[rel] = found[rel]
         res.uploaded.append(rel)
         res.bytes += len(data)
+    if pack is None:
+        pack = not is_local(dest_p) and _ended(src_p)
+    if pack and not is_local(dest_p):
+        _upload_pack(src_p, dest_p, dest, found, res)
     return res
+
+
+def _ended(src: Path) -> bool:
+    from .run import open_run
+
+    try:
+        return open_run(src).status != "running"
+    except Exception:  # noqa: BLE001 - a run that cannot be read is not packed
+        return False
+
+
+def _upload_pack(src: Path, dest_p, dest, found: dict, res: SyncResult) -> None:
+    """Upload the pack of the files of ``found`` (as scanned this pass), unless the last
+    pass uploaded the same one."""
+    import hashlib
+
+    members = {}
+    for rel in runpack.packable({rel: sig[0] for rel, sig in found.items()}):
+        try:
+            data = (src / rel).read_bytes()
+        except OSError:
+            continue  # pruned since the scan
+        if len(data) == found[rel][0]:  # changed since the scan: left out, read on its own
+            members[rel] = data
+    if len(members) < 2:
+        return
+    blob = runpack.build_pack(members)
+    digest = hashlib.sha256(blob).hexdigest()
+    if res.state.get(_PACK_STATE) == digest:
+        return
+    try:
+        _write(dest_p, runpack.PACK, blob)
+    except OSError as exc:
+        raise RunDirError(MSG_UPLOAD_FAILED.format(dest=dest, rel=runpack.PACK, detail=exc)) from exc
+    res.state[_PACK_STATE] = digest
+    res.uploaded.append(runpack.PACK)
+    res.bytes += len(blob)
 
 
 def watch_run(src, dest, every_s: float = 30.0, *, max_passes: int | None = None,
@@ -149,7 +206,7 @@ def watch_run(src, dest, every_s: float = 30.0, *, max_passes: int | None = None
     passes = 0
     while True:
         status = open_run(src).status
-        res = sync_run(src, dest, state)
+        res = sync_run(src, dest, state, pack=status != "running")
         state = res.state
         passes += 1
         if on_pass is not None:

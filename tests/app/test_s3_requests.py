@@ -150,3 +150,39 @@ def test_overview_of_a_bucket_run_fetches_its_files_once_in_one_batch(counted):
     warm = _requests(c, OVERVIEW, "overview", run, name)
     assert not warm["gets"] and not warm["other"] and not warm["folder listings"], warm
     assert warm["total"] <= 2, warm
+
+
+HOME_TABLE = HOME + """
+import json
+cols = [c for c in table.columns if c not in ("path", "cached")]
+print(json.dumps(table[cols].astype(str).to_dict("records")))
+"""
+
+
+def test_home_over_runs_synced_with_their_pack_makes_one_get_per_run(counted):
+    """Runs uploaded by ``debugkit sync`` (each with its pack.zip): Home's cold list is the
+    one listing and one GET per run, and its table is the same as over the files alone."""
+    c = counted
+    console = os.path.join(os.path.dirname(sys.executable), "debugkit")
+    packed = f"s3://{c['bucket']}/packed"
+    env = _env(c, "sync")
+    for i in range(N):
+        out = subprocess.run([console, "sync", str(c["local"] / f"run{i:05d}"), f"{packed}/run{i:05d}"],
+                             env=env, cwd=c["tmp"], capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+
+    def home(root, cache):
+        c["proxy"].take()
+        out = subprocess.run([sys.executable, "-c", HOME_TABLE, str(ROOT / "app.py"), str(N)],
+                             env=dict(_env(c, cache), DEBUGKIT_ROOTS=root), cwd=ROOT,
+                             capture_output=True, text=True, timeout=900)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1]), c["proxy"].take()
+
+    table, lines = home(packed, "home-packed")
+    gets = [unquote(urlsplit(t).path).split("/", 2)[2] for m, t, _ in (x.split(" ", 2) for x in lines)
+            if m == "GET" and not urlsplit(t).query]
+    assert sorted(gets) == [f"packed/run{i:05d}/pack.zip" for i in range(N)], lines
+    assert len(lines) == 1 + N, lines  # the listing, then one GET per run (was one per file)
+    plain, _ = home(f"s3://{c['bucket']}/runs", "home-plain")
+    assert table == plain

@@ -90,7 +90,7 @@ def test_import_creates_the_run_like_the_other_importers(tmp_path):
     info = subprocess.run([str(console), "info", "runs/snap-only", "--json"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     doc = json.loads(info.stdout)
-    assert doc["name"] == "snap-only" and doc["manifest"]["schema_version"] == "1.2"
+    assert doc["name"] == "snap-only" and doc["manifest"]["schema_version"] == "1.3"
 
     from tests.app._apptest import open_page
 

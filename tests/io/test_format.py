@@ -37,7 +37,7 @@ def test_read_manifest_says_what_is_wrong(tmp_path):
     with pytest.raises(RunDirError, match="field 'name' must be str"):
         fmt.read_manifest(tmp_path)
     (tmp_path / fmt.MANIFEST).write_text('{"schema_version": "1.0", "name": "r"}')
-    assert fmt.read_manifest(tmp_path)["_read_as_version"] == "1.2"  # read through the 1.0 -> 1.1 -> 1.2 upgrade steps
+    assert fmt.read_manifest(tmp_path)["_read_as_version"] == "1.3"  # read through the 1.0 -> 1.1 -> 1.2 -> 1.3 upgrade steps
 
 
 def test_update_manifest_refuses_or_replaces_a_broken_manifest(tmp_path):

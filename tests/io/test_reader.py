@@ -174,17 +174,17 @@ def test_older_minor_is_upgraded_through_explicit_steps(tmp_path, monkeypatch):
     run_dir = tmp_path / "r"
     _record(run_dir, steps=1)
     m = json.loads((run_dir / "manifest.json").read_text())
-    m["schema_version"] = "1.2"
+    m["schema_version"] = "1.3"
     (run_dir / "manifest.json").write_text(json.dumps(m))
-    monkeypatch.setattr(fmt, "SCHEMA_MINOR", 3)  # a future 1.3 without its step yet
-    with pytest.raises(SchemaVersionError, match="no upgrade step from schema 1.2"):
+    monkeypatch.setattr(fmt, "SCHEMA_MINOR", 4)  # a future 1.4 without its step yet
+    with pytest.raises(SchemaVersionError, match="no upgrade step from schema 1.3"):
         open_run(run_dir)
-    monkeypatch.setitem(fmt.UPGRADES, (1, 2), lambda man: {**man, "upgraded": True})
+    monkeypatch.setitem(fmt.UPGRADES, (1, 3), lambda man: {**man, "upgraded": True})
     run = open_run(run_dir)
-    assert run.manifest["upgraded"] is True and run.manifest["_read_as_version"] == "1.3"
+    assert run.manifest["upgraded"] is True and run.manifest["_read_as_version"] == "1.4"
     m["schema_version"] = "1.0"  # 1.0 goes through every step
     (run_dir / "manifest.json").write_text(json.dumps(m))
-    assert open_run(run_dir).manifest["_read_as_version"] == "1.3"
+    assert open_run(run_dir).manifest["_read_as_version"] == "1.4"
 
 
 def test_newer_minor_is_read(tmp_path):

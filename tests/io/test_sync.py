@@ -10,7 +10,7 @@ import fsspec
 import pytest
 import torch
 
-from debugkit import Recorder, open_run
+from debugkit import Recorder, open_run, runpack
 from debugkit.cli import main as cli_main
 from debugkit.errors import RunDirError
 from debugkit.io.sync import MSG_DEST_INSIDE, sync_run, watch_run
@@ -39,16 +39,22 @@ def test_copy_reads_like_the_source_and_second_pass_copies_nothing(tmp_path, mem
     _train(src, 5)
     first = sync_run(src, memory_dest)
     assert first.unchanged == 0 and "manifest.json" in first.uploaded
-    # heartbeats after every data file, the manifest just before them
+    # heartbeats after every data file, the manifest just before them, and the run having
+    # ended, the pack of its small files after everything (an extra copy, see runpack)
+    assert first.uploaded[-1] == runpack.PACK
     kinds = ["h" if p.endswith("heartbeat.json") else "m" if p == "manifest.json" else "d"
-             for p in first.uploaded]
+             for p in first.uploaded[:-1]]
     assert kinds == sorted(kinds, key="dmh".index)
+    members = runpack.read_pack(fsspec.open(f"{memory_dest}/{runpack.PACK}").open().read())
+    assert sorted(members) == sorted(first.uploaded[:-1])
+    assert all(m["data"] == (src / name).read_bytes() for name, m in members.items())
     remote, local = open_run(memory_dest), open_run(src)
     assert remote.status == local.status == "finished"
     assert remote.grad_norms().equals(local.grad_norms())
     assert remote.scalars().equals(local.scalars())
     again = sync_run(src, memory_dest, first.state)
-    assert again.uploaded == [] and again.bytes == 0 and again.unchanged == len(first.state)
+    # nothing changed: no file and no pack again
+    assert again.uploaded == [] and again.bytes == 0 and again.unchanged == len(first.uploaded) - 1
 
 
 def test_resumed_run_uploads_only_what_changed(tmp_path, memory_dest):
@@ -58,10 +64,11 @@ def test_resumed_run_uploads_only_what_changed(tmp_path, memory_dest):
     _train(src, 4)  # a restarted job: a new segment in the same run directory
     second = sync_run(src, memory_dest, first.state)
     assert second.uploaded, "the new segment must be copied"
-    assert all("001" in p or p.endswith(("heartbeat.json", "manifest.json"))
+    assert all("001" in p or p.endswith(("heartbeat.json", "manifest.json", runpack.PACK))
                for p in second.uploaded), second.uploaded
     assert not [p for p in second.uploaded if "000" in p], "segment 0 did not change"
-    assert second.uploaded[-1].endswith("heartbeat.json")
+    # the heartbeat after the data, then a new pack (the old one is stale)
+    assert second.uploaded[-2].endswith("heartbeat.json") and second.uploaded[-1] == runpack.PACK
     # the second attempt restarted at step 0, so it supersedes the first one's 3 steps
     # (issue 17: attempts are kept apart; both stay on disk and in the copy)
     assert len(open_run(memory_dest).steps()) == len(open_run(src).steps()) == 4

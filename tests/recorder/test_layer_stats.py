@@ -111,7 +111,7 @@ def test_layer_stats_every_is_checked(tmp_path):
 def test_a_format_1_0_run_reads_with_an_empty_layers_table():
     run = open_run(SAMPLE_RUNS / "digits-mlp")
     assert run.manifest["schema_version"] == "1.0"
-    assert run.manifest["_read_as_version"] == fmt.SCHEMA_VERSION == "1.2"
+    assert run.manifest["_read_as_version"] == fmt.SCHEMA_VERSION == "1.3"
     df = run.layer_stats()
     assert list(df.columns) == ["step", "rank", "order", "module", "module_type", "stat", "value"]
     assert df.empty and run.row_counts()["layers"] == 0

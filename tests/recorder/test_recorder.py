@@ -110,7 +110,7 @@ def test_scalars_memory_steps_and_lr_rows(tmp_path):
     assert st["data_wait_s"].isna().tolist() == [True, False, False, False]
     assert run.status == "finished"
     assert run.manifest["config"] == {"lr": 3e-3}
-    assert run.manifest["schema_version"] == fmt.SCHEMA_VERSION == "1.2"
+    assert run.manifest["schema_version"] == fmt.SCHEMA_VERSION == "1.3"
 
 
 def test_none_grad_is_recorded_as_zero_and_frozen_params_skipped(tmp_path):

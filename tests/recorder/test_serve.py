@@ -59,7 +59,7 @@ def test_requests_rows_outcomes_and_captures(tmp_path):
 
     run = open_run(tmp_path / "r")
     assert run.kind == "inference" and run.manifest["kind"] == fmt.KIND_INFERENCE
-    assert run.manifest["schema_version"] == fmt.SCHEMA_VERSION == "1.2"
+    assert run.manifest["schema_version"] == fmt.SCHEMA_VERSION == "1.3"
     assert run.manifest["serve"] == {"gpu_mem_threshold": 0.8, "host_mem_threshold": 0.75,
                                      "capture_budget": {"per_kind": 10, "per_minute": 30},
                                      "memory_every_s": 0.0}
