@@ -11,6 +11,10 @@ a ~1 ms and a ~20 ms MLP. Variants of the handler, all run on the same model and
 - ``wrap``       ``rec.wrap(model)(x)``
 - ``no finite``  ``request`` on a recorder with ``check_finite=False`` (the finiteness
                  check's share of the cost)
+- ``no capture`` ``request`` on a recorder with ``capture=False`` (no failure captures, so
+                 no copy of the RNG state at each request's start: that copy's share)
+- ``no memory``  ``request`` on a recorder that never reads memory (``memory_every_s`` of
+                 1e9 s: the share of the readings taken every ``memory_every_s``, 5 ms)
 - ``timer``      the least instrumentation a service writes by hand: two
                  ``time.perf_counter()`` calls around the model and an append of the
                  latency to a list (a reference for what any per-request code costs here)
@@ -35,7 +39,9 @@ differences). The writer thread's CPU is read from its own clock
     python bench/serve_overhead.py [--quick] [--blocks-scale 1.0]
 
 The last lines are the targets (<= 3 % at ~1 ms, <= 0.5 % at ~20 ms, by request-thread
-CPU) with ``met`` / ``NOT met``.
+CPU) with ``met`` / ``NOT met``, each preceded by the ``parts`` line: ``request`` minus
+``no finite``, ``no capture`` and ``no memory`` (what each part costs where it runs) and
+what is left.
 """
 
 from __future__ import annotations
@@ -118,6 +124,8 @@ def bench_model(label: str, model, x, *, run: int, blocks: int, out: Path,
 
     rec = debugkit.serve(model, out / label, hash_weights=False)
     rec_nf = debugkit.serve(model, out / f"{label}-nofinite", hash_weights=False, check_finite=False)
+    rec_nc = debugkit.serve(model, out / f"{label}-nocapture", hash_weights=False, capture=False)
+    rec_nm = debugkit.serve(model, out / f"{label}-nomemory", hash_weights=False, memory_every_s=1e9)
     wrapped = rec.wrap(model)
 
     def bare(x):
@@ -140,6 +148,14 @@ def bench_model(label: str, model, x, *, run: int, blocks: int, out: Path,
         with torch.no_grad(), rec_nf.request({"x": x}) as r:
             return r.output(model(x))
 
+    def no_capture(x):
+        with torch.no_grad(), rec_nc.request({"x": x}) as r:
+            return r.output(model(x))
+
+    def no_memory(x):
+        with torch.no_grad(), rec_nm.request({"x": x}) as r:
+            return r.output(model(x))
+
     latencies: list[float] = []
     perf_counter = time.perf_counter
 
@@ -156,7 +172,8 @@ def bench_model(label: str, model, x, *, run: int, blocks: int, out: Path,
             return model(x)
 
     variants = {"bare": bare, "bare again": bare_again, "request": request, "wrap": wrap,
-                "no finite": no_finite, "timer": timer}
+                "no finite": no_finite, "no capture": no_capture, "no memory": no_memory,
+                "timer": timer}
     if spin_n is not None:
         variants["control"] = control
     for fn in variants.values():  # warm-up: lazy initialisation, the first writer flush
@@ -165,9 +182,10 @@ def bench_model(label: str, model, x, *, run: int, blocks: int, out: Path,
     cpu: dict[str, list[float]] = {k: [] for k in variants}   # per block: median request
     wall: dict[str, list[float]] = {k: [] for k in variants}
     thread_time, perf = time.thread_time, time.perf_counter
-    writers = [rec._writer._thread, rec_nf._writer._thread]
+    recs = (rec, rec_nf, rec_nc, rec_nm)
+    writers = [r._writer._thread for r in recs]
     w0 = sum(thread_cpu(t) for t in writers)
-    n0 = rec.requests + rec_nf.requests
+    n0 = sum(r.requests for r in recs)
     rng = random.Random(0)
     order = list(variants)
     for _ in range(blocks):
@@ -184,9 +202,9 @@ def bench_model(label: str, model, x, *, run: int, blocks: int, out: Path,
                 ws.append(perf() - w)
             cpu[k].append(statistics.median(ts))
             wall[k].append(statistics.median(ws))
-    writer_s = (sum(thread_cpu(t) for t in writers) - w0) / max(rec.requests + rec_nf.requests - n0, 1)
-    rec.close()
-    rec_nf.close()
+    writer_s = (sum(thread_cpu(t) for t in writers) - w0) / max(sum(r.requests for r in recs) - n0, 1)
+    for r in recs:
+        r.close()
     res = {"label": label, "writer_s": writer_s, "variants": {}}
     for k in variants:
         d_cpu = [a - b for a, b in zip(cpu[k], cpu["bare"])]
@@ -194,6 +212,16 @@ def bench_model(label: str, model, x, *, run: int, blocks: int, out: Path,
         res["variants"][k] = {"cpu": statistics.median(cpu[k]), "wall": statistics.median(wall[k]),
                               "d_cpu": median_ci(d_cpu), "d_wall": median_ci(d_wall)}
     return res
+
+
+def parts_line(variants: dict, bare_cpu: float) -> str:
+    """What each part of ``request`` costs (``request`` minus the variant without it, as a
+    share of the bare handler's CPU) and the rest."""
+    total = variants["request"]["d_cpu"][0]
+    shares = {name: total - variants[k]["d_cpu"][0] for name, k in
+              (("finiteness", "no finite"), ("RNG copy", "no capture"), ("memory reads", "no memory"))}
+    text = ", ".join(f"{name} {v / bare_cpu:+.2%}" for name, v in shares.items())
+    return f"{text}, the rest {(total - sum(shares.values())) / bare_cpu:+.2%} (of request {total / bare_cpu:+.2%})"
 
 
 def main(argv=None) -> int:
@@ -250,6 +278,7 @@ def main(argv=None) -> int:
         if r["target"] is None:
             continue
         bare_cpu = r["variants"]["bare"]["cpu"]
+        print(f"parts  {r['label']:4} " + parts_line(r["variants"], bare_cpu))
         for k in ("request", "wrap"):
             m, lo, hi = (d / bare_cpu for d in r["variants"][k]["d_cpu"])
             verdict = "met" if m <= r["target"] else "NOT met"

@@ -30,7 +30,8 @@ def test_quick_run_prints_rows_targets_and_the_a_a_check(tmp_path):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     out = p.stdout
     for model in ("noop", "1ms", "20ms"):
-        for variant in ("bare", "bare again", "request", "wrap", "no finite", "timer"):
+        for variant in ("bare", "bare again", "request", "wrap", "no finite", "no capture", "no memory",
+                        "timer"):
             assert re.search(rf"^{model}\s+{variant}\s+\d", out, re.M), (model, variant, out)
         assert re.search(rf"^{model}\s+writer thread: \d+\.\d+ us CPU per recorded request", out, re.M)
     for model in ("1ms", "20ms"):
@@ -40,6 +41,8 @@ def test_quick_run_prints_rows_targets_and_the_a_a_check(tmp_path):
                              rf"\[[+-]\d+\.\d+%, [+-]\d+\.\d+%\] \(<= {'3.0' if model == '1ms' else '0.5'}%\): "
                              r"(met|NOT met)$", out, re.M), (model, variant, out)
         assert re.search(rf"^check  {model}\s+A/A\s+[+-]\d+\.\d+%", out, re.M)
+        assert re.search(rf"^parts  {model}\s+finiteness [+-]\d+\.\d+%, RNG copy [+-]\d+\.\d+%, memory reads "
+                         r"[+-]\d+\.\d+%, the rest [+-]\d+\.\d+% \(of request [+-]\d+\.\d+%\)$", out, re.M), out
     assert re.search(r"^control: a Python loop of [\d,]+ iterations", out, re.M)
 
 
@@ -57,7 +60,16 @@ def test_the_method_shows_a_planted_cost_and_no_cost_between_twins(tmp_path):
     control, twin = r["variants"]["control"]["d_cpu"], r["variants"]["bare again"]["d_cpu"]
     assert control[1] > 0 and control[0] > 0.0005, control
     assert abs(twin[0]) < 0.0001, twin
-    assert set(r["variants"]) == {"bare", "bare again", "request", "wrap", "no finite", "timer", "control"}
+    assert set(r["variants"]) == {"bare", "bare again", "request", "wrap", "no finite", "no capture",
+                                  "no memory", "timer", "control"}
+
+
+def test_parts_line_subtracts_each_variant_from_request():
+    bench = _bench()
+    v = {"request": {"d_cpu": (0.04, 0, 0)}, "no finite": {"d_cpu": (0.02, 0, 0)},
+         "no capture": {"d_cpu": (0.03, 0, 0)}, "no memory": {"d_cpu": (0.035, 0, 0)}}
+    assert bench.parts_line(v, 1.0) == ("finiteness +2.00%, RNG copy +1.00%, memory reads +0.50%, "
+                                        "the rest +0.50% (of request +4.00%)")
 
 
 def test_median_interval_by_order_statistics():
