@@ -262,3 +262,29 @@ def test_a_bad_listing_lifetime_is_refused(monkeypatch):
         objcache.listing_ttl_s()
     monkeypatch.setenv("DEBUGKIT_LISTING_TTL_S", "30")
     assert objcache.listing_ttl_s() == 30.0
+
+
+def test_a_fresh_listing_answers_in_the_calling_thread(s3, s3_samples, tmp_path, monkeypatch):
+    """Once a run is listed and prefetched, its readers' questions (is this a folder, which
+    ranks, open this file) are answered in the calling thread: no hop to fsspec's event
+    loop thread (a cold run list asked ~110 per run, each a thread switch)."""
+    import fsspec.asyn
+
+    monkeypatch.setenv("DEBUGKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("DEBUGKIT_LISTING_TTL_S", "600")
+    run = open_run(f"{s3_samples}/digits-bad-label")  # the listing and the batch fetch
+    hops: list[str] = []
+    real = fsspec.asyn.sync
+
+    def counted(loop, func, *args, **kwargs):
+        hops.append(getattr(func, "__name__", str(func)))
+        return real(loop, func, *args, **kwargs)
+
+    monkeypatch.setattr(fsspec.asyn, "sync", counted)
+    assert run.status == "failed" and run.ranks == [0]
+    assert len(run.steps()) and len(run.grad_norms()) and len(run.scalars()) and len(run.memory())
+    assert [f["id"] for f in run.failures()] == ["r0-s0000075-exception"]
+    assert run.events() and run.heartbeats() and run.batch_spec() is not None
+    # only the two globs (events, batch specs) still go through fsspec's own glob; every
+    # exists/isdir/ls/info/open is answered here (before: 112 hops per run on Home)
+    assert hops == ["_glob", "_glob"], hops
