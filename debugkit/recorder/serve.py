@@ -68,6 +68,7 @@ MSG_BUDGET = ("capture_budget={value!r}: expected a dict with 'per_kind' and/or 
               "(integers >= 0)")
 MSG_CLOSED = "debugkit.serve: the recorder is closed; no more requests can be recorded"
 MSG_CALL = "call={value!r}: expected one of 'kwargs', 'args', 'single'"
+MSG_ROUTE = "route={value!r}: expected a string or None"
 CALLS = ("kwargs", "args", "single", "args_kwargs")
 
 
@@ -386,13 +387,16 @@ class ServeRecorder:
         if call is not None and call not in CALLS:
             raise InvalidInputError(MSG_CALL.format(value=call))
         if route is not None and not isinstance(route, str):
-            raise InvalidInputError(f"route={route!r}: expected a string or None")
+            raise InvalidInputError(MSG_ROUTE.format(value=route))
         return Request(self, inputs, call, route)
 
     def wrap(self, fn=None, *, route: str | None = None):
         """A callable that records every call of ``fn`` (default: the model) as a request:
         ``wrapped = rec.wrap(model); y = wrapped(x)``. Its output is checked for NaN/Inf;
-        an exception is recorded, captured and raised on. ``route`` as for :meth:`request`."""
+        an exception is recorded, captured and raised on. ``route`` as for :meth:`request`
+        (checked here, once: each call builds its request directly)."""
+        if route is not None and not isinstance(route, str):
+            raise InvalidInputError(MSG_ROUTE.format(value=route))
         return _Wrapped(self, self.model if fn is None else fn, route)
 
     @property

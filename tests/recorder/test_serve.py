@@ -14,7 +14,7 @@ import debugkit
 from debugkit import InvalidInputError, open_run
 from debugkit import format as fmt
 from debugkit.recorder.capture import state_dict_sha256
-from debugkit.recorder.serve import MSG_BUDGET, MSG_CLOSED, MSG_THRESHOLD, describe_inputs
+from debugkit.recorder.serve import MSG_BUDGET, MSG_CLOSED, MSG_ROUTE, MSG_THRESHOLD, describe_inputs
 from debugkit.tensortree import load_tree
 
 
@@ -207,6 +207,25 @@ def test_bad_settings_are_refused_before_anything_is_written(tmp_path, kwargs, m
     with pytest.raises(InvalidInputError, match=re.escape(match)):
         debugkit.serve(_model(), tmp_path / "r", **kwargs)
     assert not (tmp_path / "r").exists()
+
+
+def test_a_bad_route_is_refused_by_request_and_by_wrap_and_writes_no_row(tmp_path):
+    """wrap() checks its route once (its calls build their requests directly): a route that
+    is not a string never reaches the writer, whose string column it would break."""
+    import re
+
+    rec = debugkit.serve(_model(), tmp_path / "r")
+    match = re.escape(MSG_ROUTE.format(value=7))
+    with pytest.raises(InvalidInputError, match=match):
+        rec.request(torch.ones(1), route=7)
+    with pytest.raises(InvalidInputError, match=match):
+        rec.wrap(route=7)
+    wrapped = rec.wrap(route="/ok")
+    wrapped(torch.zeros(1, 4, dtype=torch.long))
+    rec.close()
+    assert rec._writer.error is None
+    df = open_run(tmp_path / "r").requests()
+    assert df["route"].tolist() == ["/ok"] and df["request"].tolist() == [0]
 
 
 def test_describe_inputs():
