@@ -223,3 +223,25 @@ def tabs(labels: dict[str, str], key: str, *, name: str = "tab", default: str | 
     slug = next((s for s, lab in labels.items() if lab == open_label), default)
     to_query(key, slug, default, name=name)
     return out
+
+
+def expander(label: str, key: str, *, name: str, default: bool = False, run_path: str | None = None,
+             **kwargs):
+    """``st.expander`` whose content the page builds only while it is open (a click on it
+    reruns the page; ``.open`` says whether to build it), its state in the URL as
+    ``?name=1`` / ``?name=0`` (no parameter at ``default``). Charts put in one are not sent,
+    and not drawn by the browser, before the page's first chart (issue 35 item 9).
+    ``default`` may depend on the run and the link (open when the link names what the
+    expander shows): the expander goes back to it when the page shows another ``run_path``.
+
+    Returns the expander; ``.open`` is a bool.
+    """
+    mark = f"_{key}_for"
+    if key not in st.session_state or st.session_state.get(mark) != run_path:
+        st.session_state[mark] = run_path
+        st.session_state[key] = default
+        st.session_state.pop(f"_url_{name}", None)  # the URL's state applies to this run too
+    from_query(key, flag, name=name, expected="0 or 1")
+    box = st.expander(label, key=key, on_change="rerun", **kwargs)
+    to_query(key, "1" if box.open else "0", "1" if default else "0", name=name)
+    return box

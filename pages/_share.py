@@ -98,8 +98,9 @@ def share_refused_here() -> None:
     share_refused()
 
 
-#: What a share link carries to the audit page: the link itself and the view (the open tabs).
-SHARE_PARAMS = ("run", "audit", "token", "attr", "shap_attr")
+#: What a share link carries to the audit page: the link itself and the view (the open tabs
+#: and charts).
+SHARE_PARAMS = ("run", "audit", "token", "attr", "shap_attr", "rates", "shap", "shap_groups")
 
 
 def share_forward() -> None:

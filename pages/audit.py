@@ -16,8 +16,8 @@ VERDICT = {"pass": ("Pass", "green", ":material/check_circle:"),
            "needs_review": ("Needs review", "orange", ":material/rate_review:"),
            "fail": ("Fail", "red", ":material/gpp_bad:")}
 EXPIRY = {"1 day": "1d", "7 days": "7d", "14 days": "14d", "30 days": "30d", "90 days": "90d"}
-#: The view a share link carries besides the signed run and audit: the open tabs.
-VIEW_PARAMS = ("attr", "shap_attr")
+#: The view a share link carries besides the signed run and audit: the open tabs and charts.
+VIEW_PARAMS = ("attr", "shap_attr", "rates", "shap", "shap_groups")
 GROUP_COLUMNS = ("base_rate", "selection_rate", "tpr", "fpr", "fnr", "precision", "accuracy")
 
 share = _share.share_context()
@@ -48,10 +48,32 @@ def _audit(path: str, sig: tuple, audit_id: str, shared: bool = False):
     return {"doc": a.doc, "rows": a.rows, "json": a.json_bytes(), "sha256": a.json_sha256}
 
 
-@st.cache_data(max_entries=16, ttl=900, show_spinner="Drawing the charts…")
-def _figures(path: str, sig: tuple, audit_id: str):
+@st.cache_data(max_entries=16, ttl=900, show_spinner=False)
+def _figure_keys(path: str, sig: tuple, audit_id: str) -> list[str]:
     a = _audit(path, sig, audit_id)
-    return rep.figures(a["doc"], a["rows"])
+    return rep.figure_keys(a["doc"], a["rows"])
+
+
+@st.cache_data(max_entries=64, ttl=900, show_spinner="Drawing the chart…")
+def _figure(path: str, sig: tuple, audit_id: str, key: str):
+    a = _audit(path, sig, audit_id)
+    return rep.figure(a["doc"], a["rows"], key)
+
+
+class _Figures:
+    """The audit's figures by key, each built (and cached) when a section draws it: a page
+    load builds the open attribute's disparity chart, not the audit's 14 figures (0.25-0.35 s
+    of server CPU, issue 35 item 9)."""
+
+    def __init__(self, path: str, sig: tuple, audit_id: str):
+        self.args = (path, sig, audit_id)
+        self.keys = set(_figure_keys(*self.args))
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.keys
+
+    def __getitem__(self, key: str):
+        return _figure(*self.args, key)
 
 
 @st.cache_data(max_entries=4, ttl=900, show_spinner="Building the report…")
@@ -164,8 +186,12 @@ def _group_section(doc, figs, view):
             st.markdown("**Disparity: each group's rate divided by the reference group's** "
                         "(shaded: the acceptable band; bars: bootstrap intervals)")
             _ui.chart(figs[f"disparity:{name}"], key=f"disp_{name}")
-            st.markdown("**Rates per group** (bars: bootstrap intervals)")
-            _ui.chart(figs[f"group_metrics:{name}"], key=f"bars_{name}")
+            # built when opened (?rates=1): the disparity chart is the page's first (issue 35 item 9)
+            box = _query.expander("**Rates per group** (bars: bootstrap intervals)", "audit_rates_open",
+                                  name="rates", run_path=view, icon=":material/bar_chart:")
+            if box.open:
+                with box:
+                    _ui.chart(figs[f"group_metrics:{name}"], key=f"bars_{name}")
             if many:  # many groups: the sortable grid, below the charts
                 st.dataframe(rows, hide_index=True, width="stretch",
                              column_config={rep.METRIC_LABELS[m]: st.column_config.NumberColumn(format="%.3f")
@@ -194,14 +220,42 @@ def _shap_section(doc, figs, view):
         st.caption("No sensitive feature or likely proxy ranks in the top "
                    f"{doc['provenance']['thresholds']['top_k']} by mean |SHAP| or holds "
                    f"{doc['provenance']['thresholds']['share']:.0%} of the total.")
-    st.markdown("**SHAP summary**: one dot per row, at its SHAP value; ● sensitive feature, "
-                "◆ likely proxy")
-    _ui.chart(figs["beeswarm"], key="beeswarm")
-    st.markdown("**Mean |SHAP| per feature** (red: sensitive, orange: likely proxy)")
-    _ui.chart(figs["mean_abs"], key="mean_abs")
+    st.markdown(_top_features(sh["mean_abs"], doc))
+    # The charts are built when opened (?shap=1, ?shap_groups=1): each figure sent and drawn
+    # with the first delayed the page's first chart; the beeswarm alone is 195 kB of JSON.
+    box = _query.expander("**SHAP summary** (one dot per row, ● sensitive feature, ◆ likely proxy) "
+                          "and **mean |SHAP| per feature**", "audit_shap_open", name="shap", run_path=view,
+                          icon=":material/scatter_plot:")
+    if box.open:
+        with box:
+            _ui.chart(figs["beeswarm"], key="beeswarm")
+            st.markdown("**Mean |SHAP| per feature** (red: sensitive, orange: likely proxy)")
+            _ui.chart(figs["mean_abs"], key="mean_abs")
     names = list(doc["sensitive"])
-    st.markdown("**Per sensitive attribute**: how its feature pushes each group (dependence), "
-                "and the mean SHAP of the top features within each group")
+    box = _query.expander("**Per sensitive attribute**: how its feature pushes each group (dependence), "
+                          "and the mean SHAP of the top features within each group", "audit_shap_groups_open",
+                          name="shap_groups", default="shap_attr" in st.query_params, run_path=view,
+                          icon=":material/groups:")
+    if not box.open:
+        _ui.keep_widget_state("audit_shap_tab")
+        return
+    with box:
+        _shap_groups(doc, figs, view, names)
+
+
+def _top_features(mean_abs: dict, doc, top: int = 5) -> str:
+    """The features with the largest mean |SHAP|, in words (the charts are drawn on demand)."""
+    sens, prox = rep.sensitive_features(doc), rep.proxy_features(doc)
+
+    def mark(f):
+        return " (sensitive)" if f in sens else " (likely proxy)" if f in prox else ""
+
+    ranked = sorted(mean_abs.items(), key=lambda kv: -abs(kv[1]))[:top]
+    return ("Largest mean |SHAP|: " + ", ".join(f"**{_ui.md(f)}**{mark(f)} {v:.4g}" for f, v in ranked)
+            + f" (of {len(mean_abs)} features).")
+
+
+def _shap_groups(doc, figs, view, names):
     # the open attribute is ?shap_attr=<attribute>
     tabs = _query.tabs({n: n for n in names}, "audit_shap_tab", name="shap_attr", run_path=view)
     for tab, name in zip(tabs, names):
@@ -427,7 +481,7 @@ def main():
             st.query_params["audit"] = audit_id
     try:
         data = _audit(path, sig, audit_id, read_only)
-        figs = _figures(path, sig, audit_id)
+        figs = _Figures(path, sig, audit_id)
     except DebugkitError as exc:
         _ui.show_error(exc)
         return

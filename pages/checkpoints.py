@@ -1,9 +1,11 @@
 """Checkpoints: the run's checkpoints (verified by hash), how each layer's weights moved
 between them, NaN/Inf in weights, two checkpoints compared, replay from one.
 
-Deep link: ``?run=<id>&a=<step>&b=<step>`` opens the comparison of those two checkpoints.
+Deep link: ``?run=<id>&a=<step>&b=<step>`` opens the comparison of those two checkpoints;
+``&moved=1`` with its "Moved most" chart open.
 """
 
+import math
 
 import streamlit as st
 
@@ -194,6 +196,13 @@ def _heatmap(m, first_bad) -> None:
                  icon=":material/warning:")
 
 
+def _top_moved(moved) -> str:
+    """The tensor that moved most and by how much (the closed chart's label says it)."""
+    r = moved.iloc[0]
+    v = float(r["rel_change"])
+    return f"largest {r['layer']} ({f'{v:.3g}' if math.isfinite(v) else 'NaN/Inf'})"
+
+
 def _compare_section(listing, sig, folder_sig) -> None:
     ok = listing[listing["ok"]].reset_index(drop=True)
     st.subheader("Compare two checkpoints")
@@ -236,11 +245,18 @@ def _compare_section(listing, sig, folder_sig) -> None:
     cols[3].metric("NaN/Inf in B", str(len(mv["nonfinite"])))
     left, right = st.columns([3, 2])
     with left:
-        st.markdown(f"**Moved most** (top {min(TOP_MOVED, len(mv['moved']))})")
         if len(mv["moved"]):
-            _ui.chart(build_movement_figure(mv["moved"], top=TOP_MOVED, label_a=labels[a],
-                                                  label_b=labels[b]), key="ckpt_moved", width="stretch")
+            # built when opened (?moved=1): a second figure sent and drawn with the heatmap
+            # delayed the page's first chart (issue 35 item 9)
+            box = _query.expander(f"**Moved most** (top {min(TOP_MOVED, len(mv['moved']))}): "
+                                  f"{_ui.md(_top_moved(mv['moved']))}", "ckpt_moved_open", name="moved",
+                                  run_path=path, icon=":material/bar_chart:")
+            if box.open:
+                with box:
+                    _ui.chart(build_movement_figure(mv["moved"], top=TOP_MOVED, label_a=labels[a],
+                                                    label_b=labels[b]), key="ckpt_moved", width="stretch")
         else:
+            st.markdown("**Moved most**")
             st.caption("Nothing changed: the two checkpoints hold identical weights.")
     with right:
         st.markdown("**Never moved** (bit-identical in both)")

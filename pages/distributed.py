@@ -101,7 +101,13 @@ def _step_time_tab(a, stragglers):
     from debugkit.charts.distributed import build_rank_heatmap_figure, build_rank_lines_figure
 
     _ui.chart(build_rank_heatmap_figure(times, value, highlight=stragglers), key="dist_heatmap")
-    _ui.chart(build_rank_lines_figure(times, value, highlight=stragglers), key="dist_lines")
+    # The lines are built when opened (?lines=1): a second figure sent and drawn with the
+    # heatmap delayed the page's first chart (issue 35 item 9).
+    box = _query.expander("One line per rank", "dist_lines_open", name="lines", run_path=path,
+                          icon=":material/show_chart:")
+    if box.open:
+        with box:
+            _ui.chart(build_rank_lines_figure(times, value, highlight=stragglers), key="dist_lines")
     st.caption("In synchronous training every rank leaves each all-reduce together, so the "
                "ranks that wait for a slow one show the *longer* steps: compare "
                "\u201cown work\u201d to find the rank the others wait for.")

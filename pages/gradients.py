@@ -5,7 +5,9 @@ a capture's step when no step is given; ``&rank=<int>`` a rank). The rest of the
 in the URL too: ``?module=`` (repeated) and ``?grad_regex=`` the layer filters,
 ``?grad_clip=`` the what-if clip, ``?line=`` (repeated) the layers drawn as lines,
 ``?explode_factor=`` ``?vanish_rel=`` ``?spike_mads=`` the thresholds, ``?with=`` the
-runs overlaid (defaults left out; a value the page cannot use is a warning).
+runs overlaid, ``?lines=1`` the per-layer lines opened (a link with ``?line=``, ``?with=``
+or ``?grad_clip=`` opens them too; defaults left out; a value the page cannot use is a
+warning).
 """
 
 import math
@@ -209,6 +211,50 @@ def _num(v, nan="NaN", spec=".4g") -> str:
     return format(v, spec)
 
 
+#: What opens the per-layer lines on a link: the layers drawn, the runs overlaid, the clip.
+LINES_PARAMS = ("line", "with", "grad_clip")
+
+
+def _open_lines():
+    st.session_state["grad_lines_open"] = True  # the clip is shaded on the lines: show them
+
+
+def _lines(m, rank, rank_findings, layers, modules, regex, clip, step, fail_steps):
+    """The per-layer lines (click a point: that step's details), built only when opened:
+    the heatmap is the page's first chart, and a second figure sent and drawn with it
+    delayed it (issue 35 item 9). A link that names lines, overlaid runs or a clip opens
+    them (``?lines=1`` otherwise)."""
+    default = default_line_layers(m, rank_findings, layers, limit=6)
+    lines_key = f"grad_lines_pick_{rank}_{hash((tuple(modules), regex))}"
+    if clip is not None:
+        n = int(clip.clipped.sum())
+        st.caption(f"clip_grad_norm_(max_norm={clip.max_norm:g}) would have clipped {n:,} of "
+                   f"{m.n_steps:,} logged steps ({100 * clip.fraction:.1f} %), shaded in orange on the lines"
+                   + (f"; {int(clip.nonfinite.sum())} step(s) had a non-finite total that clipping "
+                      "cannot repair" if clip.nonfinite.any() else "") + ".")
+    box = _query.expander("Lines per layer · click a point to see that step", "grad_lines_open",
+                          name="lines", default=any(p in st.query_params for p in LINES_PARAMS),
+                          run_path=path, icon=":material/show_chart:")
+    if not box.open:
+        _ui.keep_widget_state("grad_lines_pick_", "grad_with")  # kept while closed
+        return
+    with box:
+        # the lines drawn are ?line=<parameter> (repeated); a new filter starts from its default
+        _query.list_from_query(lines_key, layers, name="line",
+                               expected="a parameter that these filters show")
+        st.session_state[lines_key] = [p for p in st.session_state.get(lines_key, default)
+                                       if p in layers][:MAX_LINES]
+        chosen = st.multiselect("Lines", layers, max_selections=MAX_LINES, key=lines_key,
+                                help="Layers drawn as lines (the total is always drawn).")
+        _query.list_to_query(lines_key, chosen, default, name="line")
+        others = _other_runs(rank)
+        fig = build_grad_lines_figure(m, chosen, clip=clip, selected_step=step, failure_steps=fail_steps,
+                                      others=others)
+        _ui.chart(fig, key="grad_lines_chart", on_select=_on_chart_select, selection_mode="points")
+        st.caption("Click a point to see that step. NaN/Inf values are the pink x markers at the top; "
+                   "exactly-zero gradients the grey triangles at the bottom.")
+
+
 def _sig():
     return _data.signature(path)
 
@@ -273,6 +319,7 @@ def render():
     with c_clip:
         max_norm = st.number_input("What-if clip max_norm", min_value=0.0, value=None, step=0.1,
                                    format="%.3g", placeholder="off", key="grad_clip",
+                                   on_change=_open_lines,
                                    help="Shade the steps torch.nn.utils.clip_grad_norm_(max_norm) "
                                         "would have clipped.")
     _query.list_to_query("grad_modules", modules, [], name="module")
@@ -320,28 +367,7 @@ def render():
                     f"{m.n_steps:,} logged steps in {len(bins.start_step)} bins (each shows its max)")
         _ui.chart(build_grad_heatmap_figure(bins, groups=groups, selected_step=step,
                                                   failure_steps=fail_steps), key="grad_heatmap")
-        default = default_line_layers(m, rank_findings, layers, limit=6)
-        # the lines drawn are ?line=<parameter> (repeated); a new filter starts from its default
-        lines_key = f"grad_lines_pick_{rank}_{hash((tuple(modules), regex))}"
-        _query.list_from_query(lines_key, layers, name="line",
-                               expected="a parameter that these filters show")
-        st.session_state[lines_key] = [p for p in st.session_state.get(lines_key, default)
-                                       if p in layers][:MAX_LINES]
-        chosen = st.multiselect("Lines", layers, max_selections=MAX_LINES, key=lines_key,
-                                help="Layers drawn as lines (the total is always drawn).")
-        _query.list_to_query(lines_key, chosen, default, name="line")
-        if clip is not None:
-            n = int(clip.clipped.sum())
-            st.caption(f"clip_grad_norm_(max_norm={clip.max_norm:g}) would have clipped {n:,} of "
-                       f"{m.n_steps:,} logged steps ({100 * clip.fraction:.1f} %), shaded in orange"
-                       + (f"; {int(clip.nonfinite.sum())} step(s) had a non-finite total that clipping "
-                          "cannot repair" if clip.nonfinite.any() else "") + ".")
-        others = _other_runs(rank)
-        fig = build_grad_lines_figure(m, chosen, clip=clip, selected_step=step, failure_steps=fail_steps,
-                                      others=others)
-        _ui.chart(fig, key="grad_lines_chart", on_select=_on_chart_select, selection_mode="points")
-        st.caption("Click a point to see that step. NaN/Inf values are the pink x markers at the top; "
-                   "exactly-zero gradients the grey triangles at the bottom.")
+        _lines(m, rank, rank_findings, layers, modules, regex, clip, step, fail_steps)
 
     if step is not None:
         st.divider()

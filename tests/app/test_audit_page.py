@@ -52,11 +52,19 @@ def test_normal_view_shows_verdict_charts_and_provenance(ids):
     assert [s.label for s in at.selectbox][:1] == ["Audit"]
     assert at.selectbox[0].value == _failing(ids)  # the failing audit first, not the newest
     assert any("Verdict:" in str(b.value) for b in list(at.error) + list(at.warning) + list(at.success))
-    # the open group tab's 2 charts, beeswarm, mean |SHAP|, the open SHAP tab's 2: only the
-    # open tabs are built and sent (14 charts before, 2 per attribute in each tab row)
+    # the open group tab's disparity chart first and alone; the rates, the SHAP summary and
+    # the per-attribute SHAP charts when opened (14 charts before, then 6: the open tabs')
+    assert [c.key for c in at.get("plotly_chart")] == ["disp_age_in_years"]
+    assert "Largest mean |SHAP|: **" in texts(at)  # the top features in words, charts closed
+    for key in ("audit_rates_open", "audit_shap_open", "audit_shap_groups_open"):
+        at.session_state[key] = True  # as a click on each expander does
+    at.run()
+    assert not at.exception
     assert [c.key for c in at.get("plotly_chart")] == [
         "disp_age_in_years", "bars_age_in_years", "beeswarm", "mean_abs", "dep_age_in_years",
         "bygroup_age_in_years"]
+    assert {k: at.query_params[k] for k in ("rates", "shap", "shap_groups")} == \
+        {"rates": "1", "shap": "1", "shap_groups": "1"}
     assert "four-fifths" in texts(at)
     assert any(t.label == "Open a run" for t in at.selectbox)  # the normal sidebar is there
     assert {"pages/home.py", "pages/overview.py", "pages/audit.py"} <= at.session_state["debugkit_pages"]
@@ -155,7 +163,8 @@ def assert_audit_alone(at, audit_id):
     assert "Open a run" not in labels and "Audit" not in labels
     assert "Compute a new audit" not in [e.label for e in at.expander]
     assert not [b for b in at.button if b.label in ("Compute audit", "Create link")]
-    assert len(at.get("plotly_chart")) == 6  # the open tabs' charts, beeswarm and mean |SHAP|
+    # the open tab's disparity chart first (the others are drawn when opened)
+    assert [c.key for c in at.get("plotly_chart")][0].startswith("disp_")
 
 
 def test_valid_share_link_shows_only_the_audit(ids):
@@ -318,7 +327,12 @@ def _audit_page(**query) -> AppTest:
 @pytest.mark.slow
 def test_the_open_attribute_tabs_round_trip_through_the_url(ids):
     at = _audit_page(run=SAMPLE)
-    # the failing audit opens on its failing attribute, age_in_years (the first), both tab rows
+    # the failing audit opens on its failing attribute, age_in_years (the first); the SHAP
+    # charts per attribute are drawn when opened
+    assert _open_tabs(at._tree) == [0]
+    at.session_state["audit_shap_groups_open"] = True
+    at.session_state["audit_rates_open"] = True
+    at.run()
     assert _open_tabs(at._tree) == [0, 0]
     assert "attr" not in at.query_params and "shap_attr" not in at.query_params
     at.session_state["audit_attr_tab"] = "sex · Needs review"  # as a click on the tab does
@@ -370,7 +384,7 @@ def test_a_share_link_on_another_path_carries_its_open_tabs_to_the_audit(ids):
     at.switch_page("pages/overview.py")
     at.run()
     assert_audit_alone(at, ids[0])
-    assert _open_tabs(at._tree) == [1, 0]
+    assert _open_tabs(at._tree) == [1]  # the per-attribute SHAP tabs: drawn when opened
     assert at.query_params["attr"] == "sex" and at.query_params["token"] == tok
 
 
@@ -378,12 +392,15 @@ def test_a_share_link_made_on_a_tab_opens_the_recipient_on_it(ids):
     import urllib.parse
 
     at = _audit_page(run=SAMPLE, attr="foreign_worker")
+    at.session_state["audit_shap_open"] = True  # the sender opened the SHAP summary
+    at.run()
     next(b for b in at.button if b.label == "Create link").click()
     at.run()
     assert not at.exception
     link = next(c.value for c in at.code if "/audit?" in c.value)
     q = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(link).query))
-    assert q["attr"] == "foreign_worker" and "shap_attr" not in q
-    shown = shared(SAMPLE, q["audit"], q["token"], extra={"attr": q["attr"]})
+    assert q["attr"] == "foreign_worker" and q["shap"] == "1" and "shap_attr" not in q
+    shown = shared(SAMPLE, q["audit"], q["token"], extra={"attr": q["attr"], "shap": q["shap"]})
     assert_audit_alone(shown, q["audit"])
-    assert _open_tabs(shown._tree) == [2, 0]
+    assert _open_tabs(shown._tree) == [2]
+    assert [c.key for c in shown.get("plotly_chart")] == ["disp_foreign_worker", "beeswarm", "mean_abs"]

@@ -36,8 +36,14 @@ def test_resumed_sample_lists_verified_checkpoints_and_draws_the_heatmap():
     assert listing["checkpoint"].tolist() == ["step 30", "step 60", "step 90", "step 120", "step 150"]
     assert listing["ok"].all()
     assert [t.label for t in at.tabs] == ["Relative change", "Weight norms"]
-    # heatmap and moved-most; the Weight norms tab is built when opened
-    assert [c.key for c in _charts(at)][:1] == ["ckpt_heatmap"] and len(_charts(at)) == 2
+    # the heatmap; the Weight norms tab and the moved-most bars are built when opened
+    assert [c.key for c in _charts(at)] == ["ckpt_heatmap"]
+    moved = next(e for e in at.expander if "Moved most" in e.label)
+    assert "(top 6): largest" in moved.label  # the closed chart's label names the top tensor
+    at.session_state["ckpt_moved_open"] = True  # as a click on it does
+    at.run()
+    assert [c.key for c in _charts(at)] == ["ckpt_heatmap", "ckpt_moved"]
+    assert at.query_params["moved"] == "1"
     assert any("Every verified checkpoint is finite" in s.value for s in at.success)
     # compare: first and last by default, and the choice goes into the URL
     assert at.selectbox(key="ckpt_a").value == 0 and at.selectbox(key="ckpt_b").value == 4

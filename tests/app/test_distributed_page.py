@@ -32,8 +32,12 @@ def test_straggler_sample_shows_rank_2_and_the_charts():
     at.run()
     info = at.dataframe[0].value
     assert info["rank"].tolist() == [0, 1, 2, 3] and set(info["status"]) == {"finished"}
-    # only the open tab (Step time: heatmap and lines) is built and sent
-    assert len(at.get("plotly_chart")) == 2
+    # only the open tab (Step time: its heatmap) is built and sent; the lines when opened
+    assert [c.key for c in at.get("plotly_chart")] == ["dist_heatmap"]
+    at.session_state["dist_lines_open"] = True  # as a click on "One line per rank" does
+    at.run()
+    assert [c.key for c in at.get("plotly_chart")] == ["dist_heatmap", "dist_lines"]
+    assert at.query_params["lines"] == "1"
     at.session_state["dist_tab"] = "Data wait vs compute"  # as a click on the tab does
     at.run()
     split = next(d.value for d in at.dataframe if "straggler" in d.value.columns)

@@ -235,7 +235,7 @@ def test_other_runs_are_drawn_over_the_lines_and_kept_in_the_url():
 
     from ..conftest import ROOT
 
-    at = _page("digits-compare-lr")
+    at = _open_lines(_page("digits-compare-lr"))
     at.multiselect(key=key_for("grad_with", ROOT / 'sample_runs' / 'digits-compare-lr')) \
         .set_value(["digits-compare-base"]).run()
     assert not at.exception
@@ -270,6 +270,12 @@ def test_layer_filters_and_clip_round_trip_through_the_url():
     assert bad.multiselect(key="grad_modules").value == [] and bad.number_input(key="grad_clip").value is None
 
 
+def _open_lines(at):
+    """The per-layer lines are built when their expander is opened (as a click does)."""
+    at.session_state["grad_lines_open"] = True
+    return at.run()
+
+
 def _lines_box(at):
     return next(m for m in at.multiselect if m.label == "Lines")
 
@@ -283,7 +289,7 @@ def _line_names(at) -> list[str]:
 
 
 def test_the_lines_and_thresholds_round_trip_through_the_url():
-    at = _page("digits-exploding")
+    at = _open_lines(_page("digits-exploding"))
     default = list(_lines_box(at).value)
     assert "line" not in at.query_params
     pick = [p for p in _lines_box(at).options if p not in default][:2]

@@ -34,6 +34,13 @@ def link(server, audit_id, token=None, page="audit"):
     return f"{server.url}/{page}?run={SAMPLE}&audit={audit_id}&token={token}"
 
 
+def _expander(page, label):
+    """An expander's header (a click opens it); ``label`` matched case-sensitively in it."""
+    import re
+
+    return page.locator("[data-testid='stExpander'] summary").filter(has_text=re.compile(re.escape(label))).first
+
+
 def wait_for_charts(page, n):
     page.wait_for_function(f"() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= {n}",
                            timeout=180_000)
@@ -51,7 +58,11 @@ def test_share_link_in_a_fresh_browser_shows_the_audit_alone(share_server, brows
         page.get_by_role("button", name="Download report (HTML)").wait_for()
         page.get_by_text("Provenance").first.wait_for()
         wait_for_app(page)
-        wait_for_charts(page, 4)
+        wait_for_charts(page, 1)  # the disparity chart; the others are drawn when opened
+        _expander(page, "SHAP summary").click()  # a share visitor opens them too
+        wait_for_charts(page, 3)
+        wait_for_app(page)
+        assert "shap=1" in page.url and "token=" in page.url
         assert page.get_by_test_id("stSidebar").count() == 0
         assert page.get_by_test_id("stSidebarNav").count() == 0
         assert page.get_by_text("Open a run").count() == 0
@@ -95,9 +106,12 @@ def test_a_share_link_with_an_open_tab_keeps_it_and_a_tab_click_keeps_the_token(
         page.get_by_text("Group metrics").first.wait_for()
         wait_for_app(page)
         selected = [t.inner_text().strip() for t in page.get_by_role("tab", selected=True).all()]
-        assert selected == ["foreign_worker · Needs review", "age_in_years"]
+        assert selected == ["foreign_worker · Needs review"]  # the SHAP tabs: drawn when opened
         # no "Page not found" over it (it left the page inert: no tab could be clicked)
         assert page.get_by_role("dialog").count() == 0
+        _expander(page, "Per sensitive attribute").click()
+        page.get_by_role("tab", name="sex", exact=True).wait_for()
+        wait_for_app(page)
         page.get_by_role("tab", name="sex", exact=True).click()
         page.wait_for_function("() => new URLSearchParams(location.search).get('shap_attr') === 'sex'")
         wait_for_app(page)

@@ -33,11 +33,13 @@ def test_click_spike_shows_step_details(server, page, tmp_path):
     page.goto(server.url + "/gradients?run=digits-exploding")
     wait_for_app(page)
     page.get_by_text("exploding_grad").first.wait_for(timeout=90_000)
+    # the lines are built when opened: the heatmap is the page's first and only chart till then
+    page.get_by_text("Lines per layer").click()
     page.wait_for_function(
         "() => [...document.querySelectorAll('.js-plotly-plot')].some("
         "p => (p._fullData || []).some(t => t.name === 'total') && p._fullLayout)", timeout=90_000)
     assert page.get_by_text(f"Step {SPIKE_STEP}", exact=True).count() == 0
-    page.get_by_text("Click a point to see that step").scroll_into_view_if_needed()
+    page.get_by_text("Click a point to see that step. NaN/Inf").scroll_into_view_if_needed()
     pt = page.evaluate(_POINT_JS, [SPIKE_STEP])
     assert pt["value"] == pytest.approx(12.66, rel=1e-3)
     page.mouse.move(pt["x"], pt["y"])
