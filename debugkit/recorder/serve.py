@@ -137,9 +137,10 @@ class Request:
         self.fallback_name = name
         self.fallback_error = error
 
-    # The request thread's whole path is these two methods (no further Python frames on a
-    # request that goes well): next to a model, each call and object touched costs several
-    # times its tight-loop cost (docs/serving.md#what-it-costs).
+    # The request thread's whole path is these two methods (further Python frames only for a
+    # memory reading when one is due, an input signature not seen before, an output that is
+    # not one tensor, or a failure): next to a model, each call and object touched costs
+    # several times its tight-loop cost (docs/serving.md#what-it-costs).
     def __enter__(self):
         rec = self.rec
         if rec._closed:
