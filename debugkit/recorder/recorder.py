@@ -17,6 +17,8 @@ import time
 import uuid
 import warnings
 import weakref
+from time import perf_counter as _perf_counter
+from time import time as _time
 from typing import Any
 
 from .. import format as fmt
@@ -421,6 +423,17 @@ class Recorder:
             self._layer_stats = LayerStats(
                 self._module, named, _inner_optimizer(optimizer) if optimizer is not None else None,
                 layer_stats_every, self._writer.add, self._cuda)
+        # The step path of the default recording (CPU, no guard, hang watchdog or layer
+        # statistics) is "lean": begin, log, the optimizer hooks and the end of a healthy
+        # step run without the branches and helper calls of the options (see
+        # docs/benchmarks.md, "Where the Recorder's in-loop cost goes"). Any other step,
+        # and any step that fails or sees a non-finite value, takes the full path.
+        self._get_cpu_rng = torch.default_generator.get_state  # = torch.get_rng_state()
+        self._lean = (self._guard is None and self._watchdog is None
+                      and self._layer_stats is None and not self._cuda
+                      and not torch.cuda.is_available())  # no CUDA RNG state to take
+        # rec.log reads a tensor of this exact type with one .item() (a CPU model only)
+        self._item_type = None if self._cuda else torch.Tensor
         ref = weakref.ref(self)
         self._atexit = lambda: (r := ref()) is not None and r._close_at_exit()
         atexit.register(self._atexit)
@@ -495,15 +508,26 @@ class Recorder:
 
         Outside a step they belong to the last completed step.
         """
-        wall = time.time()
-        if self._cur is None:  # rare: through the writer's locked queue
+        wall = _time()
+        cur = self._cur
+        if cur is None:  # rare: through the writer's locked queue
             step = self._last_step or 0
             for key, value in scalars.items():
                 self._writer.add("scalars", (step, key, self._scalar_value(key, value), wall))
             return
-        rows, step = self._step_scalars, self._cur.step  # the step's rows, handed over at its end
+        rows, step = self._step_scalars, cur.step  # the step's rows, handed over at its end
         for key, value in scalars.items():
-            rows.append((step, key, self._scalar_value(key, value), wall))
+            # inline for a float and a CPU model's plain tensor (one torch call, .item(),
+            # which refuses a tensor that is not one element); the rest: _scalar_value
+            if type(value) is not float:
+                if type(value) is self._item_type:
+                    try:
+                        value = float(value.item())
+                    except RuntimeError:
+                        value = self._scalar_value(key, value)
+                else:
+                    value = self._scalar_value(key, value)
+            rows.append((step, key, value, wall))
 
     def event(self, kind: str, **fields) -> None:
         """Append one event (``{"time", "kind", **fields}``) to this rank's events file now.
@@ -768,6 +792,30 @@ class Recorder:
                 f"rec.log({key}={value!r}): expected a Python number or a 0-d tensor") from None
 
     def _begin_step(self, st: _Step):
+        if not self._lean:
+            return self._begin_step_full(st)
+        now = _perf_counter()
+        if self._closed:
+            raise InvalidInputError("Recorder.step(): the recorder is closed")
+        if st.indices is None:
+            st.indices = self._next_indices
+        self._next_indices = None
+        self._cur = st
+        self._step_scalars = []
+        self._step_grads = None
+        self._losses_checked = 0
+        self._grads_taken = self._opt_stepped = False
+        self._rng = {"torch_cpu": self._get_cpu_rng()}  # take_rng_state() without CUDA
+        self._t0 = now
+        self._wall0 = _time()
+        self._writer._last_step = st.step  # RankWriter.set_step
+        if self._comm.measuring:
+            self._comm.begin_step()
+        every = self._specs.every  # spec learning: most steps are not observed
+        if every and not st.step % every:
+            self._specs.observe(st.step, st.batch)
+
+    def _begin_step_full(self, st: _Step):
         if self._closed:
             raise InvalidInputError("Recorder.step(): the recorder is closed")
         now = time.perf_counter()
@@ -829,9 +877,14 @@ class Recorder:
         self._step_grads = (st.step, values)
         rows = self._step_scalars
         self._losses_checked = len(rows)
-        if not self._nonfinite.found and not (type(values) is list
-                                              and values[-1] - values[-1] == 0.0
-                                              and _all_finite(rows, 0)):
+        if type(values) is list and values[-1] - values[-1] == 0.0:
+            for row in rows:  # _all_finite(rows, 0), inline
+                v = row[2]
+                if type(v) is not float or v - v != 0.0:
+                    break
+            else:
+                return
+        if not self._nonfinite.found:
             # Judged in full only when a value is non-finite (x - x is NaN for NaN and
             # inf) or a GPU copy is in flight: a finite total norm means every layer's
             # norm is finite (.norms).
@@ -896,7 +949,19 @@ class Recorder:
         return lambda: forward_again(module, batch, rng)
 
     def _end_step(self, st: _Step, exc):
-        t1 = time.perf_counter()
+        t1 = _perf_counter()
+        if exc is None and self._lean and self._grads_taken and (
+                len(self._step_scalars) == self._losses_checked
+                or _all_finite(self._step_scalars, self._losses_checked)):
+            # a healthy lean step whose values were all judged finite
+            self._finish_step_rows(st, t1, True)
+            specs = self._specs
+            if specs.obs is not None:
+                specs.commit(st.step)
+            return
+        self._end_step_full(st, exc, t1)
+
+    def _end_step_full(self, st: _Step, exc, t1: float):
         ok = exc is None
         try:
             if ok and not self._grads_taken:
@@ -989,4 +1054,4 @@ class Recorder:
         self._step_no = step + 1
         self._cur = None
         self._last_output = None
-        self._last_exit = time.perf_counter()
+        self._last_exit = _perf_counter()
