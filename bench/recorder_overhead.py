@@ -253,6 +253,9 @@ def breakdown(config, steps, tmp):
     o = torch.optim.SGD(m.parameters(), lr=1e-3)
     rec = Recorder(tmp / f"breakdown-{config}", m, optimizer=o, flush_every_s=2.0)
     tm = _Timer()
+    # The full step path, whose helpers can be wrapped one by one: the default (lean) path
+    # runs the same work inline in _Step.__enter__/__exit__ and the pre-hook (attribution).
+    rec._lean = False
     # Outer entry points (inclusive) and the parts inside them (exclusive of each other).
     rec._begin_step = tm.wrap("_in_recorder", rec._begin_step)
     rec._end_step = tm.wrap("_in_recorder_end", rec._end_step)
@@ -367,7 +370,9 @@ def isolated(rounds, tmp, n=200):
         o = NoStep(ps)
         rec = Recorder(tmp / f"isolated-{name}", m, optimizer=o, flush_every_s=2.0)
         recs.append(rec)
-        if name == "spec":
+        if name == "rng":
+            rec._get_cpu_rng = dict  # the lean path's bound get_state
+        elif name == "spec":
             rec._specs._specs, rec._specs.every = None, 0
         elif name == "rows":
             rec._finish_step_rows = lambda st, t1, ok, rec=rec: setattr(rec, "_step_no", st.step + 1)

@@ -95,6 +95,7 @@ class GradNormComputer:
         # one stack, one tolist, and the total in Python (math.hypot: float64, no overflow).
         self.cpu_fast = (self.single and bool(self.params) and self.groups[0][0][0].type == "cpu"
                          and self.groups[0][0][1] in (torch.float32, torch.float64))
+        self._foreach_norm, self._stack = torch._foreach_norm, torch.stack  # bound once
 
     @staticmethod
     def _norms(grads, device, dtype):
@@ -122,17 +123,17 @@ class GradNormComputer:
 
     def compute(self):
         """Return the norms of the current gradients (see class docstring)."""
-        import torch
-
-        if self.cpu_fast:
+        if self.cpu_fast:  # the per-step path: no import statement, bound torch functions
             try:
-                vals = torch.stack(torch._foreach_norm([p.grad for p in self.params])).tolist()
+                vals = self._stack(self._foreach_norm([p.grad for p in self.params])).tolist()
             except TypeError:  # a parameter without .grad this step: the general path
                 pass
             else:
                 total = math.hypot(*vals)  # inf/NaN exactly when a norm is (module docstring)
                 vals.append(total)
                 return vals if math.isfinite(total) else self._fix_overflow(vals)
+        import torch
+
         parts = []
         for (device, dtype), idx in self.groups:
             grads = [self.params[i].grad for i in idx]

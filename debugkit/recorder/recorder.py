@@ -149,14 +149,49 @@ class _Step:
         return not self.skipped
 
     def __enter__(self):
-        self.rec._begin_step(self)
+        rec = self.rec
+        if not rec._lean:
+            rec._begin_step_full(self)
+            return self
+        # Recorder._begin_step of the lean path (see Recorder.__init__), inline: the step
+        # enters Recorder code once here, not through three helpers.
+        now = _perf_counter()
+        if rec._closed:
+            raise InvalidInputError("Recorder.step(): the recorder is closed")
+        if self.indices is None:
+            self.indices = rec._next_indices
+        rec._next_indices = None
+        rec._cur = self
+        rec._step_scalars = []
+        rec._step_grads = None
+        rec._losses_checked = 0
+        rec._grads_taken = rec._opt_stepped = False
+        rec._rng = {"torch_cpu": rec._get_cpu_rng()}  # take_rng_state() without CUDA
+        rec._t0 = now
+        rec._wall0 = _time()
+        rec._writer._last_step = self.step  # RankWriter.set_step
+        if rec._comm.measuring:
+            rec._comm.begin_step()
+        every = rec._specs.every  # spec learning: most steps are not observed
+        if every and not self.step % every:
+            rec._specs.observe(self.step, self.batch)
         return self
 
     def __exit__(self, exc_type, exc, tb):
         if self.skipped:
             self.rec._skipping = False
             return False
-        self.rec._end_step(self, exc)
+        rec = self.rec
+        if (exc is None and rec._lean and rec._grads_taken and rec._cur is self
+                and len(rec._step_scalars) == rec._losses_checked):
+            # Recorder._end_step of a healthy lean step whose values were all judged
+            # finite when the norms were taken, inline
+            rec._finish_step_rows(self, _perf_counter(), True)
+            specs = rec._specs
+            if specs.obs is not None:
+                specs.commit(self.step)
+            return False
+        rec._end_step(self, exc)
         return False
 
 
@@ -792,28 +827,7 @@ class Recorder:
                 f"rec.log({key}={value!r}): expected a Python number or a 0-d tensor") from None
 
     def _begin_step(self, st: _Step):
-        if not self._lean:
-            return self._begin_step_full(st)
-        now = _perf_counter()
-        if self._closed:
-            raise InvalidInputError("Recorder.step(): the recorder is closed")
-        if st.indices is None:
-            st.indices = self._next_indices
-        self._next_indices = None
-        self._cur = st
-        self._step_scalars = []
-        self._step_grads = None
-        self._losses_checked = 0
-        self._grads_taken = self._opt_stepped = False
-        self._rng = {"torch_cpu": self._get_cpu_rng()}  # take_rng_state() without CUDA
-        self._t0 = now
-        self._wall0 = _time()
-        self._writer._last_step = st.step  # RankWriter.set_step
-        if self._comm.measuring:
-            self._comm.begin_step()
-        every = self._specs.every  # spec learning: most steps are not observed
-        if every and not st.step % every:
-            self._specs.observe(st.step, st.batch)
+        st.__enter__()
 
     def _begin_step_full(self, st: _Step):
         if self._closed:
@@ -914,8 +928,29 @@ class Recorder:
         self._writer.event("nonfinite", step=st.step, failure=fid, message=msg)
 
     def _pre_optimizer_step(self, optimizer, args, kwargs):
-        if self._cur is not None and not self._grads_taken:
+        st = self._cur
+        if st is None or self._grads_taken:
+            return
+        if not self._lean or st.step % self.log_every:
             self._take_grads("optimizer pre-step hook")
+            return
+        # _take_grads of the lean path, inline: the norms, then the finite check of the
+        # total and of the rows logged so far (x - x is NaN for NaN and inf)
+        self._grads_taken = True
+        values = self._norms.compute()
+        self._step_grads = (st.step, values)
+        rows = self._step_scalars
+        self._losses_checked = len(rows)
+        if type(values) is list and values[-1] - values[-1] == 0.0:
+            for row in rows:
+                v = row[2]
+                if type(v) is not float or v - v != 0.0:
+                    break
+            else:
+                return
+        if not self._nonfinite.found:
+            self._nonfinite.check(st, values, self._losses(), "optimizer pre-step hook",
+                                  after_optimizer_step=self._opt_stepped)
 
     def _post_optimizer_step(self, optimizer, args, kwargs):
         if self._skipping and not self._warned_skipped_body:

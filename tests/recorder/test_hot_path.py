@@ -154,3 +154,97 @@ def test_spec_learning_observes_the_dense_steps_then_every_nth_then_stops(tmp_pa
     assert seen == [0, 1, 2, 3, 4, 6, 9, 12]  # 4 dense commits (0, 2, 3, 4), every 3rd to 7
     assert rec._specs.every == 0 and rec._specs._specs.n == 7
     rec.close()
+
+
+def _debugkit_calls(fn) -> list[str]:
+    """The Python functions of debugkit that ``fn()`` enters (sys.setprofile)."""
+    import os
+    import sys
+
+    import debugkit
+
+    root = os.path.dirname(debugkit.__file__)
+    calls: list[str] = []
+
+    def prof(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.startswith(root):
+            calls.append(frame.f_code.co_name)
+
+    sys.setprofile(prof)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def test_a_healthy_default_step_enters_recorder_code_in_few_python_calls(tmp_path):
+    """Issue 32 item 1: the in-loop cost follows how often a step enters the Recorder's
+    Python (it runs cold after backward), so the default (lean) path does the step's
+    bookkeeping inline: 11 calls into debugkit per healthy step (the forward hook and
+    the norms included), 20 before."""
+    model, opt, x, y = _setup()
+    with Recorder(tmp_path / "r", model, optimizer=opt) as rec:
+        assert rec._lean
+        _train(rec, model, opt, x, y, 300)  # past the dense part of spec learning
+        s = rec._step_no
+        while s % rec._specs.every == 0:  # a step spec learning does not observe
+            _train(rec, model, opt, x, y, 1)
+            s = rec._step_no
+        rec._rss_next = float("inf")  # the RSS read is on a timer: not in this step
+        calls = _debugkit_calls(lambda: _train(rec, model, opt, x, y, 1))
+    assert len(calls) <= 11, " ".join(calls)
+    assert "take_rng_state" not in calls and "_scalar_value" not in calls
+
+
+@pytest.mark.parametrize("plant", ["none", "nan_loss", "nan_after_step", "error"])
+def test_the_lean_path_records_what_the_full_path_records(tmp_path, plant):
+    """The same training through the lean and the full step path: the same rows, the same
+    captures with the step-start RNG state (so replay reproduces), a NaN loss caught
+    before the optimizer step."""
+    import numpy as np
+    from safetensors.torch import load_file
+
+    out = {}
+    for lean in (True, False):
+        model, opt, x, y = _setup()
+        torch.manual_seed(7)
+        rng_at_start = None
+        with Recorder(tmp_path / str(lean), model, optimizer=opt) as rec:
+            assert rec._lean
+            rec._lean = lean
+            for s in range(6):
+                try:
+                    with rec.step((x, y)):
+                        if s == 3:
+                            rng_at_start = torch.get_rng_state()
+                        torch.rand(1)  # the step draws from the generator
+                        loss = F.cross_entropy(model(x), y)
+                        if s == 3 and plant == "nan_loss":
+                            loss = loss * float("nan")
+                        opt.zero_grad()
+                        loss.backward()
+                        rec.log(loss=loss, acc=torch.tensor(0.5))
+                        if s == 3 and plant == "error":
+                            raise RuntimeError("planted")
+                        opt.step()
+                        rec.log(aux_loss=float("nan") if s == 3 and plant == "nan_after_step" else 1.0)
+                except RuntimeError:
+                    pass
+        run = open_run(tmp_path / str(lean))
+        sc = run.scalars()
+        caps = run.failures()
+        for cap in caps:  # the generator's state at the step's start, whichever path
+            saved = load_file(str(tmp_path / str(lean) / "failures" / cap["id"] / "rng.safetensors"))
+            assert torch.equal(saved["torch_cpu"], rng_at_start)
+        out[lean] = (run.steps()[["step", "ok"]].values.tolist(),
+                     sc[["step", "key"]].values.tolist(),
+                     np.nan_to_num(sc["value"].to_numpy(), nan=-1.0).round(6).tolist(),
+                     run.grad_norms()["step"].tolist(),
+                     [(e["kind"], e.get("step")) for e in run.events()
+                      if e["kind"] in ("failure", "nonfinite")],
+                     [(c["kind"], c["step"], c.get("optimizer_stepped")) for c in caps])
+    assert out[True] == out[False]
+    expect = {"none": [], "nan_loss": [("nonfinite", 3, False)], "error": [("exception", 3, False)],
+              "nan_after_step": [("nonfinite", 3, True)]}[plant]
+    assert out[True][5] == expect
