@@ -80,10 +80,19 @@ def build(width=128):
     return nn.Sequential(*layers, nn.Linear(width, 10))
 
 
-def compare(config, rounds, steps, tmp, peers=()):
+# Models per variant (bare, norms, debugkit, tensorboard), round r on model r % N: two
+# identical models differ by up to ~80 us a step (their tensors' addresses; six bare
+# models in one process: 2,358-2,442 us), more than the 3 % target itself, so one model
+# per variant made the figure a draw. Peers whose logger attaches to its model: one.
+MODELS = 3
+MULTI = ("bare", "norms", "debugkit", "tensorboard")
+
+
+def compare(config, rounds, steps, tmp, peers=(), n_models=MODELS):
     """Per-step median time of each variant, interleaved in rotating order, each with its own
-    model; also the training thread's CPU per step and each variant's background CPU (its
-    threads and child processes) per step."""
+    models (``n_models`` of them, built interleaved, round ``r`` on model ``r % n_models``;
+    a Recorder per debugkit model); also the training thread's CPU per step and each
+    variant's background CPU (its threads and child processes) per step."""
     from peers import Background, make_logger
     from torch.utils.tensorboard import SummaryWriter
 
@@ -93,17 +102,35 @@ def compare(config, rounds, steps, tmp, peers=()):
     x = torch.randn(batch, width)
     y = torch.randint(0, 10, (batch,))
     names_all = ["bare", "norms", "debugkit", "tensorboard", *peers]
-    models = {k: build(width) for k in names_all}
-    opts = {k: torch.optim.SGD(m.parameters(), lr=1e-3) for k, m in models.items()}
-    params = {k: list(m.parameters()) for k, m in models.items()}  # listed once, as the Recorder does
+    n_of = {k: max(1, n_models) if k in MULTI else 1 for k in names_all}
+    all_models: dict[str, list] = {k: [] for k in names_all}
+    for j in range(max(n_of.values())):  # interleaved, so no variant gets the first-built ones
+        for k in names_all:
+            if j < n_of[k]:
+                all_models[k].append(build(width))
+    all_opts = {k: [torch.optim.SGD(m.parameters(), lr=1e-3) for m in ms] for k, ms in all_models.items()}
+    all_params = {k: [list(m.parameters()) for m in ms] for k, ms in all_models.items()}
+    # the round's model of each variant (set at each round's start; listed once, as the Recorder does)
+    models = {k: ms[0] for k, ms in all_models.items()}
+    opts = {k: os_[0] for k, os_ in all_opts.items()}
+    params = {k: ps[0] for k, ps in all_params.items()}
     layer = [f"grad_norm/{n}" for n, _ in models["bare"].named_parameters()] + ["grad_norm/__total__"]
     bg = Background()
     loggers: dict = {}
     bg.begin("debugkit")
-    rec = Recorder(tmp / f"run-{config}", models["debugkit"], optimizer=opts["debugkit"])
+    recs_all = [Recorder(tmp / f"run-{config}-{j}", m, optimizer=o)
+                for j, (m, o) in enumerate(zip(all_models["debugkit"], all_opts["debugkit"]))]
     bg.end("debugkit")
-    # The writer thread's own CPU clock (ns resolution; /proc's stat counts 10 ms ticks).
-    writer_clock = time.pthread_getcpuclockid(rec._writer._thread.ident)
+    rec = recs_all[0]
+    # The writer threads' own CPU clocks (ns resolution; /proc's stat counts 10 ms ticks).
+    writer_clocks = [time.pthread_getcpuclockid(r._writer._thread.ident) for r in recs_all]
+
+    def use(k, j):
+        nonlocal rec
+        j %= n_of[k]
+        models[k], opts[k], params[k] = all_models[k][j], all_opts[k][j], all_params[k][j]
+        if k == "debugkit":
+            rec = recs_all[j]
     bg.begin("tensorboard")
     tb = SummaryWriter(str(tmp / f"tb-{config}"))
     bg.end("tensorboard")
@@ -168,18 +195,21 @@ def compare(config, rounds, steps, tmp, peers=()):
 
     fns = {"bare": lambda: bare("bare"), "norms": step_norms, "debugkit": step_debugkit,
            "tensorboard": step_tb, **{k: (lambda k=k: peer_step(k)) for k in peers}}
-    for k, f in fns.items():  # warm-up
-        for _ in range(10):
-            f()
-            counters[k] += 1
+    for k, f in fns.items():  # warm-up, each model
+        for j in range(n_of[k]):
+            use(k, j)
+            for _ in range(10):
+                f()
+                counters[k] += 1
     names = list(fns)
     bg_cpu = {k: 0.0 for k in names}
     per_round: dict[str, list[float]] = {k: [] for k in names}  # each round's median step
     per_round_cpu: dict[str, list[float]] = {k: [] for k in names}  # ... and its median thread CPU
-    w0 = time.clock_gettime(writer_clock)
+    w0 = sum(time.clock_gettime(c) for c in writer_clocks)
     for r in range(rounds):
         order = names[r % len(names):] + names[:r % len(names)]  # rotating order
         for k in order:
+            use(k, r)
             f = fns[k]
             b0 = bg.snapshot()
             for _ in range(steps):
@@ -194,8 +224,9 @@ def compare(config, rounds, steps, tmp, peers=()):
             b1 = bg.snapshot()
             for owner in b1:  # background work may spill into another variant's turn
                 bg_cpu[owner] += b1[owner] - b0.get(owner, 0.0)
-    writer_cpu = time.clock_gettime(writer_clock) - w0
-    rec.close()
+    writer_cpu = sum(time.clock_gettime(c) for c in writer_clocks) - w0
+    for r_ in recs_all:
+        r_.close()
     tb.close()
     for lg in loggers.values():
         lg.close()
@@ -425,6 +456,8 @@ def main(argv=None):
     ap.add_argument("--config", choices=[*CONFIGS, "both"], default="both")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--models", type=int, default=MODELS,
+                    help="models per variant (bare, norms, debugkit, tensorboard), rotating by round")
     ap.add_argument("--breakdown-steps", type=int, default=2000)
     ap.add_argument("--no-breakdown", action="store_true")
     ap.add_argument("--no-isolated", action="store_true",
@@ -449,11 +482,12 @@ def main(argv=None):
     for config in configs:
         width, batch = CONFIGS[config]
         load0 = os.getloadavg()[0]
-        res = compare(config, a.rounds, a.steps, tmp, peers)
+        res = compare(config, a.rounds, a.steps, tmp, peers, a.models)
         med, cpu, bg, paired = res["wall"], res["cpu"], res["background"], res["paired"]
         base = med["bare"]
         print(f"\n[{config}] model: 24 x Linear({width},{width})+ReLU, batch {batch}, CPU, "
-              f"1 thread; {a.rounds} rounds x {a.steps} steps per variant, rotating order; "
+              f"1 thread; {a.rounds} rounds x {a.steps} steps per variant, rotating order, "
+              f"{a.models} models per variant (round r on model r % {a.models}); "
               f"load average {load0:.2f} before, {os.getloadavg()[0]:.2f} after")
         print(f"{'variant':<14} {'median step':>12} {'overhead':>10} {'/ debugkit':>11} "
               f"{'thread CPU':>11} {'background CPU':>15}")
