@@ -161,17 +161,18 @@ class _Remembering:
         """The fresh listing covering ``path`` (the deepest), or None; a stale pinned one
         is returned too, marked for refresh by the caller."""
         st = self._dk_state()
-        best = None
+        listings = st["listings"]
+        p = path
         with st["lock"]:
-            for prefix, lst in list(st["listings"].items()):
-                if not lst.covers(path):
-                    continue
-                if not lst.fresh() and not lst.pinned:
-                    del st["listings"][prefix]
-                    continue
-                if best is None or len(lst.prefix) > len(best.prefix):
-                    best = lst
-        return best
+            while True:  # the listings covering a path are those of it and its parents
+                lst = listings.get(p)
+                if lst is not None:
+                    if lst.fresh() or lst.pinned:
+                        return lst
+                    del listings[p]
+                if not p:
+                    return None
+                p = p.rpartition("/")[0]
 
     def _dk_remember(self, prefix: str, found: dict, pinned: bool = False,
                      made: float | None = None) -> _Listing:
@@ -205,15 +206,16 @@ class _Remembering:
 
     # ------------------------------------------------------------------ the cached objects
     def _dk_object(self, key: str, info: dict) -> Path:
-        from ._fsutil import cache_dir
-
-        fsid = ""
-        try:
-            fsid = str(self.fsid)  # type: ignore[attr-defined]
-        except Exception:  # noqa: BLE001 - a backend without an fsid
-            fsid = type(self).__name__
+        st = self._dk_state()
+        fsid = st.get("fsid")
+        if fsid is None:
+            try:
+                fsid = str(self.fsid)  # type: ignore[attr-defined]
+            except Exception:  # noqa: BLE001 - a backend without an fsid
+                fsid = type(self).__name__
+            st["fsid"] = fsid
         digest = hashlib.sha256(f"{fsid}|{key}|{info.get('size')}|{_stamp(info)}".encode()).hexdigest()
-        return cache_dir() / OBJECTS / digest[:40]
+        return _objects_dir() / digest[:40]
 
     def _dk_cached(self, path: str, lst):
         """The cache file holding ``path``'s current content (as the listing ``lst`` has
@@ -437,6 +439,20 @@ class _Remembering:
     async def _cp_file(self, path1, path2, *args, **kwargs):
         self._dk_forget(path2)
         return await super()._cp_file(path1, path2, *args, **kwargs)  # type: ignore[misc]
+
+
+_OBJECTS_DIR: tuple = (None, None)
+
+
+def _objects_dir() -> Path:
+    """``$DEBUGKIT_CACHE/objects`` (the cache folder made once per setting, not per object)."""
+    global _OBJECTS_DIR
+    setting = os.environ.get("DEBUGKIT_CACHE")
+    if _OBJECTS_DIR[0] != (setting,) or _OBJECTS_DIR[1] is None:
+        from ._fsutil import cache_dir
+
+        _OBJECTS_DIR = ((setting,), cache_dir() / OBJECTS)
+    return _OBJECTS_DIR[1]
 
 
 _ANSWERED = ("info", "exists", "isdir", "isfile", "ls", "find")
