@@ -209,9 +209,17 @@ def render_sampled(path: str, entry: dict, prof):
     hot = _worker_hotspots(path, sig, entry["id"]) if data_share >= 0.3 or info.get("workers_only") else None
     st.subheader("Where the training step goes")
     if info.get("loop_samples"):
-        _ui.chart(cp.build_step_breakdown_figure(bd), key="step_breakdown",
-                        config={"displayModeBar": False})
         st.markdown(ap.describe_breakdown(bd, info, hot))
+        st.markdown(" · ".join(f"{cp.PHASE_LABELS.get(r.phase, r.phase)} **{100 * float(r.fraction):.0f} %**"
+                               for r in bd.itertuples()))
+        # the bar of the same shares is built when opened (?breakdown=1): the flamegraph is the
+        # page's first chart, and a second figure sent and drawn with it delayed it (issue 35 item 9)
+        box = _query.expander("Step breakdown chart", "sp_breakdown_open", name="breakdown",
+                              run_path=f"{path}#{entry['id']}", icon=":material/bar_chart:")
+        if box.open:
+            with box:
+                _ui.chart(cp.build_step_breakdown_figure(bd), key="step_breakdown",
+                          config={"displayModeBar": False})
         st.caption(f"Training loop: {_ui.code(_ui.recorded_text(info['loop'], _data.recorded_roots(path)))} · {info['loop_samples']:,} samples of {thread_desc}; "
                    f"{info['outside_samples']:,} samples outside it (imports, set-up) are left out.")
     else:

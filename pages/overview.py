@@ -35,6 +35,44 @@ def _duration(a, b):
     return f"{s // 3600}h {s % 3600 // 60}m {s % 60}s" if s >= 3600 else f"{s // 60}m {s % 60}s"
 
 
+CONFIG_ROWS = 30
+
+
+def _flat(config, prefix=""):
+    """``(dotted key, value)`` of a config, nested dicts flattened (``optim.lr``)."""
+    for k, v in config.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            yield from _flat(v, key + ".")
+        else:
+            yield key, v
+
+
+def _config(config: dict) -> None:
+    """The run's config as a key / value Markdown table (nested keys dotted, values as JSON):
+    ``st.json`` made the browser load its viewer's code beside the loss curve (+0.65 s to
+    the floor's first chart in a paired measure, issue 35 item 9). A long config shows its
+    first rows; the whole of it as JSON is drawn when opened."""
+    import json
+
+    import pandas as pd
+
+    rows = list(_flat(config))
+    if not rows:
+        st.caption("No config recorded (`Recorder(config={...})` stores one).")
+        return
+
+    def value(v) -> str:
+        text = v if isinstance(v, str) else json.dumps(v, default=str, ensure_ascii=False)
+        return text if len(text) <= 200 else text[:199] + "…"
+
+    st.markdown(_ui.text_table(pd.DataFrame([{"key": k, "value": value(v)} for k, v in rows[:CONFIG_ROWS]])))
+    if len(rows) > CONFIG_ROWS:
+        box = st.expander(f"All {len(rows)} keys (JSON)", key="ov_config_all", on_change="rerun")
+        if box.open:  # drawn when opened: st.json's code is loaded only then
+            box.json(config, expanded=True)
+
+
 def render():
     try:
         info = _data.summary(path)
@@ -122,7 +160,7 @@ def render():
     left, right = st.columns(2)
     with left:
         st.subheader("Config")
-        st.json(_ui.recorded_values(m.get("config") or {}, _data.recorded_roots(path)), expanded=True)
+        _config(_ui.recorded_values(m.get("config") or {}, _data.recorded_roots(path)))
         st.caption(f"Model factory: {_ui.code(m.get('model_factory') or '—')} · "
                    f"optimizer: {_ui.code(m.get('optimizer_class') or '—')} · "
                    f"schema {_ui.md(m.get('schema_version'))}")

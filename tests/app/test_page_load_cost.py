@@ -73,7 +73,9 @@ def test_overview_draws_no_code_block_or_data_grid_before_it_is_opened():
     message is plain text; the traceback and the package list are drawn when opened."""
     at = open_page("overview", run="digits-bad-label")
     assert [c.key for c in at.get("plotly_chart")] == ["loss_curve"]
-    assert not at.code and not at.dataframe
+    assert not at.code and not at.dataframe and not at.json  # the config is a Markdown table
+    config = next(m.value for m in at.markdown if m.value.startswith("| key | value |"))
+    assert config.splitlines()[2:4] == ["| lr | 0\\.1 |", "| hidden | 64 |"]  # 0\.1 reads 0.1
     assert [t.value for t in at.text] == ["Target 12 is out of bounds."]  # the failure's message
     assert [e.label for e in at.expander][1:3] == ["Traceback", "Installed packages (13)"]
     at.session_state["ov_tb_r0-s0000075-exception"] = True  # as a click on the expander does
@@ -181,6 +183,7 @@ FIRST_CHART = [
     ("gradients", "digits-exploding", "grad_heatmap", {"lines": "1"}, ["grad_lines_chart"]),
     ("distributed", "ddp-straggler", "dist_heatmap", {"lines": "1"}, ["dist_lines"]),
     ("checkpoints", "digits-resumed", "ckpt_heatmap", {"moved": "1"}, ["ckpt_moved"]),
+    ("profiler", "digits-profiled", "flamegraph", {"breakdown": "1"}, ["step_breakdown"]),
     ("audit", "credit-audit", "disp_age_in_years", {"rates": "1", "shap": "1", "shap_groups": "1"},
      ["bars_age_in_years", "beeswarm", "mean_abs", "dep_age_in_years", "bygroup_age_in_years"]),
 ]
@@ -188,14 +191,14 @@ FIRST_CHART = [
 
 @pytest.mark.parametrize("page, run, first, query, more", FIRST_CHART, ids=[p[0] for p in FIRST_CHART])
 def test_a_chart_page_sends_one_figure_first_and_the_others_when_opened(page, run, first, query, more):
-    """The first load of Gradients, Distributed, Checkpoints and the Bias audit sends one
-    figure: each second figure sent and drawn with the first delayed the page's first chart
+    """The first load of Gradients, Distributed, Checkpoints, the Profiler and the Bias audit
+    sends one figure: each second figure sent and drawn with the first delayed the page's first chart
     (+0.6 to +0.9 s over the one-chart floor with two figures, +1.9 to +2.3 s for the
     audit's six). The others are in expanders built when opened, and a link that opens them
     (``?lines=1`` ...) shows them in a new session."""
     assert _chart_keys(page, run) == [first]
     at = open_page(page, run=run, timeout=240, **query)
-    assert [c.key for c in at.get("plotly_chart")] == [first, *more]
+    assert sorted(c.key for c in at.get("plotly_chart")) == sorted([first, *more])
     assert not at.warning
 
 
@@ -230,3 +233,30 @@ def test_the_audit_builds_only_the_figures_it_draws(monkeypatch):
     at.session_state["audit_attr_tab"] = "sex · Needs review"
     at.run()
     assert built == ["disparity:age_in_years", "disparity:sex"]
+
+
+def test_overview_shows_a_nested_or_long_config_as_a_table(tmp_path):
+    """Nested keys are dotted, values JSON; past 30 keys the rest is in a JSON view drawn
+    when opened (``st.json``'s code is loaded only then)."""
+    import shutil
+
+    run = tmp_path / "r"
+    shutil.copytree(ROOT / "sample_runs" / "digits-bad-label", run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["config"] = {"optim": {"lr": 0.1, "betas": [0.9, 0.99]}, "name": "a|b",
+                          **{f"k{i:02d}": i for i in range(40)}}
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    at = open_page("overview", run_path=run)
+    table = next(m.value for m in at.markdown if m.value.startswith("| key | value |")).splitlines()
+    assert table[2:5] == ["| optim.lr | 0\\.1 |", "| optim.betas | [0.9, 0.99] |", "| name | a\\|b |"]
+    assert len(table) == 2 + 30 and not at.json
+    at.session_state["ov_config_all"] = True  # as a click on "All 43 keys (JSON)" does
+    at.run()
+    assert at.json[0].value and json.loads(at.json[0].value)["optim"]["betas"] == [0.9, 0.99]
+
+
+def test_the_profiler_says_the_step_breakdown_in_words_before_its_chart_is_opened():
+    at = open_page("profiler", run="digits-profiled")
+    assert [c.key for c in at.get("plotly_chart")] == ["flamegraph"]
+    shares = next(m.value for m in at.markdown if m.value.startswith("data loading **"))
+    assert "backward **48 %**" in shares and shares.count(" %**") == 5  # every phase of the bar

@@ -19,6 +19,9 @@ from ._apptest import open_page
 
 
 def app(run="digits-profiled", **params):
+    """The Profiler page with its step-breakdown chart opened (``?breakdown=1``; a page load
+    draws the flamegraph alone), so the breakdown is figure 0 and the flamegraph figure 1."""
+    params.setdefault("breakdown", "1")
     return open_page("profiler", check=False, timeout=240, run=run, **params)
 
 
@@ -244,7 +247,7 @@ def test_the_views_widgets_keep_their_values_while_another_tab_is_open():
 def test_no_folder_of_the_recording_machine_is_shown():
     """The sample was recorded under /root and /work/wt/...: the page shows the command, the
     training loop and the files without those folders."""
-    at = open_page("profiler", run="digits-profiled")
+    at = open_page("profiler", run="digits-profiled", breakdown="1")
     texts = [c.value for c in at.caption] + [m.value for m in at.markdown]
     assert any("examples.digits --out sample_runs/digits-profiled" in t for t in texts)
     assert any("examples/digits.py, lines" in t for t in texts)
