@@ -140,3 +140,28 @@ def stamp_of(info: dict) -> str:
     return str(next((info.get(k) for k in ("mtime", "LastModified", "updated", "created",
                                            "ETag", "etag", "generation")
                      if info.get(k) is not None), None))
+
+
+def child_names(folder) -> list[tuple[str, bool]]:
+    """``(name, is a folder)`` of each entry of ``folder`` (a ``Path`` or ``UPath``), in no
+    particular order; ``[]`` when it is not a folder. Unlike ``iterdir()`` + ``is_dir()``
+    it makes no path object and asks no question per entry (on an object store one
+    listing answers, see :mod:`debugkit.objcache`)."""
+    if is_local(folder):
+        try:
+            with os.scandir(folder) as entries:
+                return [(e.name, e.is_dir()) for e in entries]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+    base = str(folder.path).rstrip("/")
+    try:
+        listed = folder.fs.ls(base, detail=True)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    out = []
+    for info in listed:
+        name = str(info.get("name", "")).rstrip("/")
+        if not name or name == base or name.lstrip("/") == base.lstrip("/"):
+            continue  # a file listed as itself, or a backend listing the folder too
+        out.append((name.rpartition("/")[2], info.get("type") == "directory"))
+    return out

@@ -19,7 +19,7 @@ from ..location import as_path, is_local
 from ..runschema import check as check_schema
 from ..runschema import read_run_json
 from .arrowio import read_stream
-from .fs import files_signature
+from .fs import child_names, files_signature
 from .resolve import resolve_run_path
 
 
@@ -98,10 +98,8 @@ class Run:
 
     @property
     def ranks(self) -> list[int]:
-        d = self.path / fmt.RANKS_DIR
-        if not d.is_dir():
-            return []
-        return sorted(int(p.name) for p in d.iterdir() if p.is_dir() and p.name.isdigit())
+        return sorted(int(name) for name, is_dir in child_names(self.path / fmt.RANKS_DIR)
+                      if is_dir and name.isdigit())
 
     def _rank_dir(self, rank: int) -> Path:
         return self.path / fmt.RANKS_DIR / str(rank)
@@ -109,22 +107,20 @@ class Run:
     def _segments(self, rank: int, table: str) -> list[tuple[int, Path]]:
         out = []
         d = self._rank_dir(rank)
-        if d.is_dir():
-            for p in d.iterdir():
-                m = fmt.SEGMENT_FILE.match(p.name)
-                if m and m.group("table") == table and m.group("suffix") == fmt.TABLE_SUFFIX:
-                    out.append((int(m.group("seg")), p))
+        for name, is_dir in child_names(d):
+            m = None if is_dir else fmt.SEGMENT_FILE.match(name)
+            if m and m.group("table") == table and m.group("suffix") == fmt.TABLE_SUFFIX:
+                out.append((int(m.group("seg")), d / name))
         return sorted(out)
 
     def rank_meta(self, rank: int, segment: int | None = None) -> dict:
         """The ``meta-<segment>.json`` of a rank (the first segment by default)."""
         metas = {}
         d = self._rank_dir(rank)
-        if d.is_dir():
-            for p in d.iterdir():
-                m = fmt.META_FILE.match(p.name)
-                if m:
-                    metas[int(m.group("seg"))] = p
+        for name, _ in child_names(d):
+            m = fmt.META_FILE.match(name)
+            if m:
+                metas[int(m.group("seg"))] = d / name
         if not metas:
             return {}
         seg = min(metas) if segment is None else segment

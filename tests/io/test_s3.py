@@ -288,3 +288,19 @@ def test_a_fresh_listing_answers_in_the_calling_thread(s3, s3_samples, tmp_path,
     # only the two globs (events, batch specs) still go through fsspec's own glob; every
     # exists/isdir/ls/info/open is answered here (before: 112 hops per run on Home)
     assert hops == ["_glob", "_glob"], hops
+
+
+def test_child_names_lists_a_folder_alike_on_disk_and_in_the_bucket(s3, s3_samples):
+    """``io.fs.child_names``: the entries of a run folder and whether each is a folder, the
+    same from the bucket as from disk, with no path object or question per entry (the
+    readers' rank and segment scans use it); nothing for a missing folder or a file."""
+    from debugkit.io.fs import child_names
+
+    for rel in ("", "ranks", "ranks/0", "failures", "failures/r0-s0000075-exception"):
+        local = SAMPLE_RUNS / "digits-bad-label" / rel
+        remote = as_path(f"{s3_samples}/digits-bad-label/{rel}".rstrip("/"))
+        expected = sorted((p.name, p.is_dir()) for p in local.iterdir())
+        assert sorted(child_names(local)) == sorted(child_names(remote)) == expected, rel
+    for rel in ("nope", "manifest.json"):
+        assert child_names(SAMPLE_RUNS / "digits-bad-label" / rel) == []
+        assert child_names(as_path(f"{s3_samples}/digits-bad-label/{rel}")) == []
