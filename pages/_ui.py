@@ -39,7 +39,24 @@ def md(value) -> str:
     punctuation), so ``__getitem__`` stays ``__getitem__`` and ``:red[x]`` stays text.
     """
     text = _MD_INLINE.sub(lambda m: "\\" + m.group(0), str(value))
+    text = _close_shortcodes(text)
     return _MD_LINE_START.sub(lambda m: m.group(1) + "\\" + m.group(2), text)
+
+
+# What Streamlit's front end takes for an emoji shortcode (``:smile:``) before it renders
+# Markdown; a match anywhere makes the browser load the emoji plugin (265 kB of JavaScript)
+# first. A time or timestamp reads as one: ``05:34:26+00:00`` holds ``:26+00:``.
+_SHORTCODE = re.compile(r"(?=(:[\w+-][\w+-]*):)")
+
+
+def _close_shortcodes(text: str) -> str:
+    """Escape the colon that would close a shortcode (the one that opens it is escaped by
+    ``_MD_INLINE``): the text reads the same, and no longer looks like one to the front
+    end, which would load its emoji code for it (issue 35 item 9)."""
+    closing = {m.start() + len(m.group(1)) for m in _SHORTCODE.finditer(text)}
+    if not closing:
+        return text
+    return "".join("\\:" if i in closing else c for i, c in enumerate(text))
 
 
 def text_table(df) -> str:

@@ -260,3 +260,32 @@ def test_the_profiler_says_the_step_breakdown_in_words_before_its_chart_is_opene
     assert [c.key for c in at.get("plotly_chart")] == ["flamegraph"]
     shares = next(m.value for m in at.markdown if m.value.startswith("data loading **"))
     assert "backward **48 %**" in shares and shares.count(" %**") == 5  # every phase of the bar
+
+
+#: Streamlit's front end (StreamlitMarkdown): a Markdown text that matches this loads the
+#: emoji plugin (remark-emoji and a 259 kB library) before it is drawn.
+FRONT_END_SHORTCODE = r":(?!material/|streamlit:)[A-Za-z0-9_+-][A-Za-z0-9_+-]*:"
+
+
+def _texts(node) -> list[str]:
+    out = [t for t in (getattr(node, "value", None), getattr(node, "label", None)) if isinstance(t, str)]
+    for child in getattr(node, "children", {}).values():
+        out += _texts(child)
+    return out
+
+
+@pytest.mark.parametrize("page, run", [("distributed", "ddp-straggler"), ("audit", "credit-audit")])
+def test_no_text_makes_the_browser_load_the_emoji_code(page, run):
+    """A timestamp in Markdown (the rank list's last heartbeat, the audit's creation time)
+    holds what Streamlit's front end takes for an emoji shortcode (``05:34:26+00:00``:
+    ``:26+00:``), so the browser loaded 265 kB of emoji JavaScript for those pages. The
+    colons of recorded text are escaped both sides; the text reads the same."""
+    import re
+
+    from pages._ui import md
+
+    at = open_page(page, run=run, timeout=240)
+    found = [t for t in _texts(at._tree) if re.search(FRONT_END_SHORTCODE, t)]
+    assert found == []
+    assert md("2026-12-06T05:34:26+00:00") == "2026\\-12-06T05\\:34\\:26+00\\:00"  # reads the same
+    assert md("a:smile:b") == "a\\:smile\\:b" and md("error: x") == "error: x"
