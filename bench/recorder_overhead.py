@@ -7,7 +7,9 @@ Model: 24 x (Linear(W, W) + ReLU), CPU, one thread, in two configurations:
 - ``large``: W=128, batch 256: a ~15 ms bare step (the configuration this bench
   measured first), where a fixed cost hides
 
-Variants, interleaved in rounds so that machine noise hits all of them alike:
+Variants, interleaved in rounds so that machine noise hits all of them alike, each on
+``--models`` (3) models of its own, round r on model r % 3 (two identical models differ by
+up to ~80 us a step; bench/recorder_paired.py runs every variant on one model):
 
 - bare:        forward, backward, SGD step
 - norms only:  bare + torch._foreach_norm of every gradient (the floor any logger pays)

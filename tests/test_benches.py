@@ -63,3 +63,14 @@ def test_object_store_quick_prints_every_row_with_cpu_and_the_targets():
                        ("Overview of one run (new process)", 5)):
         assert re.search(rf"^target {re.escape(row)}: \d+\.\d\d s on S3 \(< {limit} s\): (met|NOT met) "
                          rf"\(measured with 10 runs at \+40 ms: not the target's setting\)$", out, re.M), row
+
+
+@pytest.mark.slow
+def test_recorder_paired_quick_prints_each_recorder_beyond_the_norms_on_one_model():
+    """bench/recorder_paired.py --quick: the Recorder (this checkout's, one of a git
+    revision, one with layer statistics) against the norms on one model, paired by round."""
+    out = _run("recorder_paired.py", "--quick", "--against", "HEAD", "--layer-stats", "500")
+    assert out.startswith("one model, 5 variants, 3 rounds x 10 steps")
+    for name in ("debugkit", "debugkit@HEAD", "debugkit\\+layers/500"):
+        assert re.search(rf"\n{name} +\d+\.\d+ms +[-+]\d+\.\d us = [-+]\d+\.\d\d% of bare "
+                         r"\(target <= 3%\)", out), out
