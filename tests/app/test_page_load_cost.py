@@ -289,3 +289,26 @@ def test_no_text_makes_the_browser_load_the_emoji_code(page, run):
     assert found == []
     assert md("2026-12-06T05:34:26+00:00") == "2026\\-12-06T05\\:34\\:26+00\\:00"  # reads the same
     assert md("a:smile:b") == "a\\:smile\\:b" and md("error: x") == "error: x"
+
+
+def test_a_new_server_loads_the_audit_charts_template_before_the_first_visit():
+    """``pages/_serve.warm_plotly`` (run while ``debugkit ui`` starts) loads the audit's
+    ``plotly_white`` template, which plotly reads from its package data and validates on
+    its first use (0.07-0.1 s of CPU of the audit's first chart on a new server): after
+    it, an audit figure is built without reading any template."""
+    code = """
+import pkgutil
+from pages._serve import warm_plotly
+warm_plotly()
+def refuse(*a, **k):
+    raise AssertionError(f"read {a} on the first visit")
+pkgutil.get_data = refuse
+from debugkit.charts.audit import build_disparity_figure
+a = {"groups": {"a": {"selection_rate": 0.5}, "b": {"selection_rate": 0.4}}, "order": ["a", "b"],
+     "reference_group": "a", "ratios": {"b": {"selection_rate": 0.8}}}
+print(build_disparity_figure(a, metrics=("selection_rate",)).layout.template.layout.plot_bgcolor)
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "white"

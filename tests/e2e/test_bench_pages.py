@@ -30,6 +30,7 @@ def test_quick_bench_prints_each_pages_gap_to_the_floor_and_the_target():
         assert (row[3] == "yes") == (float(row[1]) <= 0.5) and (row[4] == "yes") == (float(row[2]) <= 0.5)
     assert re.search(r"^Within 0\.5 s of the floor: [0-2] of 2 pages cold, [0-2] of 2 warm", text, re.M)
     assert re.search(r"^\| \(TensorBoard [\d.]+: the same run's scalars\) \| digits-exploding \|", text, re.M)
-    # the load-independent table: figures sent on the first visit (Checkpoints: the open
-    # tab's heatmap and the moved-most bars), one script run
-    assert re.search(r"^\| checkpoints \| \d+ \| \d+ \| [\d.]+ \| 2 \| [\d.]+ \| 1 \|", text, re.M), text
+    # the load-independent table: figures sent on the first visit (one: the open tab's
+    # heatmap; the moved-most bars and Gradients' lines are drawn when opened), one script run
+    for page in ("checkpoints", "gradients"):
+        assert re.search(rf"^\| {page} \| \d+ \| \d+ \| [\d.]+ \| 1 \| [\d.]+ \| 1 \|", text, re.M), text
