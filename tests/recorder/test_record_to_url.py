@@ -49,6 +49,13 @@ def test_a_run_recorded_to_a_url_is_in_the_bucket_after_close(s3, spool, tmp_pat
     assert run.grad_norms().equals(open_run(rec.run_dir).grad_norms())
     assert run.checkpoints()["ok"].tolist() == [True]
     assert not (tmp_path / "s3:").exists()  # never a local folder named after the URL
+    # the run has ended: its small files are in the bucket once more, packed in one object
+    # (a cold reader's one GET), each member the file as uploaded
+    from debugkit import runpack
+
+    members = runpack.read_pack(s3.filesystem().cat(f"{url[len('s3://'):]}/{runpack.PACK}"), url)
+    assert "manifest.json" in members and "ranks/0/heartbeat.json" in members
+    assert all(m["data"] == (rec.run_dir / name).read_bytes() for name, m in members.items())
 
 
 def test_watch_records_a_failure_capture_to_the_url(s3, spool):
