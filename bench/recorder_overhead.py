@@ -9,7 +9,9 @@ Model: 24 x (Linear(W, W) + ReLU), CPU, one thread, in two configurations:
 
 Variants, interleaved in rounds so that machine noise hits all of them alike, each on
 ``--models`` (3) models of its own, round r on model r % 3 (two identical models differ by
-up to ~80 us a step; bench/recorder_paired.py runs every variant on one model):
+up to ~80 us a step; bench/recorder_paired.py runs every variant on one model), after
+``--warmup`` (300) untimed steps per model, past the Recorder's dense spec learning (it
+observes the batch of its first 256 steps): the figures are a run's steady state:
 
 - bare:        forward, backward, SGD step
 - norms only:  bare + torch._foreach_norm of every gradient (the floor any logger pays)
@@ -88,9 +90,10 @@ def build(width=128):
 # per variant made the figure a draw. Peers whose logger attaches to its model: one.
 MODELS = 3
 MULTI = ("bare", "norms", "debugkit", "tensorboard")
+WARMUP_STEPS = 300  # per model and variant (--warmup; --quick: 10)
 
 
-def compare(config, rounds, steps, tmp, peers=(), n_models=MODELS):
+def compare(config, rounds, steps, tmp, peers=(), n_models=MODELS, warmup=WARMUP_STEPS):
     """Per-step median time of each variant, interleaved in rotating order, each with its own
     models (``n_models`` of them, built interleaved, round ``r`` on model ``r % n_models``;
     a Recorder per debugkit model); also the training thread's CPU per step and each
@@ -197,10 +200,14 @@ def compare(config, rounds, steps, tmp, peers=(), n_models=MODELS):
 
     fns = {"bare": lambda: bare("bare"), "norms": step_norms, "debugkit": step_debugkit,
            "tensorboard": step_tb, **{k: (lambda k=k: peer_step(k)) for k in peers}}
-    for k, f in fns.items():  # warm-up, each model
+    # Warm-up, each model: past the dense part of spec learning (each Recorder observes the
+    # batch of its first 256 steps, then every 16th), as the breakdown and the isolated
+    # parts do, so the figure is a run's steady state (10 steps before: with 3 Recorders,
+    # half of the timed steps were dense ones)
+    for k, f in fns.items():
         for j in range(n_of[k]):
             use(k, j)
-            for _ in range(10):
+            for _ in range(warmup):
                 f()
                 counters[k] += 1
     names = list(fns)
@@ -460,6 +467,10 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--models", type=int, default=MODELS,
                     help="models per variant (bare, norms, debugkit, tensorboard), rotating by round")
+    ap.add_argument("--warmup", type=int, default=WARMUP_STEPS,
+                    help="untimed steps per model and variant first (the Recorder's first 256 steps "
+                         "observe every batch for its spec; --models 1 --warmup 10 is the protocol "
+                         "before 2026-12-06)")
     ap.add_argument("--breakdown-steps", type=int, default=2000)
     ap.add_argument("--no-breakdown", action="store_true")
     ap.add_argument("--no-isolated", action="store_true",
@@ -474,6 +485,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.quick:
         a.config, a.rounds, a.steps, a.breakdown_steps, a.peers = "small", 3, 10, 20, "none"
+        a.warmup = 10
     torch.set_num_threads(1)
     tmp = Path(tempfile.mkdtemp(prefix="dk-bench-"))
     wanted = list(PEERS) if a.peers == "all" else [] if a.peers == "none" else a.peers.split(",")
@@ -484,12 +496,12 @@ def main(argv=None):
     for config in configs:
         width, batch = CONFIGS[config]
         load0 = os.getloadavg()[0]
-        res = compare(config, a.rounds, a.steps, tmp, peers, a.models)
+        res = compare(config, a.rounds, a.steps, tmp, peers, a.models, a.warmup)
         med, cpu, bg, paired = res["wall"], res["cpu"], res["background"], res["paired"]
         base = med["bare"]
         print(f"\n[{config}] model: 24 x Linear({width},{width})+ReLU, batch {batch}, CPU, "
               f"1 thread; {a.rounds} rounds x {a.steps} steps per variant, rotating order, "
-              f"{a.models} models per variant (round r on model r % {a.models}); "
+              f"{a.models} models per variant (round r on model r % {a.models}), {a.warmup} warm-up steps each; "
               f"load average {load0:.2f} before, {os.getloadavg()[0]:.2f} after")
         print(f"{'variant':<14} {'median step':>12} {'overhead':>10} {'/ debugkit':>11} "
               f"{'thread CPU':>11} {'background CPU':>15}")
