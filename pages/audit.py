@@ -356,8 +356,14 @@ def _parse_lines(text: str, what: str) -> dict:
 
 
 def _compute_box(sig):
+    # drawn when opened (open at first where the run has no audit yet): its form's eight
+    # number inputs, text area and text inputs were drawn, collapsed, on every visit
+    box = st.expander("Compute a new audit", icon=":material/calculate:", expanded=not _audits(path, sig),
+                      key="audit_compute_open", on_change="rerun")
+    if not box.open:
+        return
     targets = _targets(path, sig)
-    with st.expander("Compute a new audit", icon=":material/calculate:", expanded=not _audits(path, sig)):
+    with box:
         if not targets:
             st.info("This run declares no audit target. A training script makes its models "
                     "auditable here by writing `audit_targets.json` (see docs/audit.md), or computes "

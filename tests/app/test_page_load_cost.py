@@ -312,3 +312,15 @@ print(build_disparity_figure(a, metrics=("selection_rate",)).layout.template.lay
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "white"
+
+
+def test_the_audit_draws_its_compute_form_when_opened():
+    """"Compute a new audit" (collapsed on a run that has audits) drew its form, eight number
+    inputs, a text area and text inputs, on every visit; now when it is opened (it opens by
+    itself on a run with no audit yet)."""
+    at = open_page("audit", run="credit-audit", timeout=240)
+    assert "Compute a new audit" in [e.label for e in at.expander]
+    assert not at.number_input and not at.text_area
+    at.session_state["audit_compute_open"] = True  # as a click on it does
+    at.run()
+    assert "Bootstrap resamples" in [n.label for n in at.number_input]

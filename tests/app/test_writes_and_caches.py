@@ -51,6 +51,8 @@ def test_compute_audit_on_a_bundled_sample_writes_into_the_store(sample_left_as_
     assert not at.exception, [e.value for e in at.exception]
     shown = len(list_audits(SAMPLE_RUNS / SAMPLE))
     next(e for e in at.expander if e.label == "Compute a new audit")
+    at.session_state["audit_compute_open"] = True  # as a click on it does (drawn when opened)
+    at.run()
     next(n for n in at.number_input if n.label == "Bootstrap resamples").set_value(0)
     next(b for b in at.button if b.label == "Compute audit").click()
     at.run()
@@ -73,6 +75,7 @@ def test_compute_audit_is_refused_when_the_store_is_at_its_quota(sample_left_as_
     monkeypatch.setenv("DEBUGKIT_STORE_MAX_FILES", "5")
     at = new_app(timeout=240, run=SAMPLE)
     at.switch_page("pages/audit.py")
+    at.session_state["audit_compute_open"] = True  # its form is drawn when opened
     at.run()
     next(b for b in at.button if b.label == "Compute audit").click()
     at.run()
