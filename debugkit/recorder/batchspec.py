@@ -17,8 +17,8 @@ computed for a tensor that failed.
 
 from __future__ import annotations
 
+import cmath
 import json
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,17 +108,170 @@ class Violation:
         return f"{where}: {self.message} [rule: {self.rule}]"
 
 
-def _flatten(batch) -> tuple[str, dict]:
+def _flatten(batch, is_tensor) -> tuple[str, dict]:
     """(structure, {name: value}) of a batch: one tensor, a tuple/list or a dict."""
-    import torch
-
-    if isinstance(batch, torch.Tensor):
+    if is_tensor(batch):
         return "tensor", {SINGLE: batch}
     if isinstance(batch, (tuple, list)):
         return "sequence", {str(i): v for i, v in enumerate(batch)}
     if isinstance(batch, dict):
         return "mapping", {str(k): v for k, v in batch.items()}
     return type(batch).__name__, {}
+
+
+class ArrayOps:
+    """What :func:`check_batch` asks of a batch's arrays, for torch (imported on first use).
+
+    :mod:`debugkit.replay.batchcheck_numpy` passes numpy's (the dashboard checks captured
+    batches without importing torch), so the rules live in one place."""
+
+    def __init__(self):
+        import torch
+
+        self._torch = torch
+        self.isfinite, self.isnan, self.isinf = torch.isfinite, torch.isnan, torch.isinf
+
+    def is_tensor(self, v) -> bool:
+        return isinstance(v, self._torch.Tensor)
+
+    def dtype(self, v) -> str:
+        return str(v.dtype)[6:]
+
+    def size(self, v) -> int:
+        return v.numel()
+
+    def is_float(self, v) -> bool:
+        return v.dtype.is_floating_point or v.dtype.is_complex
+
+    def ranged(self, v) -> bool:
+        return not (v.dtype == self._torch.bool or v.dtype.is_complex)
+
+    def minmax(self, v) -> tuple:
+        mn, mx = v.aminmax()
+        return mn.item(), mx.item()
+
+    def total(self, v):
+        return v.sum().item()
+
+    def falses(self, v):
+        return self._torch.zeros_like(v, dtype=self._torch.bool)
+
+    def bad_samples(self, bad) -> list[int | None]:
+        """Sample indices (dim 0) with any True in ``bad``; [None] for a 0-d tensor."""
+        if bad.dim() == 0:
+            return [None]
+        return bad.reshape(bad.shape[0], -1).any(dim=1).nonzero().flatten().tolist()
+
+
+_TORCH_OPS: list[ArrayOps] = []
+
+
+def check_batch(spec: BatchSpec, batch, dataset_indices, ops: ArrayOps) -> list[Violation]:
+    """Every rule of ``spec`` the batch breaks, its arrays read through ``ops``."""
+    idx = list(dataset_indices) if dataset_indices is not None else None
+
+    def ds(i):
+        return idx[i] if idx is not None and i is not None and 0 <= i < len(idx) else None
+
+    out: list[Violation] = []
+    s, flat = _flatten(batch, ops.is_tensor)
+    if s != spec.structure:
+        return [Violation("<batch>", None, None, "structure",
+                          f"batch is a {s}, expected a {spec.structure}")]
+    for k in spec.tensors:
+        if k not in flat:
+            out.append(Violation(k, None, None, "structure", "missing from the batch"))
+    if spec.structure == "sequence" and len(flat) != len(spec.tensors):
+        out.append(Violation("<batch>", None, None, "structure",
+                             f"has {len(flat)} entries, expected {len(spec.tensors)}"))
+    symbols: dict[str, tuple[int, str]] = {}
+    for k, t in spec.tensors.items():
+        if k not in flat:
+            continue
+        v = flat[k]
+        if not ops.is_tensor(v):
+            out.append(Violation(k, None, None, "structure",
+                                 f"is a {type(v).__name__}, expected a tensor"))
+            continue
+        dtype = ops.dtype(v)
+        if t.dtype is not None and dtype != t.dtype:
+            out.append(Violation(k, None, None, "dtype", f"dtype is {dtype}, expected {t.dtype}"))
+            continue
+        if t.shape is not None:
+            bad = _check_shape(k, v, t.shape, symbols)
+            if bad:
+                out.extend(bad)
+                continue
+        if ops.size(v) == 0:
+            continue
+        if t.range is not None and ops.ranged(v):
+            out.extend(_check_range(k, v, t.range, ds, ops))
+        if t.finite and ops.is_float(v) and not cmath.isfinite(ops.total(v)):
+            out.extend(_check_finite(k, v, ds, ops))
+    return out
+
+
+def _check_shape(k, v, shape, symbols) -> list[Violation]:
+    got = tuple(v.shape)
+    if len(got) != len(shape):
+        return [Violation(k, None, None, "shape",
+                          f"shape {got} has {len(got)} dims, expected {len(shape)} "
+                          f"({_fmt_shape(shape)})")]
+    out = []
+    for i, (n, d) in enumerate(zip(got, shape)):
+        if isinstance(d, int):
+            if n != d:
+                out.append(Violation(k, None, None, "shape",
+                                     f"dim {i} is {n}, expected {d} (shape {got})"))
+            continue
+        if n < d.min or (d.max is not None and n > d.max):
+            out.append(Violation(k, None, None, "shape",
+                                 f"dim {i} ({d.name!r}) is {n}, expected "
+                                 f"{d.min}..{'' if d.max is None else d.max} (shape {got})"))
+            continue
+        prev = symbols.get(d.name)
+        if prev is None:
+            symbols[d.name] = (n, k)
+        elif prev[0] != n:
+            out.append(Violation(k, None, None, "shape",
+                                 f"dim {i} ({d.name!r}) is {n} but {prev[0]} in tensor "
+                                 f"{prev[1]!r}; a symbolic dim must agree across tensors"))
+    return out
+
+
+def _check_range(k, v, rng, ds, ops: ArrayOps) -> list[Violation]:
+    lo, hi = rng
+    mn, mx = ops.minmax(v)
+    if (lo is None or mn >= lo) and (hi is None or mx < hi) and mn == mn and mx == mx:
+        return []
+    bad = ops.falses(v)
+    if lo is not None:
+        bad |= v < lo
+    if hi is not None:
+        bad |= v >= hi
+    out = []
+    for i in ops.bad_samples(bad):
+        row = v[i] if v.ndim else v
+        rb = bad[i] if v.ndim else bad
+        shown = ", ".join(repr(x) for x in row[rb].reshape(-1)[:3].tolist())
+        out.append(Violation(k, i, ds(i), "range", f"value {shown} outside [{lo}, {hi})"))
+    return out
+
+
+def _check_finite(k, v, ds, ops: ArrayOps) -> list[Violation]:
+    bad = ~ops.isfinite(v)
+    if not bool(bad.any()):
+        return []
+    out = []
+    for i in ops.bad_samples(bad):
+        row = v[i] if v.ndim else v
+        kinds = []
+        if bool(ops.isnan(row).any()):
+            kinds.append("NaN")
+        if bool(ops.isinf(row).any()):
+            kinds.append("Inf")
+        out.append(Violation(k, i, ds(i), "finite", f"contains {' and '.join(kinds)}"))
+    return out
 
 
 class BatchSpec:
@@ -223,114 +376,9 @@ class BatchSpec:
     # ------------------------------------------------------------------ check
     def check(self, batch, dataset_indices=None) -> list[Violation]:
         """Every rule the batch breaks (an empty list for a good batch)."""
-        import torch
-
-        idx = list(dataset_indices) if dataset_indices is not None else None
-
-        def ds(i):
-            return idx[i] if idx is not None and i is not None and 0 <= i < len(idx) else None
-
-        out: list[Violation] = []
-        s, flat = _flatten(batch)
-        if s != self.structure:
-            return [Violation("<batch>", None, None, "structure",
-                              f"batch is a {s}, expected a {self.structure}")]
-        missing = [k for k in self.tensors if k not in flat]
-        for k in missing:
-            out.append(Violation(k, None, None, "structure", "missing from the batch"))
-        if self.structure == "sequence" and len(flat) != len(self.tensors):
-            out.append(Violation("<batch>", None, None, "structure",
-                                 f"has {len(flat)} entries, expected {len(self.tensors)}"))
-        symbols: dict[str, tuple[int, str]] = {}
-        for k, t in self.tensors.items():
-            if k not in flat:
-                continue
-            v = flat[k]
-            if not isinstance(v, torch.Tensor):
-                out.append(Violation(k, None, None, "structure",
-                                     f"is a {type(v).__name__}, expected a tensor"))
-                continue
-            if t.dtype is not None and str(v.dtype)[6:] != t.dtype:
-                out.append(Violation(k, None, None, "dtype",
-                                     f"dtype is {str(v.dtype)[6:]}, expected {t.dtype}"))
-                continue
-            if t.shape is not None:
-                bad = self._check_shape(k, v, t.shape, symbols)
-                if bad:
-                    out.extend(bad)
-                    continue
-            if v.numel() == 0:
-                continue
-            if t.range is not None:
-                out.extend(self._check_range(k, v, t.range, ds))
-            if t.finite and (v.dtype.is_floating_point or v.dtype.is_complex):
-                if not math.isfinite(v.sum().item()):
-                    bad = ~torch.isfinite(v)
-                    if bool(bad.any()):
-                        for i in _bad_samples(bad):
-                            row = v[i] if v.dim() else v
-                            kinds = []
-                            if bool(torch.isnan(row).any()):
-                                kinds.append("NaN")
-                            if bool(torch.isinf(row).any()):
-                                kinds.append("Inf")
-                            out.append(Violation(k, i, ds(i), "finite",
-                                                 f"contains {' and '.join(kinds)}"))
-        return out
-
-    @staticmethod
-    def _check_shape(k, v, shape, symbols) -> list[Violation]:
-        got = tuple(v.shape)
-        if len(got) != len(shape):
-            return [Violation(k, None, None, "shape",
-                              f"shape {got} has {len(got)} dims, expected {len(shape)} "
-                              f"({_fmt_shape(shape)})")]
-        out = []
-        for i, (n, d) in enumerate(zip(got, shape)):
-            if isinstance(d, int):
-                if n != d:
-                    out.append(Violation(k, None, None, "shape",
-                                         f"dim {i} is {n}, expected {d} (shape {got})"))
-                continue
-            if n < d.min or (d.max is not None and n > d.max):
-                out.append(Violation(k, None, None, "shape",
-                                     f"dim {i} ({d.name!r}) is {n}, expected "
-                                     f"{d.min}..{'' if d.max is None else d.max} (shape {got})"))
-                continue
-            prev = symbols.get(d.name)
-            if prev is None:
-                symbols[d.name] = (n, k)
-            elif prev[0] != n:
-                out.append(Violation(k, None, None, "shape",
-                                     f"dim {i} ({d.name!r}) is {n} but {prev[0]} in tensor "
-                                     f"{prev[1]!r}; a symbolic dim must agree across tensors"))
-        return out
-
-    @staticmethod
-    def _check_range(k, v, rng, ds) -> list[Violation]:
-        import torch
-
-        lo, hi = rng
-        if v.dtype == torch.bool or v.dtype.is_complex:
-            return []
-        mn, mx = v.aminmax()
-        mn, mx = mn.item(), mx.item()
-        if (lo is None or mn >= lo) and (hi is None or mx < hi) and mn == mn and mx == mx:
-            return []
-        bad = torch.zeros_like(v, dtype=torch.bool)
-        if lo is not None:
-            bad |= v < lo
-        if hi is not None:
-            bad |= v >= hi
-        out = []
-        for i in _bad_samples(bad):
-            row = v[i] if v.dim() else v
-            rb = bad[i] if v.dim() else bad
-            vals = row[rb].flatten()[:3].tolist()
-            shown = ", ".join(repr(x) for x in vals)
-            out.append(Violation(k, i, ds(i), "range",
-                                 f"value {shown} outside [{lo}, {hi})"))
-        return out
+        if not _TORCH_OPS:
+            _TORCH_OPS.append(ArrayOps())
+        return check_batch(self, batch, dataset_indices, _TORCH_OPS[0])
 
     def validate(self, batch, dataset_indices=None) -> None:
         """Raise :class:`debugkit.InvalidInputError` naming the first broken rule."""
@@ -342,14 +390,6 @@ class BatchSpec:
 def format_violations(bad: list[Violation]) -> str:
     more = f" (and {len(bad) - 1} more violations)" if len(bad) > 1 else ""
     return MSG_BATCH_VIOLATION.format(first=str(bad[0]), more=more)
-
-
-def _bad_samples(bad) -> list[int | None]:
-    """Sample indices (dim 0) with any True in ``bad``; [None] for a 0-d tensor."""
-    if bad.dim() == 0:
-        return [None]
-    per = bad.reshape(bad.shape[0], -1).any(dim=1)
-    return per.nonzero().flatten().tolist()
 
 
 def _fmt_shape(shape) -> str:
@@ -391,7 +431,7 @@ class SpecBuilder:
         the batches committed so far)."""
         import torch
 
-        s, flat = _flatten(batch)
+        s, flat = _flatten(batch, torch.is_tensor)
         if self.structure is None and not flat:
             raise InvalidInputError(f"BatchSpec.infer: batch 0 is a {s}, expected a "
                                     "tensor, a tuple/list or a dict of tensors")

@@ -13,10 +13,11 @@ raises :class:`NeedsTorch` and the caller uses the torch checks.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
+
+from ..recorder.batchspec import ArrayOps, check_batch
 
 #: safetensors dtypes (as the capture's batch.json names them) that load exactly as numpy.
 NUMPY_DTYPES = frozenset({"bool", "uint8", "int8", "int16", "int32", "int64", "uint16",
@@ -185,99 +186,45 @@ def find_nonfinite(batch: Any, *, skip: tuple | None, n_batch: int | None) -> li
     return out
 
 
-def _bad_samples(bad: np.ndarray) -> list[int | None]:
-    if bad.ndim == 0:
-        return [None]
-    return [int(i) for i in np.flatnonzero(bad.reshape(bad.shape[0], -1).any(axis=1))]
+class NumpyOps(ArrayOps):
+    """:class:`debugkit.recorder.batchspec.ArrayOps` for numpy (no torch import)."""
+
+    def __init__(self):
+        self.isfinite, self.isnan, self.isinf = np.isfinite, np.isnan, np.isinf
+
+    def is_tensor(self, v) -> bool:
+        return isinstance(v, Tensor)
+
+    def dtype(self, v) -> str:
+        return v.dtype.name
+
+    def size(self, v) -> int:
+        return int(v.size)
+
+    def is_float(self, v) -> bool:
+        return _is_float(v)
+
+    def ranged(self, v) -> bool:
+        return v.dtype.kind != "b"
+
+    def minmax(self, v) -> tuple:
+        return _item(v.min()), _item(v.max())
+
+    def total(self, v):
+        return _item(v.sum())
+
+    def falses(self, v):
+        return np.zeros(v.shape, dtype=bool)
+
+    def bad_samples(self, bad) -> list[int | None]:
+        if bad.ndim == 0:
+            return [None]
+        return [int(i) for i in np.flatnonzero(bad.reshape(bad.shape[0], -1).any(axis=1))]
 
 
-def _flatten(batch) -> tuple[str, dict]:
-    from ..recorder.batchspec import SINGLE
-
-    if isinstance(batch, Tensor):
-        return "tensor", {SINGLE: batch}
-    if isinstance(batch, (tuple, list)):
-        return "sequence", {str(i): v for i, v in enumerate(batch)}
-    if isinstance(batch, dict):
-        return "mapping", {str(k): v for k, v in batch.items()}
-    return type(batch).__name__, {}
+NUMPY_OPS = NumpyOps()
 
 
 def check_spec(spec, batch, dataset_indices=None) -> list:
     """As :meth:`debugkit.recorder.batchspec.BatchSpec.check`, on a numpy batch."""
-    from ..recorder.batchspec import BatchSpec, Violation
-
-    idx = list(dataset_indices) if dataset_indices is not None else None
-
-    def ds(i):
-        return idx[i] if idx is not None and i is not None and 0 <= i < len(idx) else None
-
-    out: list[Violation] = []
-    s, flat = _flatten(batch)
-    if s != spec.structure:
-        return [Violation("<batch>", None, None, "structure",
-                          f"batch is a {s}, expected a {spec.structure}")]
-    for k in spec.tensors:
-        if k not in flat:
-            out.append(Violation(k, None, None, "structure", "missing from the batch"))
-    if spec.structure == "sequence" and len(flat) != len(spec.tensors):
-        out.append(Violation("<batch>", None, None, "structure",
-                             f"has {len(flat)} entries, expected {len(spec.tensors)}"))
-    symbols: dict[str, tuple[int, str]] = {}
-    for k, t in spec.tensors.items():
-        if k not in flat:
-            continue
-        v = flat[k]
-        if not isinstance(v, Tensor):
-            out.append(Violation(k, None, None, "structure",
-                                 f"is a {type(v).__name__}, expected a tensor"))
-            continue
-        a = np.asarray(v)
-        if t.dtype is not None and a.dtype.name != t.dtype:
-            out.append(Violation(k, None, None, "dtype", f"dtype is {a.dtype.name}, expected {t.dtype}"))
-            continue
-        if t.shape is not None:
-            bad_shape = BatchSpec._check_shape(k, a, t.shape, symbols)
-            if bad_shape:
-                out.extend(bad_shape)
-                continue
-        if a.size == 0:
-            continue
-        if t.range is not None:
-            out.extend(_check_range(k, a, t.range, ds))
-        if t.finite and _is_float(a) and not math.isfinite(_item(a.sum())):
-            bad = ~np.isfinite(a)
-            if bool(bad.any()):
-                for i in _bad_samples(bad):
-                    row = a[i] if a.ndim else a
-                    kinds = []
-                    if bool(np.isnan(row).any()):
-                        kinds.append("NaN")
-                    if bool(np.isinf(row).any()):
-                        kinds.append("Inf")
-                    out.append(Violation(k, i, ds(i), "finite", f"contains {' and '.join(kinds)}"))
-    return out
-
-
-def _check_range(k, a: np.ndarray, rng, ds) -> list:
-    from ..recorder.batchspec import Violation
-
-    lo, hi = rng
-    if a.dtype.kind == "b":
-        return []
-    mn, mx = _item(a.min()), _item(a.max())
-    if (lo is None or mn >= lo) and (hi is None or mx < hi) and mn == mn and mx == mx:
-        return []
-    bad = np.zeros(a.shape, dtype=bool)
-    if lo is not None:
-        bad |= a < lo
-    if hi is not None:
-        bad |= a >= hi
-    out = []
-    for i in _bad_samples(bad):
-        row = a[i] if a.ndim else a
-        rb = bad[i] if a.ndim else bad
-        vals = np.asarray(row[rb]).reshape(-1)[:3].tolist()
-        shown = ", ".join(repr(x) for x in vals)
-        out.append(Violation(k, i, ds(i), "range", f"value {shown} outside [{lo}, {hi})"))
-    return out
+    return check_batch(spec, batch, dataset_indices, NUMPY_OPS)

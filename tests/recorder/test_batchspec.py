@@ -109,6 +109,22 @@ def test_dtype_structure_and_nan(digits):
     assert spec.check((big, y[:4])) == []
 
 
+def test_a_complex_batch_is_checked_for_finiteness_instead_of_raising(tmp_path):
+    # A complex tensor's sum is complex: the finite rule once passed it to math.isfinite,
+    # so a guarded Recorder on complex inputs died with "must be real number".
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 3, dtype=torch.complex64, generator=g)
+    spec = BatchSpec.infer([x, x.clone()])
+    assert spec.tensors["batch"].finite and spec.check(x) == []
+    bad = x.clone()
+    bad[5, 1] = complex(float("nan"), 0.0)
+    (v,) = spec.check(bad, dataset_indices=range(100, 108))
+    assert (v.sample, v.dataset_index, v.rule, v.message) == (5, 105, "finite", "contains NaN")
+    with Recorder(tmp_path / "run", _model(), guard=spec, guard_action="skip") as rec:
+        with rec.step(bad) as s:
+            assert s.skipped
+
+
 def test_json_round_trip(tmp_path, digits):
     X, y = digits
     spec = BatchSpec.infer(_batches(X, y)[:3], num_classes=10)
