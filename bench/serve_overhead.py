@@ -25,18 +25,25 @@ a ~1 ms and a ~20 ms MLP. Variants of the handler, all run on the same model and
                  caches the model left (weights and kernels evict it): the control's tiny
                  loop does not, so the gap between the two is that effect, not the bench
 
-Method: blocks of runs. In each block every variant runs ``run`` consecutive requests, in
-an order shuffled per block; the first request of each run is discarded (the switch from
-the previous variant), so what a variant leaves behind for its next request stays in its
-own figures. Each request is timed alone by the request thread's CPU time
-(``time.thread_time``: other processes on a shared machine do not count) and by wall
+Method: blocks of runs. Each case builds ``--models`` identical models (same weights and
+inputs, each its own tensors on the heap) and a set of recorders per model; block ``b``
+runs every variant on model ``b mod --models`` (the same model object and input tensor
+for all variants of a block). In each block every variant runs ``run`` consecutive
+requests, in an order shuffled per block; the first request of each run is discarded
+(the switch from the previous variant), so what a variant leaves behind for its next
+request stays in its own figures. Each request is timed alone by the request thread's CPU
+time (``time.thread_time``: other processes on a shared machine do not count) and by wall
 time. A variant's overhead is the median over blocks of (its median request - the bare
 handler's median request in the same block), as a share of the bare handler's median;
 ``[lo, hi]`` is that median's 95 % interval (order statistics of the paired
-differences). The writer thread's CPU is read from its own clock
-(``time.pthread_getcpuclockid``) and divided by the requests it recorded.
+differences). Rotating models matters: with one model per process the figure moved by ~2
+points at ~1 ms between identical runs (where the weights, the input and the recorder's
+objects land in memory decides which cache sets they share); the ``models`` line prints
+each model's own median, and the estimate is over all of them. The writer threads' CPU is
+read from their own clocks (``time.pthread_getcpuclockid``) and divided by the requests
+they recorded.
 
-    python bench/serve_overhead.py [--quick] [--blocks-scale 1.0]
+    python bench/serve_overhead.py [--quick] [--blocks-scale 1.0] [--models 4] [--cases 1ms,20ms]
 
 The last lines are the targets (<= 3 % at ~1 ms, <= 0.5 % at ~20 ms, by request-thread
 CPU) with ``met`` / ``NOT met``, each preceded by the ``parts`` line: ``request`` minus
@@ -58,6 +65,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+#: identical models per case (the blocks rotate over them)
+DEFAULT_MODELS = 4
 #: label: (hidden, layers, batch, requests per run, blocks, blocks with --quick, target)
 CASES = {
     "noop": (8, 1, 1, 8, 300, 20, None),
@@ -116,16 +125,10 @@ def median_ci(values: list[float]) -> tuple[float, float, float]:
     return statistics.median(v), v[lo], v[hi]
 
 
-def bench_model(label: str, model, x, *, run: int, blocks: int, out: Path,
-                spin_n: int | None) -> dict:
+def handlers(model, *, rec, rec_nf, rec_nc, rec_nm, spin_n: int | None) -> dict:
+    """The variants' handlers on one model (each with its own recorders)."""
     import torch
 
-    import debugkit
-
-    rec = debugkit.serve(model, out / label, hash_weights=False)
-    rec_nf = debugkit.serve(model, out / f"{label}-nofinite", hash_weights=False, check_finite=False)
-    rec_nc = debugkit.serve(model, out / f"{label}-nocapture", hash_weights=False, capture=False)
-    rec_nm = debugkit.serve(model, out / f"{label}-nomemory", hash_weights=False, memory_every_s=1e9)
     wrapped = rec.wrap(model)
 
     def bare(x):
@@ -164,6 +167,8 @@ def bench_model(label: str, model, x, *, run: int, blocks: int, out: Path,
         with torch.no_grad():
             y = model(x)
         latencies.append(perf_counter() - t)
+        if len(latencies) > 64:
+            latencies.clear()
         return y
 
     def control(x):
@@ -176,25 +181,50 @@ def bench_model(label: str, model, x, *, run: int, blocks: int, out: Path,
                 "timer": timer}
     if spin_n is not None:
         variants["control"] = control
-    for fn in variants.values():  # warm-up: lazy initialisation, the first writer flush
-        for _ in range(3 * run):
-            fn(x)
-    cpu: dict[str, list[float]] = {k: [] for k in variants}   # per block: median request
-    wall: dict[str, list[float]] = {k: [] for k in variants}
+    return variants
+
+
+def bench_model(label: str, models: list, xs: list, *, run: int, blocks: int, out: Path,
+                spin_n: int | None) -> dict:
+    """Every variant on every model, blocks rotating over the models (see the module's
+    docstring). ``models`` and ``xs``: identical models and their inputs."""
+    import debugkit
+
+    recs = []
+    per_model = []
+    for i, model in enumerate(models):
+        rs = {"rec": debugkit.serve(model, out / f"{label}-{i}", hash_weights=False),
+              "rec_nf": debugkit.serve(model, out / f"{label}-{i}-nofinite", hash_weights=False,
+                                       check_finite=False),
+              "rec_nc": debugkit.serve(model, out / f"{label}-{i}-nocapture", hash_weights=False,
+                                       capture=False),
+              "rec_nm": debugkit.serve(model, out / f"{label}-{i}-nomemory", hash_weights=False,
+                                       memory_every_s=1e9)}
+        recs += rs.values()
+        per_model.append(handlers(model, spin_n=spin_n, **rs))
+    names = list(per_model[0])
+    for variants, x in zip(per_model, xs):  # warm-up: lazy initialisation, the first writer flush
+        for fn in variants.values():
+            for _ in range(3 * run):
+                fn(x)
+    cpu: dict[str, list[float]] = {k: [] for k in names}   # per block: median request
+    wall: dict[str, list[float]] = {k: [] for k in names}
+    block_model: list[int] = []
     thread_time, perf = time.thread_time, time.perf_counter
-    recs = (rec, rec_nf, rec_nc, rec_nm)
     writers = [r._writer._thread for r in recs]
     w0 = sum(thread_cpu(t) for t in writers)
     n0 = sum(r.requests for r in recs)
     rng = random.Random(0)
-    order = list(variants)
-    for _ in range(blocks):
+    order = list(names)
+    for b in range(blocks):
+        i = b % len(models)
+        variants, x = per_model[i], xs[i]
+        block_model.append(i)
         rng.shuffle(order)
         for k in order:
             fn = variants[k]
             fn(x)  # the switch from the previous variant: not counted
             ts, ws = [], []
-            latencies.clear()
             for _ in range(run):
                 w, t = perf(), thread_time()
                 fn(x)
@@ -205,13 +235,23 @@ def bench_model(label: str, model, x, *, run: int, blocks: int, out: Path,
     writer_s = (sum(thread_cpu(t) for t in writers) - w0) / max(sum(r.requests for r in recs) - n0, 1)
     for r in recs:
         r.close()
-    res = {"label": label, "writer_s": writer_s, "variants": {}}
-    for k in variants:
+    res = {"label": label, "writer_s": writer_s, "models": len(models), "variants": {}}
+    for k in names:
         d_cpu = [a - b for a, b in zip(cpu[k], cpu["bare"])]
         d_wall = [a - b for a, b in zip(wall[k], wall["bare"])]
+        by_model = [statistics.median([d for d, m in zip(d_cpu, block_model) if m == i] or [math.nan])
+                    for i in range(len(models))]
         res["variants"][k] = {"cpu": statistics.median(cpu[k]), "wall": statistics.median(wall[k]),
-                              "d_cpu": median_ci(d_cpu), "d_wall": median_ci(d_wall)}
+                              "d_cpu": median_ci(d_cpu), "d_wall": median_ci(d_wall),
+                              "d_cpu_by_model": by_model}
     return res
+
+
+def models_line(variants: dict, bare_cpu: float) -> str:
+    """Each model's own median of ``request`` and of the A/A twin (the spread between
+    identical models is what one model per run leaves to chance)."""
+    return "; ".join(f"{k} " + ", ".join(f"{d / bare_cpu:+.2%}" for d in variants[k]["d_cpu_by_model"])
+                     for k in ("request", "bare again"))
 
 
 def parts_line(variants: dict, bare_cpu: float) -> str:
@@ -228,7 +268,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a few blocks (a smoke run; its figures are noise)")
     ap.add_argument("--blocks-scale", type=float, default=1.0, help="multiply every model's blocks")
+    ap.add_argument("--models", type=int, default=DEFAULT_MODELS,
+                    help="identical models per case, the blocks rotating over them (default %(default)s)")
+    ap.add_argument("--cases", default=",".join(CASES),
+                    help="which cases to run, comma-separated (default: all; without noop no control)")
     args = ap.parse_args(argv)
+    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    if not cases or set(cases) - set(CASES) or args.models < 1:
+        ap.error(f"--cases: a comma-separated subset of {', '.join(CASES)}; --models: >= 1")
     import torch
 
     torch.set_num_threads(1)
@@ -239,9 +286,13 @@ def main(argv=None) -> int:
     spin_n = None
     with tempfile.TemporaryDirectory() as tmp:
         for label, (hidden, layers, batch, run, blocks, quick_blocks, target) in CASES.items():
-            model, x = build(hidden, layers, batch)
+            if label not in cases:
+                continue
+            built = [build(hidden, layers, batch) for _ in range(args.models)]
             n_blocks = quick_blocks if args.quick else max(3, int(blocks * args.blocks_scale))
-            r = bench_model(label, model, x, run=run, blocks=n_blocks, out=Path(tmp),
+            n_blocks = max(n_blocks, args.models)
+            r = bench_model(label, [m for m, _ in built], [x for _, x in built], run=run, blocks=n_blocks,
+                            out=Path(tmp),
                             spin_n=None if label == "noop" else spin_n)
             if label == "noop":  # the recorder's own request-thread CPU, warm
                 own = max(r["variants"]["request"]["d_cpu"][0], 0.0)
@@ -250,7 +301,8 @@ def main(argv=None) -> int:
             r["blocks"] = n_blocks
             results.append(r)
     print(f"load average after:  {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
-    print(f"control: a Python loop of {spin_n:,} iterations ({(own or 0) * 1e6:.1f} us of thread CPU alone)")
+    if spin_n is not None:
+        print(f"control: a Python loop of {spin_n:,} iterations ({(own or 0) * 1e6:.1f} us of thread CPU alone)")
     print()
     print(f"{'model':6} {'variant':10} {'CPU/req':>10} {'wall/req':>10}  {'CPU vs bare [95% interval]':>32}  "
           f"{'wall vs bare':>12}")
@@ -272,7 +324,9 @@ def main(argv=None) -> int:
             print(f"{r['label']:6} {k:10} {v['cpu'] * scale:7.3f} {unit} {v['wall'] * scale:7.3f} {unit}  "
                   f"{over_c:>32}  {over_w:>12}")
         print(f"{r['label']:6} writer thread: {r['writer_s'] * 1e6:.2f} us CPU per recorded request "
-              f"({r['blocks']} blocks)")
+              f"({r['blocks']} blocks over {r['models']} models)")
+        if r["label"] != "noop":
+            print(f"{r['label']:6} models: " + models_line(r["variants"], bare_cpu))
     print()
     for r in results:
         if r["target"] is None:
