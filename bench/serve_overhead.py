@@ -33,13 +33,21 @@ requests, in an order shuffled per block; the first request of each run is disca
 (the switch from the previous variant), so what a variant leaves behind for its next
 request stays in its own figures. Each request is timed alone by the request thread's CPU
 time (``time.thread_time``: other processes on a shared machine do not count) and by wall
-time. A variant's overhead is the median over blocks of (its median request - the bare
-handler's median request in the same block), as a share of the bare handler's median;
-``[lo, hi]`` is that median's 95 % interval (order statistics of the paired
-differences). Rotating models matters: with one model per process the figure moved by ~2
-points at ~1 ms between identical runs (where the weights, the input and the recorder's
-objects land in memory decides which cache sets they share); the ``models`` line prints
-each model's own median, and the estimate is over all of them. The writer threads' CPU is
+time. A variant's overhead is the median over blocks of (its median request - the mean of
+the two bare twins' median requests in the same block), as a share of the bare handler's
+median; ``[lo, hi]`` is that median's 95 % interval (order statistics of the paired
+differences). The A/A row is ``bare again`` - ``bare``.
+
+Why this protocol: the ~1 ms figure moved by up to ~2 points between identical runs of the
+previous one (one model and one bare handler per process, 250 blocks). That spread is about
+what the median's own sampling noise gives (its 95 % interval was about as wide), plus
+whatever one heap layout adds (where the weights, the input and the recorder's objects
+land decides which cache sets they share: the recorder bench found identical models up
+to ~80 us/step apart). So: more blocks, the baseline averaged over the two bare twins (a
+third less noise variance in each paired difference than one twin), and the blocks rotated
+over identical models, each with its own recorders, so no single layout decides; the
+``models`` line prints each model's own median (each over a quarter of the blocks, so
+about twice as noisy as the estimate). The writer threads' CPU is
 read from their own clocks (``time.pthread_getcpuclockid``) and divided by the requests
 they recorded.
 
@@ -70,8 +78,8 @@ DEFAULT_MODELS = 4
 #: label: (hidden, layers, batch, requests per run, blocks, blocks with --quick, target)
 CASES = {
     "noop": (8, 1, 1, 8, 300, 20, None),
-    "1ms": (512, 4, 48, 4, 250, 12, 0.03),
-    "20ms": (1024, 8, 160, 3, 60, 3, 0.005),
+    "1ms": (512, 4, 48, 4, 400, 12, 0.03),
+    "20ms": (1024, 8, 160, 3, 90, 3, 0.005),
 }
 
 
@@ -236,9 +244,17 @@ def bench_model(label: str, models: list, xs: list, *, run: int, blocks: int, ou
     for r in recs:
         r.close()
     res = {"label": label, "writer_s": writer_s, "models": len(models), "variants": {}}
+    # the baseline of each block: the mean of its two bare twins (half the baseline's noise
+    # variance of one twin; the twins' difference is the A/A row)
+    base_cpu = [(a + b) / 2 for a, b in zip(cpu["bare"], cpu["bare again"])]
+    base_wall = [(a + b) / 2 for a, b in zip(wall["bare"], wall["bare again"])]
     for k in names:
-        d_cpu = [a - b for a, b in zip(cpu[k], cpu["bare"])]
-        d_wall = [a - b for a, b in zip(wall[k], wall["bare"])]
+        if k in ("bare", "bare again"):
+            d_cpu = [a - b for a, b in zip(cpu[k], cpu["bare"])]
+            d_wall = [a - b for a, b in zip(wall[k], wall["bare"])]
+        else:
+            d_cpu = [a - b for a, b in zip(cpu[k], base_cpu)]
+            d_wall = [a - b for a, b in zip(wall[k], base_wall)]
         by_model = [statistics.median([d for d, m in zip(d_cpu, block_model) if m == i] or [math.nan])
                     for i in range(len(models))]
         res["variants"][k] = {"cpu": statistics.median(cpu[k]), "wall": statistics.median(wall[k]),

@@ -33,9 +33,13 @@ def test_quick_run_prints_rows_targets_and_the_a_a_check(tmp_path):
         for variant in ("bare", "bare again", "request", "wrap", "no finite", "no capture", "no memory",
                         "timer"):
             assert re.search(rf"^{model}\s+{variant}\s+\d", out, re.M), (model, variant, out)
-        assert re.search(rf"^{model}\s+writer thread: \d+\.\d+ us CPU per recorded request", out, re.M)
+        assert re.search(rf"^{model}\s+writer thread: \d+\.\d+ us CPU per recorded request "
+                         r"\(\d+ blocks over 4 models\)", out, re.M)
     for model in ("1ms", "20ms"):
         assert re.search(rf"^{model}\s+control\s+\d", out, re.M)
+        # each of the 4 models' own median, for request and the A/A twin
+        assert re.search(rf"^{model}\s+models: request( [+-]\d+\.\d+%,){{3}} [+-]\d+\.\d+%; "
+                         r"bare again( [+-]\d+\.\d+%,){3} [+-]\d+\.\d+%$", out, re.M), out
         for variant in ("request", "wrap"):
             assert re.search(rf"^target {model}\s+{variant}\s+[+-]\d+\.\d+% of the bare handler's CPU "
                              rf"\[[+-]\d+\.\d+%, [+-]\d+\.\d+%\] \(<= {'3.0' if model == '1ms' else '0.5'}%\): "
@@ -54,12 +58,15 @@ def test_the_method_shows_a_planted_cost_and_no_cost_between_twins(tmp_path):
 
     bench = _bench()
     torch.set_num_threads(1)
-    model, x = bench.build(8, 1, 1)
+    built = [bench.build(8, 1, 1) for _ in range(3)]
     n = bench.calibrate_spin(0.002)
-    r = bench.bench_model("t", model, x, run=3, blocks=9, out=tmp_path, spin_n=n)
+    r = bench.bench_model("t", [m for m, _ in built], [x for _, x in built], run=3, blocks=9, out=tmp_path,
+                          spin_n=n)
     control, twin = r["variants"]["control"]["d_cpu"], r["variants"]["bare again"]["d_cpu"]
     assert control[1] > 0 and control[0] > 0.0005, control
     assert abs(twin[0]) < 0.0001, twin
+    # every model had its blocks (9 blocks rotating over 3): each one's own median shows the cost
+    assert r["models"] == 3 and all(d > 0.0005 for d in r["variants"]["control"]["d_cpu_by_model"])
     assert set(r["variants"]) == {"bare", "bare again", "request", "wrap", "no finite", "no capture",
                                   "no memory", "timer", "control"}
 
@@ -70,6 +77,25 @@ def test_parts_line_subtracts_each_variant_from_request():
          "no capture": {"d_cpu": (0.03, 0, 0)}, "no memory": {"d_cpu": (0.035, 0, 0)}}
     assert bench.parts_line(v, 1.0) == ("finiteness +2.00%, RNG copy +1.00%, memory reads +0.50%, "
                                         "the rest +0.50% (of request +4.00%)")
+
+
+def test_cases_and_models_flags_run_a_subset_and_refuse_bad_values(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SCRIPT.parents[1]), os.environ.get("PYTHONPATH", "")])}
+    p = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--cases", "noop", "--models", "2"], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert re.search(r"^noop\s+writer thread: .*\(20 blocks over 2 models\)", p.stdout, re.M), p.stdout
+    assert not re.search(r"^(1ms|20ms)\s", p.stdout, re.M), p.stdout
+    for bad in (["--cases", "5ms"], ["--models", "0"]):
+        p = subprocess.run([sys.executable, str(SCRIPT), *bad], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode == 2 and "--cases" in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_models_line_gives_each_models_median_as_a_share():
+    bench = _bench()
+    v = {"request": {"d_cpu_by_model": [0.04, 0.05]}, "bare again": {"d_cpu_by_model": [0.001, -0.002]}}
+    assert bench.models_line(v, 1.0) == "request +4.00%, +5.00%; bare again +0.10%, -0.20%"
 
 
 def test_median_interval_by_order_statistics():
