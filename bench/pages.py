@@ -25,7 +25,13 @@ runs the server finished and the server's CPU seconds (a second table).
 
 The floor: a one-chart Streamlit script (``st.plotly_chart`` of a three-bar figure, no
 debugkit) served and timed the same way, so each page's time can be read as Streamlit's
-own page load plus what the page adds (the "over the floor" columns).
+own page load plus what the page adds (the "over the floor" columns). The shell floor:
+the same chart drawn by a page of the app (a copy of app.py with one more page, so the
+router, the sidebar's page menu and run picker, the page guard and the live fragment's
+status read are the app's own code), timed the same way; a third table splits each
+page's gap into the shell's part and the page's own, with what the browser spent until the
+first chart (renderer CPU seconds, main-thread busy seconds), the websocket messages, and
+the JavaScript files it fetched beyond the floor's.
 
 Page servers are started the way ``debugkit ui`` starts them (``pages/_serve.py``,
 which imports the pages' libraries while the server starts); ``--preload off`` serves
@@ -85,6 +91,48 @@ st.title("floor")
 st.plotly_chart(go.Figure(go.Bar(y=[1, 3, 2])))
 """
 
+#: The shell floor: the floor's chart drawn by a page of the real app (app.py's router,
+#: st.navigation, the sidebar's page menu and run picker, the page guard, the selected
+#: run's status read by the live fragment), so a page's gap splits into what the app shell
+#: costs (shell floor - floor) and what the page itself adds (page - shell floor).
+SHELL_PAGE = """import plotly.graph_objects as go
+import streamlit as st
+
+from pages import _data, _routing, _runs
+
+_routing.page_guard()
+path = _runs.require_run("the floor's chart")
+
+
+def render():
+    st.title("floor")
+    st.plotly_chart(go.Figure(go.Bar(y=[1, 3, 2])))
+
+
+_data.render_live(path, render, every_s=3)
+"""
+SHELL_RUN = "digits-exploding"
+SHELL_ENTRY = '    ("pages/audit.py", "Bias audit", ":material/balance:", "audit"),\n'
+
+
+def write_shell_app(folder: Path) -> Path:
+    """A copy of the app in ``folder`` with one more page, ``/shellfloor``
+    (:data:`SHELL_PAGE`): app.py with that page added to its page list, every file of
+    pages/ and assets/ linked, so the shell is the app's own code."""
+    folder.mkdir(parents=True)
+    app = (ROOT / "app.py").read_text()
+    if SHELL_ENTRY not in app:
+        raise RuntimeError("bench/pages.py: app.py's page list changed; update SHELL_ENTRY")
+    app = app.replace(SHELL_ENTRY, SHELL_ENTRY
+                      + '    ("pages/shellfloor.py", "Floor", ":material/bar_chart:", "shellfloor"),\n')
+    (folder / "app.py").write_text(app)
+    (folder / "pages").mkdir()
+    for f in (ROOT / "pages").glob("*.py"):
+        (folder / "pages" / f.name).symlink_to(f)
+    (folder / "pages" / "shellfloor.py").write_text(SHELL_PAGE)
+    (folder / "assets").symlink_to(ROOT / "assets")
+    return folder / "app.py"
+
 
 def _done(page) -> None:
     page.wait_for_selector("[data-testid='stApp']")
@@ -116,6 +164,18 @@ def _forward_msgs(data: bytes) -> list:
         return []
 
 
+def _renderer_cpu(browser) -> dict:
+    """CPU seconds so far of each of the browser's renderer processes (Chromium's
+    SystemInfo domain), by process id: what drawing a page costs the browser, which the
+    machine's load hardly changes (unlike the seconds to the chart)."""
+    cdp = browser.new_browser_cdp_session()
+    try:
+        procs = cdp.send("SystemInfo.getProcessInfo")["processInfo"]
+    finally:
+        cdp.detach()
+    return {p["id"]: float(p["cpuTime"]) for p in procs if p.get("type") == "renderer"}
+
+
 def time_to_chart(browser, url: str, selector: str | None, pid: int | None = None) -> dict:
     """One visit in a new browser context: ``seconds`` from navigation to the first chart;
     then, once the page has settled (no script running, no websocket frame for 1 s), what
@@ -128,7 +188,8 @@ def time_to_chart(browser, url: str, selector: str | None, pid: int | None = Non
     ctx = browser.new_context(viewport={"width": 1280, "height": 800})
     page = ctx.new_page()
     page.set_default_timeout(300_000)
-    got = {"http_bytes": 0, "ws_bytes": 0, "figure_bytes": 0, "figures": 0, "runs": 0}
+    got = {"http_bytes": 0, "ws_bytes": 0, "figure_bytes": 0, "figures": 0, "runs": 0,
+           "ws_msgs": 0, "ws_sent": 0}
     last = [time.perf_counter()]
 
     def on_frame(ev):
@@ -138,6 +199,7 @@ def time_to_chart(browser, url: str, selector: str | None, pid: int | None = Non
         got["ws_bytes"] += len(data)
         last[0] = time.perf_counter()
         for m in _forward_msgs(data) if resp.get("opcode") == 2 else []:
+            got["ws_msgs"] += 1
             kind = m.WhichOneof("type")
             if kind == "script_finished":
                 got["runs"] += 1
@@ -147,15 +209,31 @@ def time_to_chart(browser, url: str, selector: str | None, pid: int | None = Non
                     got["figures"] += 1
                     got["figure_bytes"] += len(el.plotly_chart.spec.encode())
 
+    scripts: dict[str, str] = {}  # request id -> file name, of the JavaScript responses
+    got["js_before"] = {}  # file name -> bytes, of the scripts loaded before the first chart
+    charted = [False]
+
+    def on_response(ev):
+        if ev.get("type") == "Script":
+            scripts[ev["requestId"]] = ev["response"]["url"].rsplit("/", 1)[-1].split("?")[0]
+
     def on_loaded(ev):
-        got["http_bytes"] += int(ev.get("encodedDataLength") or 0)
+        size = int(ev.get("encodedDataLength") or 0)
+        got["http_bytes"] += size
+        name = scripts.get(ev["requestId"])
+        if name is not None and not charted[0]:
+            got["js_before"][name] = size
 
     cdp = ctx.new_cdp_session(page)
     cdp.send("Network.enable")
+    cdp.send("Performance.enable")
     cdp.on("Network.webSocketFrameReceived", on_frame)
+    cdp.on("Network.responseReceived", on_response)
+    cdp.on("Network.webSocketFrameSent", lambda ev: got.__setitem__("ws_sent", got["ws_sent"] + 1))
     cdp.on("Network.loadingFinished", on_loaded)
     try:
         cpu0 = _cpu_s(pid)
+        br0 = _renderer_cpu(browser)
         t0 = time.perf_counter()
         page.goto(url)
         if selector is None:
@@ -164,6 +242,13 @@ def time_to_chart(browser, url: str, selector: str | None, pid: int | None = Non
         else:
             page.wait_for_selector(selector, state="visible")
         got["seconds"] = time.perf_counter() - t0
+        charted[0] = True
+        got["browser_cpu_s"] = sum(v - br0.get(k, 0.0) for k, v in _renderer_cpu(browser).items())
+        # the renderer's main thread until the first chart: seconds in tasks, in JavaScript,
+        # in layout and in style recalculation (Chromium's Performance domain)
+        perf = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+        for key in ("TaskDuration", "ScriptDuration", "LayoutDuration", "RecalcStyleDuration"):
+            got[key] = float(perf.get(key, 0.0))
         got["load"] = os.getloadavg()[0]
         # settle: what the visit costs in all (reruns after the first chart included)
         deadline = time.perf_counter() + 30
@@ -252,6 +337,42 @@ def _med(visits: list[dict], key: str) -> float:
     return statistics.median(v[key] for v in visits)
 
 
+def _js(visits: list[dict]) -> dict[str, int]:
+    """The scripts loaded before the first chart in every one of these visits (name ->
+    median bytes): the front-end code a visit needs to draw its chart."""
+    names = set.intersection(*(set(v["js_before"]) for v in visits))
+    return {n: int(statistics.median(v["js_before"][n] for v in visits)) for n in sorted(names)}
+
+
+def print_split(rows, floor, shell) -> None:
+    """Each page's gap split into the app shell's part (the shell floor over the floor)
+    and the page's own (the page over the shell floor), with what a visit sends and loads
+    whatever the load: websocket messages from the server and from the browser, and the
+    JavaScript files fetched before the first chart beyond the floor's."""
+    f_cold, f_warm = _med(floor[0], "seconds"), _med(floor[1], "seconds")
+    s_cold, s_warm = _med(shell[0], "seconds"), _med(shell[1], "seconds")
+    base = _js(floor[0] + floor[1])
+    print(f"\nThe gap split (medians): the app shell (shell floor over the floor) "
+          f"{s_cold - f_cold:+.2f} s cold, {s_warm - f_warm:+.2f} s warm; each page over the shell "
+          "floor; until the first chart (cold and warm visits): the CPU seconds of the browser's "
+          "renderer processes and the seconds its main thread was busy (Chromium's SystemInfo and "
+          "Performance domains); websocket messages from the server / from the browser (warm "
+          "visit); the JavaScript fetched before the first chart beyond the floor's\n")
+    print("| page | over the shell floor, cold | over the shell floor, warm | browser CPU s | "
+          "main thread busy s | messages in / out | JS before the chart kB | JS beyond the floor's (kB) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for label, _run, cold_v, warm_v in rows:
+        if label.startswith("(TensorBoard"):
+            continue
+        js = _js(cold_v + warm_v)
+        extra = ", ".join(f"{n} {b / 1e3:.0f}" for n, b in sorted(js.items(), key=lambda kv: -kv[1])
+                          if n not in base) or "-"
+        print(f"| {label} | {_med(cold_v, 'seconds') - s_cold:+.2f} | "
+              f"{_med(warm_v, 'seconds') - s_warm:+.2f} | {_med(cold_v + warm_v, 'browser_cpu_s'):.2f} | "
+              f"{_med(cold_v + warm_v, 'TaskDuration'):.2f} | {_med(warm_v, 'ws_msgs'):.0f} / "
+              f"{_med(warm_v, 'ws_sent'):.0f} | {sum(js.values()) / 1e3:.0f} | {extra} |")
+
+
 def main(argv=None):
     from playwright.sync_api import sync_playwright
 
@@ -280,9 +401,11 @@ def main(argv=None):
     res: dict[tuple, tuple[list, list]] = {(p, m): ([], []) for p in wanted for m in modes}
     tb: tuple[list, list] = ([], [])
     floor: tuple[list, list] = ([], [])
+    shell: tuple[list, list] = ([], [])
     first_home = []
     floor_app = tmp / "floor_app.py"
     floor_app.write_text(FLOOR_APP)
+    shell_app = write_shell_app(tmp / "shell_app")
     logdir = None if a.no_tensorboard else write_tensorboard_logdir(ROOT / "sample_runs" / TB_RUN,
                                                                     tmp / "tb")
 
@@ -321,6 +444,11 @@ def main(argv=None):
                 visit_pair(srv, srv.url, PLOT, floor)
             finally:
                 stop(srv)
+            srv = start_server(tmp / f"shell{r}", env, app=shell_app)
+            try:
+                visit_pair(srv, f"{srv.url}/shellfloor?run={SHELL_RUN}", PLOT, shell)
+            finally:
+                stop(srv)
             for name, run, sel in PAGES:
                 if name not in wanted:
                     continue
@@ -332,7 +460,7 @@ def main(argv=None):
                     finally:
                         stop(srv)
         browser.close()
-    loads = [v["load"] for pair in [tb, floor, *res.values()] for side in pair for v in side]
+    loads = [v["load"] for pair in [tb, floor, shell, *res.values()] for side in pair for v in side]
     print(f"load average (1 min) during the visits: median {statistics.median(loads):.2f}, "
           f"{min(loads):.2f}-{max(loads):.2f}; medians of {a.repeats}; seconds from "
           "navigation to the first chart; interleaved\n")
@@ -348,6 +476,7 @@ def main(argv=None):
     if t_cold is not None:
         rows.append((f"(TensorBoard {_tb_version()}: the same run's scalars)", TB_RUN, *tb))
     rows.append(("(floor: one-chart Streamlit script)", "-", *floor))
+    rows.append(("(shell floor: the same chart on a page of the app)", SHELL_RUN, *shell))
     for name, run, _ in PAGES:
         for mode in modes:
             if name in wanted:
@@ -389,6 +518,7 @@ def main(argv=None):
               f"{_med(warm_v, 'figures'):.0f} | "
               f"{_med(warm_v, 'figure_bytes') / 1e3:.1f} | {_med(warm_v, 'runs'):.0f} | "
               f"{_med(cold_v, 'server_cpu_s'):.2f} | {_med(warm_v, 'server_cpu_s'):.2f} |")
+    print_split(rows, floor, shell)
     if first_home:
         print(f"\nHome with an empty run-list index (every sample analysed): "
               f"{statistics.median(first_home):.2f} s")

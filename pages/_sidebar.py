@@ -77,17 +77,19 @@ def sidebar() -> None:
         if msg := st.session_state.pop("debugkit_link_error", None):
             st.error(md(visitor_text(msg)))
         listed = run_entries()
-        ids = listed.ids
         current = st.session_state.get(SESSION_RUN)
         cur_id = listed.id_for(current) if current else None
-        choice = st.selectbox("Open a run", ["—"] + ids,
-                              index=(ids.index(cur_id) + 1) if cur_id in ids else 0,
-                              key=f"run_picker_{cur_id}",
-                              help="Runs in sample_runs/ and in the run store "
-                                   f"({visitor_text(store_dir())})")
-        if choice != "—" and choice != cur_id:
-            select_run(listed.path(choice), choice)
-            st.rerun()
+        # With a run open, the picker is drawn when its expander is opened: a select box
+        # is 21 JavaScript files (185 kB) that every chart page's browser fetched and ran
+        # before its first chart (bench/pages.py's shell floor). Without one, it is open.
+        if cur_id is None:
+            _run_picker(listed, cur_id)
+        else:
+            box = st.expander(f"{md(cur_id)} · change", expanded=False, on_change="rerun",
+                              key="sidebar_pick_run", icon=":material/swap_horiz:")
+            if box.open:
+                with box:
+                    _run_picker(listed, cur_id)
         # Drawn when opened: their widgets (a file uploader among them) would otherwise be
         # front-end code that every page loads and draws with the sidebar.
         path_box = st.expander("Open a path", expanded=False, on_change="rerun", key="sidebar_open_path")
@@ -98,6 +100,19 @@ def sidebar() -> None:
         if upload_box.open:
             with upload_box:
                 _upload_form()
+
+
+def _run_picker(listed, cur_id: str | None) -> None:
+    """The select box of the served runs; picking one opens it."""
+    ids = listed.ids
+    choice = st.selectbox("Open a run", ["—"] + ids,
+                          index=(ids.index(cur_id) + 1) if cur_id in ids else 0,
+                          key=f"run_picker_{cur_id}",
+                          help="Runs in sample_runs/ and in the run store "
+                               f"({visitor_text(store_dir())})")
+    if choice != "—" and choice != cur_id:
+        select_run(listed.path(choice), choice)
+        st.rerun()
 
 
 def _open_path_form() -> None:

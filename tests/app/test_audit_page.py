@@ -66,7 +66,7 @@ def test_normal_view_shows_verdict_charts_and_provenance(ids):
     assert {k: at.query_params[k] for k in ("rates", "shap", "shap_groups")} == \
         {"rates": "1", "shap": "1", "shap_groups": "1"}
     assert "four-fifths" in texts(at)
-    assert any(t.label == "Open a run" for t in at.selectbox)  # the normal sidebar is there
+    assert "credit-audit · change" in [e.label for e in at.sidebar.expander]  # the normal sidebar
     assert {"pages/home.py", "pages/overview.py", "pages/audit.py"} <= at.session_state["debugkit_pages"]
     assert "Compute a new audit" in [e.label for e in at.expander]
 

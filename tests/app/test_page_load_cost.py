@@ -324,3 +324,36 @@ def test_the_audit_draws_its_compute_form_when_opened():
     at.session_state["audit_compute_open"] = True  # as a click on it does
     at.run()
     assert "Bootstrap resamples" in [n.label for n in at.number_input]
+
+
+@pytest.mark.parametrize("page,run", [("overview", "digits-bad-label"), ("distributed", "ddp-straggler"),
+                                      ("scalars", "digits-exploding")])
+def test_with_a_run_open_the_sidebar_draws_its_run_picker_when_opened(page, run):
+    """The app shell (bench/pages.py's shell floor): the sidebar's run picker was a select
+    box on every page, 21 JavaScript files (185 kB) the browser fetched and ran before the
+    page's first chart, and 4 of the 21 websocket messages the shell adds to the floor's 6.
+    With a run open, the sidebar names it in an expander that draws the picker when opened
+    (with the run selected; picking another opens it); without one, the picker is open."""
+    at = open_page(page, run=run)
+    assert not at.sidebar.selectbox
+    if page != "scalars":  # Overview and Distributed draw no select box at all (Scalars: its series)
+        assert not at.selectbox and not at.multiselect
+    box = [e for e in at.sidebar.expander if e.label == f"{run} · change"]
+    assert box, [e.label for e in at.sidebar.expander]
+    at.session_state["sidebar_pick_run"] = True  # as a click on it does
+    at.run()
+    picker = at.sidebar.selectbox[0]
+    assert picker.label == "Open a run" and picker.value == run
+    picker.select("memory-leak").run()
+    assert not at.exception
+    assert at.query_params["run"] == "memory-leak"
+    assert at.session_state["debugkit_run_path"].endswith("memory-leak")
+    assert [e.label for e in at.sidebar.expander][0] == "memory-leak · change"
+    assert not at.sidebar.selectbox  # closed again once a run is picked
+
+
+def test_without_a_run_the_run_picker_is_open():
+    at = open_page("overview")
+    assert [s.label for s in at.sidebar.selectbox] == ["Open a run"]
+    assert at.sidebar.selectbox[0].value == "—"
+    assert not [e for e in at.sidebar.expander if "· change" in e.label]

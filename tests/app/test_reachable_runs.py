@@ -13,6 +13,9 @@ from ._apptest import new_app
 
 
 def _picker_options(at):
+    if not at.sidebar.selectbox:  # a run is open: its picker is drawn when opened, as a click does
+        at.session_state["sidebar_pick_run"] = True
+        at.run()
     return list(at.sidebar.selectbox[0].options)
 
 

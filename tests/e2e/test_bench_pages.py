@@ -30,6 +30,16 @@ def test_quick_bench_prints_each_pages_gap_to_the_floor_and_the_target():
         assert (row[3] == "yes") == (float(row[1]) <= 0.5) and (row[4] == "yes") == (float(row[2]) <= 0.5)
     assert re.search(r"^Within 0\.5 s of the floor: [0-2] of 2 pages cold, [0-2] of 2 warm", text, re.M)
     assert re.search(r"^\| \(TensorBoard [\d.]+: the same run's scalars\) \| digits-exploding \|", text, re.M)
+    # the shell floor (the floor's chart on a page of the app) beside the plain floor, and
+    # the gap split into the shell's part and each page's own
+    assert re.search(r"^\| \(shell floor: the same chart on a page of the app\) \| digits-exploding \| "
+                     rf"\d+\.\d\d \| \d+\.\d\d \| {num} \| {num} \| - \|", text, re.M), text
+    assert re.search(rf"^The gap split \(medians\): the app shell \(shell floor over the floor\) {num} s cold, "
+                     rf"{num} s warm", text, re.M), text
+    for page in ("checkpoints", "gradients"):
+        row = re.search(rf"^\| {page} \| {num} \| {num} \| [\d.]+ \| [\d.]+ \| (\d+) / (\d+) \| (\d+) \| (.*) \|$", text, re.M)
+        assert row and int(row[1]) > 0 and int(row[3]) > 1000, text  # messages; JS kB before the chart
+        assert "PlotlyChart" not in row[4]  # the floor loads the chart's code too: not "beyond" it
     # the load-independent table: figures sent on the first visit (one: the open tab's
     # heatmap; the moved-most bars and Gradients' lines are drawn when opened), one script run
     for page in ("checkpoints", "gradients"):

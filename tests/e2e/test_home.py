@@ -24,9 +24,8 @@ def test_home_path_opens_home_and_a_row_click_opens_the_run(server, page):
     page.mouse.click(box["x"] + 14, box["y"] + 35 + 17)
     page.wait_for_url("**/overview?run=accelerate-nan", timeout=60_000)
     wait_for_app(page)
-    page.wait_for_function(
-        """() => [...document.querySelectorAll('[data-testid="stSidebar"] input[role="combobox"]')]
-                 .some(i => i.value === 'accelerate-nan')""", timeout=60_000)
+    # the sidebar names the open run (its picker is drawn when that expander is opened)
+    page.get_by_test_id("stSidebar").get_by_text("accelerate-nan · change").wait_for(timeout=60_000)
 
 
 def test_the_favicon_is_served_by_the_app_and_the_theme_follows_the_user(server, browser):

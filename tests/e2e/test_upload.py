@@ -56,6 +56,8 @@ def test_an_upload_on_a_server_of_other_folders_is_listed_and_its_link_reopens_i
         other = ctx.new_page()  # a new tab: a new session
         other.goto(link)
         wait_for_app(other)
+        # the sidebar names the open run; its picker (opened) lists it, selected
+        other.get_by_test_id("stSidebar").get_by_text("leak-upload · change").click()
         picker = other.get_by_test_id("stSidebar").get_by_test_id("stSelectbox").first
         picker.wait_for()
         assert picker.get_by_role("combobox").input_value() == "leak-upload"
