@@ -143,7 +143,8 @@ class LayerStats:
     named_params : list of (str, Parameter)
         The trained parameters, in the Recorder's layer order.
     optimizer : torch.optim.Optimizer or None
-        The inner optimizer (its step hooks time the update ratio).
+        The inner optimizer, or None (with one, the Recorder's step post-hook calls
+        :meth:`after_update` to time the update ratio).
     every : int
         Sample every ``every`` steps (and the steps the trigger or a failure asks for).
     add : callable
@@ -184,9 +185,20 @@ class LayerStats:
         self._hi_np: Any = None
         self._seen = 0
         self._last_norms: Any = None
-        self._hooks = []
-        if optimizer is not None:
-            self._hooks.append(optimizer.register_step_post_hook(self._after_update))
+        # What the Recorder's lean optimizer pre-hook reads to check a step's norms against
+        # the band inline (see Recorder._pre_optimizer_step): True once the band is past
+        # its dense start and small enough for the plain loop; the step's observation then
+        # needs no call here unless it is a band update (every ``update_every``-th) or a
+        # norm left the band.
+        self._quick = False
+        self.update_every = TRIGGER_UPDATE_EVERY
+        self.share = TRIGGER_SHARE
+        # The update ratio is timed by the Recorder's optimizer step post-hook, which calls
+        # after_update() only on a step that is open on the full path (the lean steps'
+        # optimizer steps do not call into this module; a hook of its own, or one
+        # registered per sampled step, would be one more call per step, or mutate the
+        # optimizer's hooks while a framework's post-hook ends the step).
+        self._timed = optimizer is not None
 
     # -------------------------------------------------------------- the Recorder's calls
     def sampled(self, step: int) -> bool:
@@ -237,7 +249,7 @@ class LayerStats:
                                                 device=self._params[0][1].device)
             parts.append(nd)
         self._grad_part = (tuple(rows), parts)
-        if self._hooks:
+        if self._timed:
             self._w0 = [p.detach().clone() for _, p in self._params]
 
     def observe_norms(self, step: int, values) -> bool:
@@ -322,6 +334,7 @@ class LayerStats:
             self._lo_np = np.exp(self._ema - band)
             self._hi_np = np.exp(self._ema + band)
         self._lo, self._hi = self._lo_np.tolist(), self._hi_np.tolist()
+        self._quick = self._seen >= TRIGGER_DENSE and len(self._lo) <= TRIGGER_PY_LAYERS
 
     def sample_now(self, step: int, forward) -> None:
         """Sample ``step`` after its forward has run (the trigger fired on its norms, or it
@@ -408,9 +421,9 @@ class LayerStats:
             self._add("layers", ColumnRows(step, layout, vec.numpy()))
 
     def close(self) -> None:
-        for h in self._handles + self._hooks:
+        for h in self._handles:
             h.remove()
-        self._handles, self._hooks = [], []
+        self._handles = []
 
     # ------------------------------------------------------------------ internals
     def _open(self, step: int) -> None:
@@ -529,7 +542,9 @@ class LayerStats:
                 + (("frac_dead_units",) if relu else ())
             self._reduced.append(([(o, n, c, names) for o, n, c, _ in members], stats))
 
-    def _after_update(self, optimizer, args, kwargs):
+    def after_update(self) -> None:
+        """The optimizer stepped (the Recorder's step post-hook): the update ratio of an
+        open sampled step whose weights were taken before it."""
         if self._w0 is None or self._step is None:
             return
         import torch

@@ -151,9 +151,16 @@ class _Step:
 
     def __enter__(self):
         rec = self.rec
-        if not rec._lean:
+        if not rec._lean_ok:
             rec._begin_step_full(self)
             return self
+        ls = rec._layer_stats
+        if ls is not None:  # LayerStats.sampled(), inline: most steps are not sampled
+            if not self.step % ls.every or self.step in ls._forced:
+                rec._lean = False  # a sampled step takes the full path, to its end
+                rec._begin_step_full(self)
+                return self
+            rec._lean = True
         # Recorder._begin_step of the lean path (see Recorder.__init__), inline: the step
         # enters Recorder code once here, not through three helpers.
         now = _perf_counter()
@@ -465,9 +472,13 @@ class Recorder:
         # docs/benchmarks.md, "Where the Recorder's in-loop cost goes"). Any other step,
         # and any step that fails or sees a non-finite value, takes the full path.
         self._get_cpu_rng = torch.default_generator.get_state  # = torch.get_rng_state()
-        self._lean = (self._guard is None and self._watchdog is None
-                      and self._layer_stats is None and not self._cuda
-                      and not torch.cuda.is_available())  # no CUDA RNG state to take
+        # With layer statistics, the steps they do not sample are lean too: _Step.__enter__
+        # sends a sampled step down the full path (``_lean`` is then False until the next
+        # step begins), and the lean optimizer pre-hook checks the grad-norm trigger's band
+        # inline, leaving the lean path for the step only when the norms left it.
+        self._lean_ok = (self._guard is None and self._watchdog is None and not self._cuda
+                         and not torch.cuda.is_available())  # no CUDA RNG state to take
+        self._lean = self._lean_ok  # whether the open step is on the lean path
         # rec.log reads a tensor of this exact type with one .item() (a CPU model only)
         self._item_type = None if self._cuda else torch.Tensor
         ref = weakref.ref(self)
@@ -886,9 +897,8 @@ class Recorder:
         if st.step % self.log_every:
             return
         values = self._norms.compute()
-        if (self._layer_stats is not None and self._layer_stats.observe_norms(st.step, values)
-                and not self._opt_stepped):  # this step's norms moved: its outputs too
-            self._layer_stats.sample_now(st.step, self._forward_again(st))
+        if self._layer_stats is not None:
+            self._observe_norms(st, values)
         self._step_grads = (st.step, values)
         rows = self._step_scalars
         self._losses_checked = len(rows)
@@ -905,6 +915,14 @@ class Recorder:
             # norm is finite (.norms).
             self._nonfinite.check(st, values, self._losses(), where,
                                   after_optimizer_step=self._opt_stepped)
+
+    def _observe_norms(self, st: _Step, values) -> None:
+        """Feed the layer statistics' grad-norm trigger; when this step's norms left their
+        band, sample the step now (its forward run again) and end it on the full path."""
+        ls = self._layer_stats
+        if ls.observe_norms(st.step, values) and not self._opt_stepped:
+            self._lean = False  # the sampled step's rows are handed over by LayerStats.end
+            ls.sample_now(st.step, self._forward_again(st))
 
     def _losses(self) -> list[tuple[str, Any]]:
         """``(key, value)`` of the open step's logged losses (:func:`is_loss_key`)."""
@@ -935,20 +953,41 @@ class Recorder:
         if not self._lean or st.step % self.log_every:
             self._take_grads("optimizer pre-step hook")
             return
-        # _take_grads of the lean path, inline: the norms, then the finite check of the
-        # total and of the rows logged so far (x - x is NaN for NaN and inf)
+        # _take_grads of the lean path, inline: the norms, the layer statistics' trigger,
+        # then the finite check of the total and of the rows logged so far (x - x is NaN
+        # for NaN and inf)
         self._grads_taken = True
         values = self._norms.compute()
         self._step_grads = (st.step, values)
         rows = self._step_scalars
         self._losses_checked = len(rows)
+        ls = self._layer_stats
         if type(values) is list and values[-1] - values[-1] == 0.0:
+            if ls is not None:
+                # LayerStats.observe_norms of a step between two band updates, inline:
+                # each layer's floored norm within its band (``_quick`` once the band is
+                # past its dense start and small enough for the plain loop); otherwise, or
+                # when a norm left the band, the full observation (it samples the step).
+                seen = ls._seen + 1
+                if ls._quick and seen % ls.update_every:
+                    floor = ls.share * values[-1] + 1e-30  # the total is finite and >= 0
+                    for a, b, c in zip(values, ls._lo, ls._hi):
+                        if not b <= a + floor <= c:
+                            self._observe_norms(st, values)
+                            break
+                    else:
+                        ls._seen = seen
+                        ls._floor = floor
+                else:
+                    self._observe_norms(st, values)
             for row in rows:
                 v = row[2]
                 if type(v) is not float or v - v != 0.0:
                     break
             else:
                 return
+        elif ls is not None:
+            self._observe_norms(st, values)
         if not self._nonfinite.found:
             self._nonfinite.check(st, values, self._losses(), "optimizer pre-step hook",
                                   after_optimizer_step=self._opt_stepped)
@@ -959,6 +998,8 @@ class Recorder:
             warnings.warn(MSG_SKIPPED_BODY_RAN, DebugkitWarning, stacklevel=2)
         if self._cur is not None:
             self._opt_stepped = True
+            if not self._lean and self._layer_stats is not None:  # a sampled step may be open
+                self._layer_stats.after_update()
 
     def _capture(self, st: _Step, kind: str, exc, message=None, extra=None) -> str:
         if self._layer_stats is not None:

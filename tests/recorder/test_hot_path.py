@@ -212,7 +212,7 @@ def test_the_lean_path_records_what_the_full_path_records(tmp_path, plant):
         rng_at_start = None
         with Recorder(tmp_path / str(lean), model, optimizer=opt) as rec:
             assert rec._lean
-            rec._lean = lean
+            rec._lean_ok = rec._lean = lean
             for s in range(6):
                 try:
                     with rec.step((x, y)):
@@ -248,3 +248,100 @@ def test_the_lean_path_records_what_the_full_path_records(tmp_path, plant):
     expect = {"none": [], "nan_loss": [("nonfinite", 3, False)], "error": [("exception", 3, False)],
               "nan_after_step": [("nonfinite", 3, True)]}[plant]
     assert out[True][5] == expect
+
+
+def test_an_unsampled_step_with_layer_stats_enters_debugkit_in_as_few_calls(tmp_path):
+    """Issue 33 at its default: with layer_stats_every set, a healthy step that is not
+    sampled takes the lean path (the trigger's band is checked inline in the optimizer
+    pre-hook): as few calls as without layer statistics, none into LayerStats (the old
+    path made ~20, five of them LayerStats')."""
+    model, opt, x, y = _setup()
+    with Recorder(tmp_path / "r", model, optimizer=opt, layer_stats_every=500) as rec:
+        ls = rec._layer_stats
+        _train(rec, model, opt, x, y, 300)  # past spec learning's and the band's dense start
+        assert ls._quick
+        s = rec._step_no
+        while (s % rec._specs.every == 0 or s % ls.every == 0 or s in ls._forced
+               or (ls._seen + 1) % ls.update_every == 0):  # a plain step, not a band update
+            _train(rec, model, opt, x, y, 1)
+            s = rec._step_no
+        rec._rss_next = float("inf")
+        seen = ls._seen
+        calls = _debugkit_calls(lambda: _train(rec, model, opt, x, y, 1))
+        assert ls._seen == seen + 1  # the step's norms were checked against the band
+    assert len(calls) <= 11, " ".join(calls)
+    assert not {"observe_norms", "begin", "grads_ready", "end", "after_update",
+                "_take_grads", "_begin_step_full", "_end_step_full"} & set(calls), calls
+
+
+def _layer_job(run, *, lean, plant, steps=96, every=40):
+    """A small MLP trained ``steps`` steps with ``layer_stats_every=every``, through the
+    lean path (where it applies) or the full one; ``plant`` at step 75 (an unsampled step
+    past the band's dense start and not a band update): a x1e3 loss ("scale", the trigger
+    fires), a NaN loss, or an exception."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.Tanh(),
+                          nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x = torch.randn(64, 8, generator=torch.Generator().manual_seed(1))  # full-batch: the
+    with Recorder(run, model, opt, layer_stats_every=every) as rec:  # norms move smoothly
+        assert rec._lean_ok
+        rec._lean_ok = rec._lean = lean
+        for s in range(steps):
+            try:
+                with rec.step((x, x[:, :1])):
+                    loss = (model(x) - x[:, :1]).pow(2).mean()
+                    if s == 75 and plant == "scale":
+                        loss = loss * 1e3
+                    if s == 75 and plant == "nan_loss":
+                        loss = loss * float("nan")
+                    opt.zero_grad()
+                    loss.backward()
+                    rec.log(loss=loss)
+                    if s == 75 and plant == "error":
+                        raise RuntimeError("planted")
+                    opt.step()
+            except RuntimeError:
+                pass
+        if lean and plant == "scale":
+            assert (75 + 1) % rec._layer_stats.update_every  # fired in the inline check
+    return open_run(run)
+
+
+@pytest.mark.parametrize("plant", ["none", "scale", "nan_loss", "error"])
+def test_the_lean_path_with_layer_stats_records_what_the_full_path_records(tmp_path, plant):
+    """The same training with layer statistics through the lean path and the full one:
+    the same steps, scalars, norms, captures and the same layers table, for sampled steps,
+    a step whose norms leave the band (sampled with its forward run again, and the next
+    one), a non-finite loss and an exception (weights and gradients, the next step)."""
+    import numpy as np
+
+    out = {}
+    for lean in (True, False):
+        run = _layer_job(tmp_path / str(lean), lean=lean, plant=plant)
+        sc = run.scalars()
+        df = run.layer_stats().sort_values(["step", "module", "stat"])
+        out[lean] = (run.steps()[["step", "ok"]].values.tolist(),
+                     sc[["step", "key"]].values.tolist(),
+                     np.nan_to_num(sc["value"].to_numpy(), nan=-1.0).round(6).tolist(),
+                     run.grad_norms()["step"].tolist(),
+                     [(c["kind"], c["step"]) for c in run.failures()],
+                     df[["step", "module", "module_type", "stat"]].values.tolist(),
+                     np.nan_to_num(df["value"].to_numpy(), nan=-1.0).round(5).tolist())
+    assert out[True] == out[False]
+    layer_steps = sorted({row[0] for row in out[True][5]})
+    stats = {(row[0], row[3]) for row in out[True][5]}
+    assert {0, 40, 80} <= set(layer_steps)
+    # past the band's dense start (the early steps' norms move fast and may trip it):
+    # only the sampled step 80, and the planted step 75 with the next one
+    late = [s for s in layer_steps if s >= 64]
+    if plant in ("scale", "nan_loss"):  # that step's update moves (or NaNs) the next ones
+        assert late[:2] == [75, 76] and 80 in late, layer_steps
+    else:
+        assert late == ([80] if plant == "none" else [75, 76, 80]), layer_steps
+    if plant == "scale":
+        assert (75, "trigger_grad_norm") in stats and (75, "update_ratio") in stats
+        assert (75, "max_abs") in stats  # its outputs, from the forward run again
+    if plant in ("nan_loss", "error"):
+        assert (75, "g_q50") in stats and (76, "max_abs") in stats
+    assert (40, "update_ratio") in stats and (80, "update_ratio") in stats
