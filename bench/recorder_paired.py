@@ -145,6 +145,12 @@ def main(argv=None):
         tail = "" if k in ("bare", "norms") else \
             f"{d * 1e6:>+9.1f} us = {d / bare * 100:+.2f}% of bare (target <= 3%)"
         print(f"{k:<24} {statistics.median(per[k]) * 1e3:>10.3f}ms {tail}")
+    if a.layer_stats:  # issue 33: what layer statistics add to a step they do not sample
+        k = f"debugkit+layers/{a.layer_stats}"
+        d = statistics.median(v - n for v, n in zip(per[k], per["debugkit"]))
+        print(f"layer statistics at every={a.layer_stats} beyond the Recorder, paired by round "
+              f"(round medians: its unsampled steps): {d * 1e6:+.1f} us = {d / bare * 100:+.2f}% of "
+              f"bare (the sampled steps' share: bench/layer_stats.py)")
 
 
 if __name__ == "__main__":

@@ -40,7 +40,8 @@ def test_layer_stats_quick_prints_the_targets_and_the_peers_ratio():
                      r"[-+]\d+\.\d\d % of process CPU \(target <= 2 %: (met|NOT met)\)", out)
     assert re.search(r"tb histograms beyond bare: .* \(target: ours cheaper: (met|NOT met)\)", out)
     assert re.search(r"=> at every=5: .* \(target <= 2 %: (met|NOT met)\); break-even every=", out)
-    assert re.search(r"the grad-norm trigger on an unsampled step, timed in place: \d+\.\d us", out)
+    assert re.search(r"an unsampled step, in place \(.*\): [-+]\d+\.\d us, \+ band updates "
+                     r"\d+\.\d us/step \(\d+ calls in \d+ steps\) = -?\d+\.\d us", out)
     assert re.search(r"add_histogram of every weight and gradient: \+-?\d+\.\d+ ms per logged step = "
                      r"-?\d+\.\d\dx one sampled step of ours \(target: ours cheaper: (met|NOT met)\)", out)
 
@@ -74,3 +75,5 @@ def test_recorder_paired_quick_prints_each_recorder_beyond_the_norms_on_one_mode
     for name in ("debugkit", "debugkit@HEAD", "debugkit\\+layers/500"):
         assert re.search(rf"\n{name} +\d+\.\d+ms +[-+]\d+\.\d us = [-+]\d+\.\d\d% of bare "
                          r"\(target <= 3%\)", out), out
+    assert re.search(r"\nlayer statistics at every=500 beyond the Recorder, paired by round "
+                     r"\(round medians: its unsampled steps\): [-+]\d+\.\d us = [-+]\d+\.\d\d% of bare", out), out
