@@ -170,7 +170,7 @@ class LayerStats:
         self._measured: set = set()  # modules measured in the open step (first forward only)
         self._grad_part: Any = None
         self._w0: Any = None
-        self._ratio = None
+        self._ratio: Any = None
         self._triggered: list[tuple[str, float]] = []
         self._layouts: dict = {}  # the rows of a sampled step's shape, built once
         self._idx: dict = {}
