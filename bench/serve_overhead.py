@@ -31,7 +31,9 @@ runs every variant on model ``b mod --models`` (the same model object and input 
 for all variants of a block). In each block every variant runs ``run`` consecutive
 requests, in an order shuffled per block; the first request of each run is discarded
 (the switch from the previous variant), so what a variant leaves behind for its next
-request stays in its own figures. Each request is timed alone by the request thread's CPU
+request stays in its own figures; the orders come from a new seed each run (printed;
+``--seed`` repeats them), so an effect of the order is noise across runs, not a bias
+repeated by every run. Each request is timed alone by the request thread's CPU
 time (``time.thread_time``: other processes on a shared machine do not count) and by wall
 time. A variant's overhead is the median over blocks of (its median request - the mean of
 the two bare twins' median requests in the same block), as a share of the bare handler's
@@ -193,9 +195,10 @@ def handlers(model, *, rec, rec_nf, rec_nc, rec_nm, spin_n: int | None) -> dict:
 
 
 def bench_model(label: str, models: list, xs: list, *, run: int, blocks: int, out: Path,
-                spin_n: int | None) -> dict:
+                spin_n: int | None, seed: int = 0) -> dict:
     """Every variant on every model, blocks rotating over the models (see the module's
-    docstring). ``models`` and ``xs``: identical models and their inputs."""
+    docstring). ``models`` and ``xs``: identical models and their inputs; ``seed``: the
+    blocks' variant orders."""
     import debugkit
 
     recs = []
@@ -222,7 +225,7 @@ def bench_model(label: str, models: list, xs: list, *, run: int, blocks: int, ou
     writers = [r._writer._thread for r in recs]
     w0 = sum(thread_cpu(t) for t in writers)
     n0 = sum(r.requests for r in recs)
-    rng = random.Random(0)
+    rng = random.Random(seed)
     order = list(names)
     for b in range(blocks):
         i = b % len(models)
@@ -286,6 +289,9 @@ def main(argv=None) -> int:
     ap.add_argument("--blocks-scale", type=float, default=1.0, help="multiply every model's blocks")
     ap.add_argument("--models", type=int, default=DEFAULT_MODELS,
                     help="identical models per case, the blocks rotating over them (default %(default)s)")
+    ap.add_argument("--seed", type=int, default=None,
+                    help="the blocks' variant orders (default: a new one each run, printed; a fixed "
+                         "seed repeats the same orders, and so any effect of them, in every run)")
     ap.add_argument("--cases", default=",".join(CASES),
                     help="which cases to run, comma-separated (default: all; without noop no control)")
     args = ap.parse_args(argv)
@@ -295,6 +301,8 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(1)
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
+    print(f"seed: {seed}  (--seed {seed} repeats this run's variant orders)")
     print(f"load average before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}  "
           f"(cpus: {os.cpu_count()}, torch threads: {torch.get_num_threads()})")
     results = []
@@ -308,7 +316,7 @@ def main(argv=None) -> int:
             n_blocks = quick_blocks if args.quick else max(3, int(blocks * args.blocks_scale))
             n_blocks = max(n_blocks, args.models)
             r = bench_model(label, [m for m, _ in built], [x for _, x in built], run=run, blocks=n_blocks,
-                            out=Path(tmp),
+                            out=Path(tmp), seed=seed + len(results),
                             spin_n=None if label == "noop" else spin_n)
             if label == "noop":  # the recorder's own request-thread CPU, warm
                 own = max(r["variants"]["request"]["d_cpu"][0], 0.0)

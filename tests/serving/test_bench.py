@@ -48,6 +48,7 @@ def test_quick_run_prints_rows_targets_and_the_a_a_check(tmp_path):
         assert re.search(rf"^parts  {model}\s+finiteness [+-]\d+\.\d+%, RNG copy [+-]\d+\.\d+%, memory reads "
                          r"[+-]\d+\.\d+%, the rest [+-]\d+\.\d+% \(of request [+-]\d+\.\d+%\)$", out, re.M), out
     assert re.search(r"^control: a Python loop of [\d,]+ iterations", out, re.M)
+    assert re.search(r"^seed: \d+  \(--seed \d+ repeats this run's variant orders\)$", out, re.M), out
 
 
 def test_the_method_shows_a_planted_cost_and_no_cost_between_twins(tmp_path):
@@ -81,9 +82,10 @@ def test_parts_line_subtracts_each_variant_from_request():
 
 def test_cases_and_models_flags_run_a_subset_and_refuse_bad_values(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SCRIPT.parents[1]), os.environ.get("PYTHONPATH", "")])}
-    p = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--cases", "noop", "--models", "2"], cwd=tmp_path,
-                       env=env, capture_output=True, text=True, timeout=300)
+    p = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--cases", "noop", "--models", "2", "--seed", "5"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert re.search(r"^seed: 5 ", p.stdout, re.M), p.stdout
     assert re.search(r"^noop\s+writer thread: .*\(20 blocks over 2 models\)", p.stdout, re.M), p.stdout
     assert not re.search(r"^(1ms|20ms)\s", p.stdout, re.M), p.stdout
     for bad in (["--cases", "5ms"], ["--models", "0"]):
