@@ -83,6 +83,13 @@ TRIGGER_UPDATE_EVERY = 8
 TRIGGER_PY_LAYERS = 128
 
 
+def _exp_or_inf(x: float) -> float:
+    try:
+        return math.exp(x)
+    except OverflowError:  # numpy's inf
+        return math.inf
+
+
 def _bounds(module, cls: str):
     b = BOUNDED.get(cls, False)
     if b is False:
@@ -290,6 +297,8 @@ class LayerStats:
             else:
                 import numpy as np
 
+                if self._lo_np is None:  # the band was last updated in plain Python
+                    self._lo_np, self._hi_np = np.array(lo), np.array(hi)
                 x = np.asarray(values, dtype=np.float64)[:-1] + floor
                 if not (np.greater_equal(x, self._lo_np).all() and np.less_equal(x, self._hi_np).all()):
                     out = self._outside(values, floor)
@@ -312,8 +321,19 @@ class LayerStats:
 
     def _update_band(self, values, floor) -> None:
         """One step of the band: an exponential moving average of the floored norms' log,
-        +- max(log 4, 4 x their moving absolute deviation), kept as bounds on the norms."""
+        +- max(log 4, 4 x their moving absolute deviation), kept as bounds on the norms.
+
+        In plain Python for a list of up to :data:`TRIGGER_PY_LAYERS` layers (the same
+        operations in the same order as numpy's below): called right after backward, a
+        dozen numpy calls run cache-cold there, ~160 us in place for 50 layers where they
+        take ~10 us warm; the loop stays ~3x cheaper in place."""
+        if type(values) is list and len(values) <= TRIGGER_PY_LAYERS + 1:
+            self._update_band_py(values, floor)
+            return
         import numpy as np
+
+        if type(self._ema) is list:
+            self._ema, self._dev = np.array(self._ema), np.array(self._dev)
 
         x = np.abs(np.asarray(values[:-1], dtype=np.float64))
         x += floor
@@ -335,6 +355,42 @@ class LayerStats:
             self._hi_np = np.exp(self._ema + band)
         self._lo, self._hi = self._lo_np.tolist(), self._hi_np.tolist()
         self._quick = self._seen >= TRIGGER_DENSE and len(self._lo) <= TRIGGER_PY_LAYERS
+
+    def _update_band_py(self, values, floor) -> None:
+        log, exp, inf = math.log, math.exp, math.inf
+        ema, dev = self._ema, self._dev
+        n = len(values) - 1
+        if ema is None or len(ema) != n:
+            ema, dev = [log(abs(v) + floor) for v in values[:-1]], [0.0] * n
+            lo = [exp(e - TRIGGER_FLOOR) for e in ema]
+            hi = [_exp_or_inf(e + TRIGGER_FLOOR) for e in ema]
+        else:
+            if type(ema) is not list:
+                ema, dev = ema.tolist(), dev.tolist()
+            alpha = TRIGGER_ALPHA
+            e2: list = []
+            d2: list = []
+            lo = []
+            hi = []
+            for v, e, dv in zip(values, ema, dev):  # one loop: numpy's steps, in its order
+                d = log(abs(v) + floor) - e
+                e += d * alpha
+                dv += (abs(d) - dv) * alpha
+                e2.append(e)
+                d2.append(dv)
+                b = dv * TRIGGER_DEVS
+                if b < TRIGGER_FLOOR:  # np.maximum (NaN stays NaN)
+                    b = TRIGGER_FLOOR
+                lo.append(exp(e - b))  # underflows to 0.0
+                try:
+                    hi.append(exp(e + b))
+                except OverflowError:  # numpy's inf
+                    hi.append(inf)
+            ema, dev = e2, d2
+        self._ema, self._dev = ema, dev
+        self._lo, self._hi = lo, hi
+        self._lo_np = self._hi_np = None
+        self._quick = self._seen >= TRIGGER_DENSE
 
     def sample_now(self, step: int, forward) -> None:
         """Sample ``step`` after its forward has run (the trigger fired on its norms, or it

@@ -362,3 +362,24 @@ def test_a_sampled_step_holds_at_most_the_output_budget_and_frees_its_copies(tmp
     assert all(w is None for w in after_step)
     _, _, whole = run("whole", 1 << 30)
     np.testing.assert_allclose(bounded, whole, rtol=1e-6)
+
+
+def test_the_band_updated_in_plain_python_is_numpys(monkeypatch):
+    """Up to TRIGGER_PY_LAYERS layers the band is updated by a plain loop (numpy runs
+    cache-cold right after backward); the bounds are numpy's, a NaN step included."""
+    import math
+
+    from debugkit.recorder import layerstats as ls_mod
+
+    rows = _norm_rows(60, 300, seed=5, planted=[(120, 4, 50.0), (200, 9, float("nan"))])
+    bands = []
+    for py_layers in (10**6, 0):
+        monkeypatch.setattr(ls_mod, "TRIGGER_PY_LAYERS", py_layers)
+        t = _trigger(60)
+        for s, v in enumerate(rows):
+            t.observe_norms(s, v)
+        bands.append((list(t._lo), list(t._hi), list(t._ema), list(t._dev)))
+    assert type(_trigger(60)._ema) is type(None)
+    for a, b in zip(bands[0], bands[1]):
+        assert len(a) == len(b) == 60
+        assert all(math.isclose(x, y, rel_tol=1e-12) for x, y in zip(a, b))
