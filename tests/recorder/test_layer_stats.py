@@ -102,10 +102,35 @@ def test_a_failure_step_records_weights_and_grads_and_samples_the_next(tmp_path)
 
 
 def test_layer_stats_every_is_checked(tmp_path):
-    for bad in (0, -1, 2.5, "10", True):
+    for bad in (-1, 2.5, "10", True, False):
         with pytest.raises(InvalidInputError, match="layer_stats_every"):
             Recorder(tmp_path / "r", _net(), layer_stats_every=bad)
     assert not (tmp_path / "r").exists()
+
+
+def test_layer_stats_are_on_by_default_every_500_steps_and_off_with_none_or_0(tmp_path):
+    """Issue 33: the default Recorder samples every 500th step (its manifest says so) and
+    takes the lean path on the others; None and 0 turn the layer statistics off."""
+    from debugkit.recorder.recorder import LAYER_STATS_EVERY
+
+    assert LAYER_STATS_EVERY == 500
+    m = _net()
+    opt = torch.optim.SGD(m.parameters(), lr=0.05)
+    x = torch.randn(32, 8)
+    with Recorder(tmp_path / "d", m, opt) as rec:
+        assert rec._layer_stats is not None and rec._layer_stats.every == 500 and rec._lean_ok
+        for _ in range(3):
+            with rec.step(x):
+                opt.zero_grad()
+                m(x).pow(2).mean().backward()
+                opt.step()
+    run = open_run(tmp_path / "d")
+    assert run.manifest["layer_stats_every"] == 500
+    assert set(run.layer_stats()["step"]) == {0}
+    for off in (None, 0):
+        with Recorder(tmp_path / f"off{off}", m, opt, layer_stats_every=off) as rec:
+            assert rec._layer_stats is None
+        assert open_run(tmp_path / f"off{off}").manifest["layer_stats_every"] is None
 
 
 def test_a_format_1_0_run_reads_with_an_empty_layers_table():
