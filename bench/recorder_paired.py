@@ -10,7 +10,8 @@ median of the training thread's CPU per step (``time.thread_time``) is paired wi
 same round's ``norms`` (bare + the fused norm of every gradient). Variants:
 
 - bare, norms:   as in recorder_overhead.py
-- debugkit:      this checkout's Recorder, ``rec.step`` + ``rec.log(loss=...)``
+- debugkit:      this checkout's Recorder, ``rec.step`` + ``rec.log(loss=...)``, without
+  layer statistics (``layer_stats_every=None``; the default samples every 500th step)
 - ``--against REV``: also the Recorder of git revision REV (its ``recorder.py`` loaded
   beside this one, on this checkout's other modules), so a change to the step path is
   measured against its predecessor in one process
@@ -107,7 +108,7 @@ def main(argv=None):
         fns[name] = f
 
     fns["bare"], fns["norms"] = plain(False), plain(True)
-    recorded("debugkit", Recorder)
+    recorded("debugkit", Recorder, layer_stats_every=None)  # issue 32's figure: no layer stats
     if a.against:
         recorded(f"debugkit@{a.against}", _recorder_at(a.against))
     if a.layer_stats:
