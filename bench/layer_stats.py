@@ -24,8 +24,8 @@ large one at the default N), then the same cost from its two parts measured step
 machine disturbs far less than the whole-loop rounds) and the N at which it meets the
 target.
 
-The layer statistics are off by default (``layer_stats_every=None``); ``--every`` (500,
-the N the docs recommend) is the N they are measured at.
+The layer statistics are on by default at ``layer_stats_every=500``; ``--every`` (500,
+the default) is the N they are measured at.
 
     python bench/layer_stats.py [--config small|large|both] [--every 500] [--rounds 9] [--steps 200]
     python bench/layer_stats.py --quick     # a smoke run (tests/test_benches.py): few steps

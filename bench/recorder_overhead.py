@@ -16,8 +16,8 @@ observes the batch of its first 256 steps): the figures are a run's steady state
 - bare:        forward, backward, SGD step
 - norms only:  bare + torch._foreach_norm of every gradient (the floor any logger pays)
 - debugkit:    bare inside `rec.step(...)` with `rec.log(loss=...)`, norms every step: the
-               default Recorder (no layer statistics)
-- debugkit+layers: the same with ``layer_stats_every=500`` (issue 33's candidate default)
+               default Recorder (layer statistics every 500 steps)
+- debugkit-nolayers: the same with ``layer_stats_every=None``
 - tensorboard: bare + SummaryWriter.add_scalar of every parameter's gradient norm and
                the loss, each step (what TensorBoard users write)
 
@@ -91,7 +91,7 @@ def build(width=128):
 # models in one process: 2,358-2,442 us), more than the 3 % target itself, so one model
 # per variant made the figure a draw. Peers whose logger attaches to its model: one.
 MODELS = 3
-MULTI = ("bare", "norms", "debugkit", "debugkit+layers", "tensorboard")
+MULTI = ("bare", "norms", "debugkit", "debugkit-nolayers", "tensorboard")
 WARMUP_STEPS = 300  # per model and variant (--warmup; --quick: 10)
 
 
@@ -108,7 +108,7 @@ def compare(config, rounds, steps, tmp, peers=(), n_models=MODELS, warmup=WARMUP
     width, batch = CONFIGS[config]
     x = torch.randn(batch, width)
     y = torch.randint(0, 10, (batch,))
-    names_all = ["bare", "norms", "debugkit", "debugkit+layers", "tensorboard", *peers]
+    names_all = ["bare", "norms", "debugkit", "debugkit-nolayers", "tensorboard", *peers]
     n_of = {k: max(1, n_models) if k in MULTI else 1 for k in names_all}
     all_models: dict[str, list] = {k: [] for k in names_all}
     for j in range(max(n_of.values())):  # interleaved, so no variant gets the first-built ones
@@ -128,25 +128,25 @@ def compare(config, rounds, steps, tmp, peers=(), n_models=MODELS, warmup=WARMUP
     recs_all = [Recorder(tmp / f"run-{config}-{j}", m, optimizer=o)
                 for j, (m, o) in enumerate(zip(all_models["debugkit"], all_opts["debugkit"]))]
     bg.end("debugkit")
-    # the default Recorder (no layer statistics) and one with them every 500 steps
-    bg.begin("debugkit+layers")
-    recs_lay = [Recorder(tmp / f"run-{config}-layers-{j}", m, optimizer=o, layer_stats_every=500)
-                for j, (m, o) in enumerate(zip(all_models["debugkit+layers"],
-                                               all_opts["debugkit+layers"]))]
-    bg.end("debugkit+layers")
+    # the default Recorder (layer statistics every 500 steps) and one without them
+    bg.begin("debugkit-nolayers")
+    recs_nol = [Recorder(tmp / f"run-{config}-nolayers-{j}", m, optimizer=o, layer_stats_every=None)
+                for j, (m, o) in enumerate(zip(all_models["debugkit-nolayers"],
+                                               all_opts["debugkit-nolayers"]))]
+    bg.end("debugkit-nolayers")
     rec = recs_all[0]
-    rec_lay = recs_lay[0]
+    rec_nol = recs_nol[0]
     # The writer threads' own CPU clocks (ns resolution; /proc's stat counts 10 ms ticks).
     writer_clocks = [time.pthread_getcpuclockid(r._writer._thread.ident) for r in recs_all]
 
     def use(k, j):
-        nonlocal rec, rec_lay
+        nonlocal rec, rec_nol
         j %= n_of[k]
         models[k], opts[k], params[k] = all_models[k][j], all_opts[k][j], all_params[k][j]
         if k == "debugkit":
             rec = recs_all[j]
-        elif k == "debugkit+layers":
-            rec_lay = recs_lay[j]
+        elif k == "debugkit-nolayers":
+            rec_nol = recs_nol[j]
     bg.begin("tensorboard")
     tb = SummaryWriter(str(tmp / f"tb-{config}"))
     bg.end("tensorboard")
@@ -190,13 +190,13 @@ def compare(config, rounds, steps, tmp, peers=(), n_models=MODELS, warmup=WARMUP
             rec.log(loss=loss)
             o.step()
 
-    def step_debugkit_layers():
-        m, o = models["debugkit+layers"], opts["debugkit+layers"]
-        with rec_lay.step((x, y)):
+    def step_debugkit_nolayers():
+        m, o = models["debugkit-nolayers"], opts["debugkit-nolayers"]
+        with rec_nol.step((x, y)):
             loss = F.cross_entropy(m(x), y)
             o.zero_grad()
             loss.backward()
-            rec_lay.log(loss=loss)
+            rec_nol.log(loss=loss)
             o.step()
 
     def step_tb():
@@ -219,7 +219,7 @@ def compare(config, rounds, steps, tmp, peers=(), n_models=MODELS, warmup=WARMUP
         o.step()
 
     fns = {"bare": lambda: bare("bare"), "norms": step_norms, "debugkit": step_debugkit,
-           "debugkit+layers": step_debugkit_layers, "tensorboard": step_tb, **{k: (lambda k=k: peer_step(k)) for k in peers}}
+           "debugkit-nolayers": step_debugkit_nolayers, "tensorboard": step_tb, **{k: (lambda k=k: peer_step(k)) for k in peers}}
     # Warm-up, each model: past the dense part of spec learning (each Recorder observes the
     # batch of its first 256 steps, then every 16th), as the breakdown and the isolated
     # parts do, so the figure is a run's steady state (10 steps before: with 3 Recorders,
@@ -254,7 +254,7 @@ def compare(config, rounds, steps, tmp, peers=(), n_models=MODELS, warmup=WARMUP
             for owner in b1:  # background work may spill into another variant's turn
                 bg_cpu[owner] += b1[owner] - b0.get(owner, 0.0)
     writer_cpu = sum(time.clock_gettime(c) for c in writer_clocks) - w0
-    for r_ in recs_all + recs_lay:
+    for r_ in recs_all + recs_nol:
         r_.close()
     tb.close()
     for lg in loggers.values():
@@ -272,7 +272,7 @@ def compare(config, rounds, steps, tmp, peers=(), n_models=MODELS, warmup=WARMUP
             "cpu": {k: statistics.median(v) for k, v in cpu.items()},
             "background": {k: v / n_steps for k, v in bg_cpu.items()},
             "paired": paired(per_round), "paired_cpu": paired(per_round_cpu),
-            "paired_cpu_layers": paired(per_round_cpu, "debugkit+layers"),
+            "paired_cpu_nolayers": paired(per_round_cpu, "debugkit-nolayers"),
             "writer_cpu": writer_cpu / n_steps}
 
 
@@ -551,12 +551,12 @@ def main(argv=None):
               f"{(cpu['debugkit'] - cpu['norms']) / cbase * 100:.1f}% "
               f"({(cpu['debugkit'] - cpu['norms']) * 1e6:.1f} us; paired by round: "
               f"{res['paired_cpu'] * 100:.1f}%) (target <= 3%)")
-        print(f"by training-thread CPU, debugkit with layer statistics (layer_stats_every=500)"
-              f" beyond the norms = {(cpu['debugkit+layers'] - cpu['norms']) / cbase * 100:.1f}% "
-              f"({(cpu['debugkit+layers'] - cpu['norms']) * 1e6:.1f} us; paired by round: "
-              f"{res['paired_cpu_layers'] * 100:.1f}%); the layer statistics "
-              f"(every 500 steps) on their unsampled steps: "
-              f"{(res['paired_cpu_layers'] - res['paired_cpu']) * 100:+.2f}% paired "
+        print(f"by training-thread CPU, debugkit without layer statistics (layer_stats_every=None)"
+              f" beyond the norms = {(cpu['debugkit-nolayers'] - cpu['norms']) / cbase * 100:.1f}% "
+              f"({(cpu['debugkit-nolayers'] - cpu['norms']) * 1e6:.1f} us; paired by round: "
+              f"{res['paired_cpu_nolayers'] * 100:.1f}%); the default's layer statistics "
+              f"(every 500 steps) on its unsampled steps: "
+              f"{(res['paired_cpu'] - res['paired_cpu_nolayers']) * 100:+.2f}% paired "
               "(their sampled steps, 1 in 500, are beyond per-step medians: bench/layer_stats.py)")
         print(f"debugkit's writer thread (its own CPU clock, beside training): "
               f"{res['writer_cpu'] * 1e6:.1f} us per step = {res['writer_cpu'] / cbase * 100:.2f}% "

@@ -11,7 +11,7 @@ same round's ``norms`` (bare + the fused norm of every gradient). Variants:
 
 - bare, norms:   as in recorder_overhead.py
 - debugkit:      this checkout's Recorder, ``rec.step`` + ``rec.log(loss=...)``, without
-  layer statistics (``layer_stats_every=None``, the default)
+  layer statistics (``layer_stats_every=None``; the default samples every 500th step)
 - ``--against REV``: also the Recorder of git revision REV (its ``recorder.py`` loaded
   beside this one, on this checkout's other modules), so a change to the step path is
   measured against its predecessor in one process

@@ -15,8 +15,9 @@ from pages import _data, _query, _routing, _runs, _ui
 
 _routing.page_guard()
 
-MSG_NO_STATS = ("This run has no layer statistics. Record them with "
-                "`Recorder(..., layer_stats_every=N)` (docs/layers.md).")
+MSG_NO_STATS = ("This run has no layer statistics. The Recorder takes them every 500 steps by "
+                "default: this run was recorded with `layer_stats_every=None`, by a debugkit from "
+                "before that default, or stopped before its first step (docs/layers.md).")
 #: Statistics drawn on a log scale.
 LOG_STATS = ("max_abs", "std", "update_ratio", "trigger_grad_norm")
 WHICH = {"w": "weights", "g": "gradients"}

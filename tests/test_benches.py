@@ -29,9 +29,9 @@ def test_recorder_overhead_quick_prints_beyond_the_norms_against_its_target():
     out = _run("recorder_overhead.py", "--quick")
     assert re.search(r"by training-thread CPU .*debugkit beyond the norms = -?\d+\.\d%"
                      r" \(-?\d+\.\d us; paired by round: -?\d+\.\d%\) \(target <= 3%\)", out)
-    assert re.search(r"debugkit with layer statistics \(layer_stats_every=500\) beyond the norms = "
-                     r"-?\d+\.\d% \(-?\d+\.\d us; paired by round: -?\d+\.\d%\); the layer "
-                     r"statistics \(every 500 steps\) on their unsampled steps: [-+]\d+\.\d\d% paired", out), out
+    assert re.search(r"debugkit without layer statistics \(layer_stats_every=None\) beyond the norms = "
+                     r"-?\d+\.\d% \(-?\d+\.\d us; paired by round: -?\d+\.\d%\); the default's layer "
+                     r"statistics \(every 500 steps\) on its unsampled steps: [-+]\d+\.\d\d% paired", out), out
     assert "the Recorder's own code alone" in out
     assert "all parts but the norms" in out
 

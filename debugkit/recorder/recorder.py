@@ -49,10 +49,10 @@ MSG_SKIPPED_BODY_RAN = (
     "with guard_action='skip' write `with rec.step(batch) as s:` then `if s.skipped: continue`")
 MSG_LAYER_STATS = ("layer_stats_every={value!r}: expected an integer >= 1 (steps), or None or 0 "
                    "(off)")
-#: The ``layer_stats_every`` the docs recommend (and the benches measure). Off by default:
-#: at load ~1 an unsampled step still paid ~15-50 us and the sampled steps' few ms over 500
-#: steps 12-14 us more, over issue 33's ~1 % of the small step (docs/benchmarks.md,
-#: "Layer statistics on the lean path").
+#: ``Recorder(layer_stats_every=...)``'s default: on an unsampled step the layer statistics
+#: cost a few us (the trigger's band check, inline on the lean path), and a sampled step's
+#: few ms spread over 500 steps: ~1 % of the small CPU bench step, quietly, under issue 33's
+#: 2 % (docs/benchmarks.md, "Layer statistics on the lean path, then on by default").
 LAYER_STATS_EVERY = 500
 MSG_HANG_TIMEOUT = "hang_timeout_s={value!r}: expected a number of seconds > 0"
 MSG_NOT_DDP = ("rec.watch_ddp(): expected a torch.nn.parallel.DistributedDataParallel model, "
@@ -299,15 +299,15 @@ class Recorder:
         layers: each leaf module's output mean/std/max-abs and its shares of zeros,
         saturated and non-finite values, each trained parameter's weight and gradient
         quantiles and its update-to-weight ratio (see :mod:`debugkit.recorder.layerstats`
-        and docs/layers.md). Off by default (None, or 0); :data:`LAYER_STATS_EVERY` (500)
-        is the N the docs recommend. Unsampled steps carry no hooks and take the lean path.
+        and docs/layers.md). On by default, every :data:`LAYER_STATS_EVERY` (500) steps;
+        None or 0 turns them off. Unsampled steps carry no hooks.
     """
 
     def __init__(self, run_dir, model, optimizer=None, *, name=None, config=None,
                  model_factory=None, factory_kwargs=None, step_fn=None, num_classes=None,
                  log_every=1, flush_every_s=2.0, halt_on_nonfinite=False, hang_timeout_s=None,
                  record_memory_history=False, guard=None, guard_action="raise",
-                 grads_hook=True, tags=None, layer_stats_every=None):
+                 grads_hook=True, tags=None, layer_stats_every=LAYER_STATS_EVERY):
         import torch
 
         if layer_stats_every == 0 and not isinstance(layer_stats_every, bool):

@@ -108,17 +108,16 @@ def test_layer_stats_every_is_checked(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
-def test_layer_stats_every_500_samples_step_0_and_none_or_0_is_off(tmp_path):
-    """Issue 33: the recommended N (500) samples every 500th step (its manifest says so)
-    and takes the lean path on the others; the default, None and 0 are off (the default
-    stays off: docs/benchmarks.md, fifth session)."""
+def test_layer_stats_are_on_by_default_every_500_steps_and_off_with_none_or_0(tmp_path):
+    """Issue 33: the default Recorder samples every 500th step (its manifest says so) and
+    takes the lean path on the others; None and 0 turn the layer statistics off."""
     from debugkit.recorder.recorder import LAYER_STATS_EVERY
 
     assert LAYER_STATS_EVERY == 500
     m = _net()
     opt = torch.optim.SGD(m.parameters(), lr=0.05)
     x = torch.randn(32, 8)
-    with Recorder(tmp_path / "d", m, opt, layer_stats_every=LAYER_STATS_EVERY) as rec:
+    with Recorder(tmp_path / "d", m, opt) as rec:
         assert rec._layer_stats is not None and rec._layer_stats.every == 500 and rec._lean_ok
         for _ in range(3):
             with rec.step(x):
@@ -132,8 +131,6 @@ def test_layer_stats_every_500_samples_step_0_and_none_or_0_is_off(tmp_path):
         with Recorder(tmp_path / f"off{off}", m, opt, layer_stats_every=off) as rec:
             assert rec._layer_stats is None
         assert open_run(tmp_path / f"off{off}").manifest["layer_stats_every"] is None
-    with Recorder(tmp_path / "default", m, opt) as rec:
-        assert rec._layer_stats is None
 
 
 def test_a_format_1_0_run_reads_with_an_empty_layers_table():
