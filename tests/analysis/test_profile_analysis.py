@@ -128,6 +128,20 @@ def test_breakdown_names_data_waits(tmp_path):
     assert "60% is spent waiting for data" in ap.describe_breakdown(bd, info)
 
 
+def test_a_loop_that_only_waited_for_data_is_the_loop_not_the_queue_it_waited_in(tmp_path):
+    # CI, loaded: every main-thread sample of a short data-bound run caught the loop in
+    # the DataLoader's Queue.get, and the loop was named after Queue.get (it covered all
+    # the phase samples and was the deepest frame outside a phase's own).
+    f = tmp_path / "d.txt"
+    q = ("train (t.py:5);_BaseDataLoaderIter.__next__ (torch/utils/data/dataloader.py:733);"
+         "_MultiProcessingDataLoaderIter._next_data (torch/utils/data/dataloader.py:1480);"
+         "Queue.get (/usr/lib/python3.11/multiprocessing/queues.py:113)")
+    f.write_text(f"<module> (t.py:40);{q};_poll (/usr/lib/python3.11/multiprocessing/connection.py:440) 50\n"
+                 f"<module> (t.py:40);{q} 10\n")
+    bd, info = ap.compute_step_breakdown(read_collapsed(f))
+    assert info["loop"].startswith("train (t.py") and dict(zip(bd["phase"], bd["samples"]))["data"] == 60
+
+
 def test_no_training_loop(tmp_path):
     f = tmp_path / "n.txt"
     f.write_text("main (x.py:1);work (x.py:2) 5\n")

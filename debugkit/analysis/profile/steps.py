@@ -107,13 +107,20 @@ def _step_breakdown(profile, thread_ids=None):
     phase_total = float(sel.samples[in_phase].sum())
     if phase_total == 0:
         return empty, info, np.zeros(len(sel.offsets) - 1, dtype=bool), None
-    # The loop: keys present in >= 95 % of phase samples, deepest first.
+    # The loop: keys present in >= 95 % of phase samples, deepest first, counted only
+    # where they stand above the stack's outermost phase frame: a function a phase calls
+    # (the DataLoader's Queue.get) is inside the phase, not the loop that calls it, even
+    # when every sample of a data-starved run waits in it.
     n_keys = len(sel.key_name)
-    pair = _unique(stack_of * n_keys + sel.keys_flat)
+    depth_pos = np.arange(len(sel.keys_flat)) - sel.offsets[stack_of]
+    is_phase_frame = key_rank[sel.keys_flat] < len(STEP_RULES)
+    first_phase = np.full(n_stacks, np.iinfo(np.int64).max)
+    np.minimum.at(first_phase, stack_of[is_phase_frame], depth_pos[is_phase_frame])
+    outer = depth_pos < first_phase[stack_of]
+    pair = _unique(stack_of[outer] * n_keys + sel.keys_flat[outer])
     ps, pk = pair // n_keys, pair % n_keys
     w = np.where(in_phase[ps], sel.samples[ps], 0)
     cover = np.bincount(pk, weights=w, minlength=n_keys)
-    depth_pos = np.arange(len(sel.keys_flat)) - sel.offsets[stack_of]
     min_depth = np.full(n_keys, np.iinfo(np.int64).max)
     np.minimum.at(min_depth, sel.keys_flat, depth_pos)
     phases_present = {int(p) for p in _unique(stack_phase[in_phase & (sel.samples > 0)])}
