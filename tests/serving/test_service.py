@@ -82,13 +82,17 @@ def test_diagnose_names_the_leak_and_the_bad_requests_of_a_real_service(tmp_path
     assert nan["evidence"]["failure"] == nan_id
     assert nan["evidence"]["signature"].endswith(";temperature:float32[]")
     (fb,) = by_kind["fallback_rate"]  # the response cache answered the repeated prompts
-    assert fb["evidence"]["fallback"] == "cache" and fb["evidence"]["count"] == 59
+    # 59 repeated prompts, each an earlier prompt drawn at random: one whose original is still
+    # being answered on another of the 4 connections misses the cache (CI, loaded: 58; ~0.6
+    # such misses expected a run, more than 3 well under 1 %)
+    hits = fb["evidence"]["count"]
+    assert fb["evidence"]["fallback"] == "cache" and 59 - 3 <= hits <= 59
     assert set(by_kind) == {"request_memory_leak", "request_error", "request_nonfinite", "fallback_rate"}
 
     info = _cli("info", run_dir, "--json", cwd=elsewhere)
     assert info["kind"] == "inference" and info["status"] == "finished"
     assert info["requests"]["requests"] == 1500 and info["row_counts"]["requests"] == 1500
-    assert info["requests"]["by_outcome"] == {"ok": 1439, "fallback": 59, "error": 1, "nonfinite": 1}
+    assert info["requests"]["by_outcome"] == {"ok": 1498 - hits, "fallback": hits, "error": 1, "nonfinite": 1}
     assert {f["id"] for f in info["failures"]} == {err_id, nan_id}
     (cap,) = [f for f in info["failures"] if f["id"] == err_id]
     assert cap["kind"] == "request" and cap["outcome"] == "error" and cap["route"] in ("/v1/score", "/v1/generate")
