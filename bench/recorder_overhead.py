@@ -181,22 +181,13 @@ def compare(config, rounds, steps, tmp, peers=(), n_models=MODELS, warmup=WARMUP
         fused("norms")
         o.step()
 
-    def step_debugkit():
-        m, o = models["debugkit"], opts["debugkit"]
-        with rec.step((x, y)):
+    def recorded(k, r):  # a variant's step inside its Recorder r (bare is called alike)
+        m, o = models[k], opts[k]
+        with r.step((x, y)):
             loss = F.cross_entropy(m(x), y)
             o.zero_grad()
             loss.backward()
-            rec.log(loss=loss)
-            o.step()
-
-    def step_debugkit_nolayers():
-        m, o = models["debugkit-nolayers"], opts["debugkit-nolayers"]
-        with rec_nol.step((x, y)):
-            loss = F.cross_entropy(m(x), y)
-            o.zero_grad()
-            loss.backward()
-            rec_nol.log(loss=loss)
+            r.log(loss=loss)
             o.step()
 
     def step_tb():
@@ -218,8 +209,8 @@ def compare(config, rounds, steps, tmp, peers=(), n_models=MODELS, warmup=WARMUP
         lg.log(counters[k], layer, None if k == "wandb_watch" else fused(k), loss)
         o.step()
 
-    fns = {"bare": lambda: bare("bare"), "norms": step_norms, "debugkit": step_debugkit,
-           "debugkit-nolayers": step_debugkit_nolayers, "tensorboard": step_tb, **{k: (lambda k=k: peer_step(k)) for k in peers}}
+    fns = {"bare": lambda: bare("bare"), "norms": step_norms, "debugkit": lambda: recorded("debugkit", rec),
+           "debugkit-nolayers": lambda: recorded("debugkit-nolayers", rec_nol), "tensorboard": step_tb, **{k: (lambda k=k: peer_step(k)) for k in peers}}
     # Warm-up, each model: past the dense part of spec learning (each Recorder observes the
     # batch of its first 256 steps, then every 16th), as the breakdown and the isolated
     # parts do, so the figure is a run's steady state (10 steps before: with 3 Recorders,
