@@ -27,6 +27,15 @@ _POINT_JS = """
 }
 """
 
+_HOVERED_JS = """
+([step]) => {
+  const gd = [...document.querySelectorAll('.js-plotly-plot')]
+      .find(p => (p._fullData || []).some(t => t.name === 'total'));
+  const h = (gd && gd._hoverdata) || [];
+  return h.length > 0 && h.every(d => d.x === step && d.data.name === 'total');
+}
+"""
+
 
 def test_click_spike_shows_step_details(server, page, tmp_path):
     page.set_viewport_size({"width": 1400, "height": 1600})
@@ -40,9 +49,20 @@ def test_click_spike_shows_step_details(server, page, tmp_path):
         "p => (p._fullData || []).some(t => t.name === 'total') && p._fullLayout)", timeout=90_000)
     assert page.get_by_text(f"Step {SPIKE_STEP}", exact=True).count() == 0
     page.get_by_text("Click a point to see that step. NaN/Inf").scroll_into_view_if_needed()
-    pt = page.evaluate(_POINT_JS, [SPIKE_STEP])
-    assert pt["value"] == pytest.approx(12.66, rel=1e-3)
-    page.mouse.move(pt["x"], pt["y"])
+    # Like a user: hover until plotly's tooltip is on the spike, then click. Under load the
+    # page can still be laying out when the point's position is read (CI once clicked step
+    # 101 from a position read a moment too early), so the position is read again until the
+    # hover lands on the spike itself.
+    for _ in range(20):
+        pt = page.evaluate(_POINT_JS, [SPIKE_STEP])
+        assert pt["value"] == pytest.approx(12.66, rel=1e-3)
+        page.mouse.move(pt["x"] - 3, pt["y"] - 3)
+        page.mouse.move(pt["x"], pt["y"])
+        if page.evaluate(_HOVERED_JS, [SPIKE_STEP]):
+            break
+        page.wait_for_timeout(500)
+    else:
+        pytest.fail(f"the pointer never hovered step {SPIKE_STEP} of the total's line")
     page.mouse.click(pt["x"], pt["y"])
     heading = page.get_by_role("heading", name=f"Step {SPIKE_STEP}")
     heading.wait_for(timeout=60_000)
