@@ -150,17 +150,26 @@ def require_run(what: str) -> str:
     return path
 
 
-def overlay_picker(path, key: str, *, placeholder: str, help: str) -> tuple[dict, list[str]]:
+def overlay_picker(path, key: str, *, placeholder: str, help: str,
+                   in_popover: bool = False) -> tuple[dict, list[str]]:
     """The "Overlay runs" picker of Scalars and Gradients: other served runs to draw over
     this one, kept in the URL as ``?with=<id>`` (repeated). Returns ``({run id: path},
-    the picked ids)``; ``key`` names the widget's state for this run."""
+    the picked ids)``; ``key`` names the widget's state for this run. ``in_popover``: the
+    multiselect is in a popover named after the picked runs (``_ui.controls``), so its
+    front-end code is not loaded before a chart drawn with it."""
+    from contextlib import nullcontext
+
     from pages import _query
+    from pages._ui import controls
 
     listed = run_entries()
     here = listed.id_for(path)
     choices = [rid for rid in listed.ids if rid != here]
     _query.list_from_query(key, choices, name="with", expected="a run this server lists besides this one")
     st.session_state[key] = [rid for rid in st.session_state.get(key) or [] if rid in choices]
-    picked = st.multiselect("Overlay runs", choices, key=key, placeholder=placeholder, help=help)
+    where = (controls("Overlay runs", st.session_state[key], icon=":material/stacked_line_chart:")
+             if in_popover else nullcontext())
+    with where:
+        picked = st.multiselect("Overlay runs", choices, key=key, placeholder=placeholder, help=help)
     _query.list_to_query(key, picked, [], name="with")
     return {e.id: str(e.path) for e in listed}, picked

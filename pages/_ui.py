@@ -281,3 +281,24 @@ def chart(fig, *, key: str | None = None, csv_name: str = "chart", **kwargs):
                        mime="text/csv", key=f"csv_{key or n}", on_click="ignore", type="tertiary",
                        icon=":material/download:", help="The data of this chart, as CSV")
     return event
+
+
+def controls(label: str, shown=None, *, none: str = "none", most: int = 3, **kwargs):
+    """A popover for a page's select boxes, multiselects and sliders, its button naming
+    what they are set to (``Scalars: loss, lr``; ``shown``: a value, a list of values, or
+    None for ``label`` alone), for use as ``with _ui.controls(...):``.
+
+    The browser draws a popover's content when it is opened, so the widgets' front-end
+    code is not fetched and run before the page's first chart (issue 35 item 9): a select
+    box or multiselect is ~20 JavaScript files (125 kB of combobox code), a slider 120 kB
+    with its number and date formatting. Drawn after the chart in the same script run
+    they were still loaded before it (the browser mounts every element of a run at once).
+    The widgets keep their keys and session state: a change reruns the page as before.
+    """
+    if shown is None:
+        text = label
+    else:
+        values = [shown] if isinstance(shown, str | int | float) else list(shown)
+        words = ", ".join(md(v) for v in values[:most]) or none
+        text = f"{label}: {words}" + (f" +{len(values) - most}" if len(values) > most else "")
+    return st.popover(text, **kwargs)

@@ -49,10 +49,15 @@ def _smoothing_value(text: str) -> float | None:
     return w if 0.0 <= w <= 0.99 else None
 
 
-def _other_runs() -> tuple:
-    """The runs drawn over this one (``?with=<id>``, repeated): ``(id, path, signature)``."""
-    entries, picked = _runs.overlay_picker(path, _ui.key_for("scalars_with", path), placeholder="other runs, drawn over this one",
-                                           help="The same scalars of other runs on the chart, as `<key> · <run>`")
+def _overlay_picker() -> tuple[dict, list[str]]:
+    """The runs picked to draw over this one (``?with=<id>``, repeated), in a popover."""
+    return _runs.overlay_picker(path, _ui.key_for("scalars_with", path), placeholder="other runs, drawn over this one",
+                                help="The same scalars of other runs on the chart, as `<key> · <run>`",
+                                in_popover=True)
+
+
+def _other_runs(entries: dict, picked: list[str]) -> tuple:
+    """The picked runs as ``(id, path, signature)``; one that cannot be read is a warning."""
     out = []
     for rid in picked:
         try:
@@ -106,8 +111,6 @@ def render():
     _query.from_query("smoothing", _smoothing_value)
     _query.from_query("log", _flag)
     _query.from_query("raw", _flag)
-    c1, c2, c3, c4 = st.columns([3.4, 2, 1.4, 1], vertical_alignment="bottom")
-    picked = c1.multiselect("Scalars", keys, key=keys_key)
     # Log scale by default where the default series span decades (an exploding loss), per run.
     suggest = suggest_log_scale(scalars, default_keys)
     if st.session_state.get("_scalars_log_for") != path:
@@ -116,12 +119,20 @@ def render():
             st.session_state["log"] = suggest
     st.session_state.setdefault("smoothing", SMOOTHING_DEFAULT)
     st.session_state.setdefault("raw", True)
-    weight = c2.slider("Smoothing", 0.0, 0.99, step=0.01, key="smoothing",
-                       help="TensorBoard's exponential moving average with debiasing; 0 shows the raw "
-                            "values. The learning rate is never smoothed.")
-    log_y = c3.toggle("Log scale", key="log",
-                      help="On by default when the series span three decades or more")
-    raw = c4.toggle("Raw", key="raw", help="Also draw the unsmoothed values, faintly")
+    # The multiselects and the slider are in popovers, drawn by the browser when opened:
+    # their front-end code is not loaded before the chart (_ui.controls).
+    bar = st.container(horizontal=True, vertical_alignment="center", gap="small")
+    with bar, _ui.controls("Scalars", st.session_state[keys_key], icon=":material/checklist:"):
+        picked = st.multiselect("Scalars", keys, key=keys_key)
+    with bar:
+        entries, overlaid = _overlay_picker()
+    with bar, _ui.controls(f"Smoothing {st.session_state['smoothing']:g}", icon=":material/tune:"):
+        weight = st.slider("Smoothing", 0.0, 0.99, step=0.01, key="smoothing",
+                           help="TensorBoard's exponential moving average with debiasing; 0 shows the raw "
+                                "values. The learning rate is never smoothed.")
+    log_y = bar.toggle("Log scale", key="log",
+                       help="On by default when the series span three decades or more")
+    raw = bar.toggle("Raw", key="raw", help="Also draw the unsmoothed values, faintly")
     _keys_to_query(picked, default_keys)
     _query.to_query("smoothing", f"{weight:g}", f"{SMOOTHING_DEFAULT:g}")
     _query.to_query("log", "1" if log_y else "0", "1" if suggest else "0")
@@ -129,7 +140,7 @@ def render():
     if not picked:
         st.info("Pick one or more scalars.", icon=":material/checklist:")
         return
-    others = _other_runs()
+    others = _other_runs(entries, overlaid)
     fails = tuple(sorted({f["step"] for f in failures if isinstance(f.get("step"), int)}))
     _ui.chart(_figure(path, sig, float(weight), tuple(picked), bool(log_y), bool(raw), fails,
                             others),

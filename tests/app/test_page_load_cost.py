@@ -357,3 +357,67 @@ def test_without_a_run_the_run_picker_is_open():
     assert [s.label for s in at.sidebar.selectbox] == ["Open a run"]
     assert at.sidebar.selectbox[0].value == "—"
     assert not [e for e in at.sidebar.expander if "· change" in e.label]
+
+
+#: Widgets whose front-end code the browser loads before it draws the page's first chart
+#: when they are drawn on the page: a select box or multiselect (~20 files, 125 kB of
+#: combobox code), a slider (120 kB with moment and numbro), a radio or select slider.
+#: Inside a popover they are drawn when it is opened (bench/pages.py: the Scalars page
+#: fetched 98 scripts before its chart with them on the page, 76 with them in popovers).
+HEAVY_WIDGETS = ("selectbox", "multiselect", "slider", "select_slider", "radio")
+
+
+def _drawn_on_load(node, in_popover: bool = False) -> list[str]:
+    """The heavy widgets of the element tree that are not inside a popover."""
+    out = []
+    if getattr(node, "type", None) in HEAVY_WIDGETS and not in_popover:
+        out.append(f"{node.type} {getattr(node, 'label', '')!r}")
+    inside = in_popover or getattr(node, "type", None) == "popover"
+    for child in getattr(node, "children", {}).values():
+        out += _drawn_on_load(child, inside)
+    return out
+
+
+def _popovers(at) -> list[str]:
+    """The labels of the main area's popovers, in page order."""
+    def walk(node):
+        if getattr(node, "type", None) == "popover":
+            yield node.proto.popover.label
+        for child in getattr(node, "children", {}).values():
+            yield from walk(child)
+    return list(walk(at.main))
+
+
+# (page, sample run, its first chart, a popover label on load)
+CONTROLS = [
+    ("scalars", "digits-exploding", "scalars_chart", "Scalars: loss"),
+]
+
+
+@pytest.mark.parametrize("page, run, first, popover", CONTROLS, ids=[p[0] for p in CONTROLS])
+def test_a_chart_page_keeps_its_select_widgets_in_popovers(page, run, first, popover):
+    """The chart pages over the floor were the ones whose own select boxes, multiselects
+    and sliders the browser loaded (and ran) before their first chart; drawn after the
+    chart in the same script run, they still were. In a popover named after what they
+    are set to, their code is loaded when it is opened."""
+    at = open_page(page, run=run, timeout=240)
+    assert [c.key for c in at.get("plotly_chart")][:1] == [first]
+    assert _drawn_on_load(at._tree) == []
+    assert popover in _popovers(at)
+
+
+def test_the_scalars_popovers_drive_the_chart_and_the_url():
+    from pages._ui import key_for
+
+    at = open_page("scalars", run="digits-exploding")
+    assert _popovers(at) == ["Scalars: loss", "Overlay runs: none", "Smoothing 0.6"]
+    run = ROOT / "sample_runs" / "digits-exploding"
+    at.multiselect(key=key_for("scalars_keys", run)).set_value(["loss", "lr"]).run()
+    at.slider(key="smoothing").set_value(0.3).run()
+    at.multiselect(key=key_for("scalars_with", run)).set_value(["digits-mlp"]).run()
+    assert not at.exception
+    assert _popovers(at) == ["Scalars: loss, lr", "Overlay runs: digits-mlp", "Smoothing 0.3"]
+    assert at.query_params["key"] == ["loss", "lr"] and at.query_params["smoothing"] == "0.3"
+    assert at.query_params["with"] == "digits-mlp"
+    names = {t["name"] for t in json.loads(at.get("plotly_chart")[0].proto.spec)["data"]}
+    assert {"loss", "lr", "loss · digits-mlp", "lr · digits-mlp"} <= names, names
