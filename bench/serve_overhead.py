@@ -33,7 +33,11 @@ requests, in an order shuffled per block; the first request of each run is disca
 (the switch from the previous variant), so what a variant leaves behind for its next
 request stays in its own figures; the orders come from a new seed each run (printed;
 ``--seed`` repeats them), so an effect of the order is noise across runs, not a bias
-repeated by every run. Each request is timed alone by the request thread's CPU
+repeated by every run. Each recorder's memory-reading schedule (``memory_every_s``) runs as
+if its requests came back to back (:class:`MemoryClock`): the counted requests read memory
+as often as a steady service's do (a line says how many did); before, the discarded first
+request of each run took the reading that was due and the counted ones of a ~1 ms model
+none. Each request is timed alone by the request thread's CPU
 time (``time.thread_time``: other processes on a shared machine do not count) and by wall
 time. A variant's overhead is the median over blocks of (its median request - the mean of
 the two bare twins' median requests in the same block), as a share of the bare handler's
@@ -135,6 +139,35 @@ def median_ci(values: list[float]) -> tuple[float, float, float]:
     return statistics.median(v), v[lo], v[hi]
 
 
+class MemoryClock:
+    """Each recorder's memory-reading schedule as if its requests ran back to back.
+
+    A recorder reads memory when ``memory_every_s`` (5 ms) has passed since its last
+    reading. In the bench a recorder's requests come in runs of a few, with the other
+    variants' runs between them (tens of ms): every run's first request (the discarded
+    switch) found a reading due and took it, and the counted ones (a ~1 ms model: 4 in
+    ~4.5 ms) then never did, so the readings' cost fell outside the figures (a steady
+    ~1 ms service reads at about one request in five). :meth:`pause` keeps how long the
+    recorder had left until its next reading when its run ends; :meth:`resume` gives it
+    that much again when its next run starts, so the counted requests read memory as
+    often as in a steady stream of them.
+    """
+
+    def __init__(self):
+        self._left: dict[int, float] = {}
+
+    def resume(self, rec, now: float) -> None:
+        rec._mem_next = now + self._left.get(id(rec), 0.0)
+
+    def pause(self, rec, now: float) -> None:
+        self._left[id(rec)] = max(0.0, rec._mem_next - now)
+
+
+#: which recorder of a model's set each variant records with
+VARIANT_RECORDER = {"request": "rec", "wrap": "rec", "no finite": "rec_nf", "no capture": "rec_nc",
+                    "no memory": "rec_nm"}
+
+
 def handlers(model, *, rec, rec_nf, rec_nc, rec_nm, spin_n: int | None) -> dict:
     """The variants' handlers on one model (each with its own recorders)."""
     import torch
@@ -195,26 +228,27 @@ def handlers(model, *, rec, rec_nf, rec_nc, rec_nm, spin_n: int | None) -> dict:
 
 
 def bench_model(label: str, models: list, xs: list, *, run: int, blocks: int, out: Path,
-                spin_n: int | None, seed: int = 0) -> dict:
+                spin_n: int | None, seed: int = 0, memory_every_s: float | None = None) -> dict:
     """Every variant on every model, blocks rotating over the models (see the module's
     docstring). ``models`` and ``xs``: identical models and their inputs; ``seed``: the
-    blocks' variant orders."""
+    blocks' variant orders; ``memory_every_s``: the recorders' (default: debugkit.serve's)."""
     import debugkit
 
     recs = []
     per_model = []
+    kw = {"hash_weights": False}
+    if memory_every_s is not None:
+        kw["memory_every_s"] = memory_every_s
     for i, model in enumerate(models):
-        rs = {"rec": debugkit.serve(model, out / f"{label}-{i}", hash_weights=False),
-              "rec_nf": debugkit.serve(model, out / f"{label}-{i}-nofinite", hash_weights=False,
-                                       check_finite=False),
-              "rec_nc": debugkit.serve(model, out / f"{label}-{i}-nocapture", hash_weights=False,
-                                       capture=False),
+        rs = {"rec": debugkit.serve(model, out / f"{label}-{i}", **kw),
+              "rec_nf": debugkit.serve(model, out / f"{label}-{i}-nofinite", check_finite=False, **kw),
+              "rec_nc": debugkit.serve(model, out / f"{label}-{i}-nocapture", capture=False, **kw),
               "rec_nm": debugkit.serve(model, out / f"{label}-{i}-nomemory", hash_weights=False,
                                        memory_every_s=1e9)}
         recs += rs.values()
-        per_model.append(handlers(model, spin_n=spin_n, **rs))
-    names = list(per_model[0])
-    for variants, x in zip(per_model, xs):  # warm-up: lazy initialisation, the first writer flush
+        per_model.append((handlers(model, spin_n=spin_n, **rs), rs))
+    names = list(per_model[0][0])
+    for (variants, _), x in zip(per_model, xs):  # warm-up: lazy initialisation, the first writer flush
         for fn in variants.values():
             for _ in range(3 * run):
                 fn(x)
@@ -227,26 +261,38 @@ def bench_model(label: str, models: list, xs: list, *, run: int, blocks: int, ou
     n0 = sum(r.requests for r in recs)
     rng = random.Random(seed)
     order = list(names)
+    clock = MemoryClock()
+    reads = counted = 0  # memory readings taken by the counted requests of `request`
     for b in range(blocks):
         i = b % len(models)
-        variants, x = per_model[i], xs[i]
+        (variants, rs), x = per_model[i], xs[i]
         block_model.append(i)
         rng.shuffle(order)
         for k in order:
             fn = variants[k]
+            r = rs.get(VARIANT_RECORDER.get(k, ""))
+            if r is not None:
+                clock.resume(r, perf())
             fn(x)  # the switch from the previous variant: not counted
             ts, ws = [], []
             for _ in range(run):
+                due = r._mem_next if r is not None else 0.0
                 w, t = perf(), thread_time()
                 fn(x)
                 ts.append(thread_time() - t)
                 ws.append(perf() - w)
+                if k == "request":
+                    counted += 1
+                    reads += r._mem_next != due  # a reading moves the next one on
+            if r is not None:
+                clock.pause(r, perf())
             cpu[k].append(statistics.median(ts))
             wall[k].append(statistics.median(ws))
     writer_s = (sum(thread_cpu(t) for t in writers) - w0) / max(sum(r.requests for r in recs) - n0, 1)
     for r in recs:
         r.close()
-    res = {"label": label, "writer_s": writer_s, "models": len(models), "variants": {}}
+    res = {"label": label, "writer_s": writer_s, "models": len(models), "variants": {},
+           "mem_reads": (reads, counted), "recorders": len(recs)}
     # the baseline of each block: the mean of its two bare twins (half the baseline's noise
     # variance of one twin; the twins' difference is the A/A row)
     base_cpu = [(a + b) / 2 for a, b in zip(cpu["bare"], cpu["bare again"])]
@@ -348,7 +394,11 @@ def main(argv=None) -> int:
             print(f"{r['label']:6} {k:10} {v['cpu'] * scale:7.3f} {unit} {v['wall'] * scale:7.3f} {unit}  "
                   f"{over_c:>32}  {over_w:>12}")
         print(f"{r['label']:6} writer thread: {r['writer_s'] * 1e6:.2f} us CPU per recorded request "
-              f"({r['blocks']} blocks over {r['models']} models)")
+              f"({r['blocks']} blocks over {r['models']} models; {r['recorders']} recorders, each "
+              f"with its own writer and its fixed cost per flush)")
+        reads, counted = r["mem_reads"]
+        print(f"{r['label']:6} memory read by {reads} of {counted} counted `request` requests "
+              f"({reads / max(counted, 1):.1%}; each recorder's schedule as if its requests ran back to back)")
         if r["label"] != "noop":
             print(f"{r['label']:6} models: " + models_line(r["variants"], bare_cpu))
     print()

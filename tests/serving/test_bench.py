@@ -34,7 +34,10 @@ def test_quick_run_prints_rows_targets_and_the_a_a_check(tmp_path):
                         "timer"):
             assert re.search(rf"^{model}\s+{variant}\s+\d", out, re.M), (model, variant, out)
         assert re.search(rf"^{model}\s+writer thread: \d+\.\d+ us CPU per recorded request "
-                         r"\(\d+ blocks over 4 models\)", out, re.M)
+                         r"\(\d+ blocks over 4 models; 16 recorders, each with its own writer", out, re.M)
+        assert re.search(rf"^{model}\s+memory read by \d+ of \d+ counted `request` requests "
+                         r"\(\d+\.\d%; each recorder's schedule as if its requests ran back to back\)$",
+                         out, re.M), out
     for model in ("1ms", "20ms"):
         assert re.search(rf"^{model}\s+control\s+\d", out, re.M)
         # each of the 4 models' own median, for request and the A/A twin
@@ -86,7 +89,7 @@ def test_cases_and_models_flags_run_a_subset_and_refuse_bad_values(tmp_path):
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert re.search(r"^seed: 5 ", p.stdout, re.M), p.stdout
-    assert re.search(r"^noop\s+writer thread: .*\(20 blocks over 2 models\)", p.stdout, re.M), p.stdout
+    assert re.search(r"^noop\s+writer thread: .*\(20 blocks over 2 models; 8 recorders", p.stdout, re.M), p.stdout
     assert not re.search(r"^(1ms|20ms)\s", p.stdout, re.M), p.stdout
     for bad in (["--cases", "5ms"], ["--models", "0"]):
         p = subprocess.run([sys.executable, str(SCRIPT), *bad], cwd=tmp_path, env=env, capture_output=True,
@@ -105,3 +108,46 @@ def test_median_interval_by_order_statistics():
     assert bench.median_ci([5.0, 1.0, 3.0]) == (3.0, 1.0, 5.0)
     m, lo, hi = bench.median_ci([float(i) for i in range(100)])
     assert (m, lo, hi) == (49.5, 40.0, 60.0)  # ranks 50 -/+ 1.96 * sqrt(100) / 2
+
+
+def test_the_bench_counts_the_memory_readings_of_its_counted_requests(tmp_path):
+    """The ``memory read by`` count: with a reading due every 10 ms of each recorder's own
+    request time (:class:`MemoryClock`) and >= 1 ms requests, ``request`` and ``wrap`` on one
+    recorder in runs of 1 + 4, the 240 counted ``request`` requests take one reading per
+    ~10 ms of the recorder's ~600 requests, ~40 % of them counted ones: ~24 (more when
+    the machine is loaded and requests take longer)."""
+    import time
+
+    import torch
+
+    bench = _bench()
+
+    class Slow(torch.nn.Module):
+        def forward(self, x):
+            time.sleep(0.001)
+            return x * 1.0
+
+    r = bench.bench_model("slow", [Slow()], [torch.ones(2, 2)], run=4, blocks=60, out=tmp_path,
+                          spin_n=None, memory_every_s=0.01)
+    reads, counted = r["mem_reads"]
+    assert counted == 240
+    assert 8 <= reads <= 120, r["mem_reads"]
+
+
+def test_memory_clock_keeps_each_recorders_time_to_its_next_reading():
+    bench = _bench()
+
+    class Rec:
+        _mem_next = 12.0
+
+    a, b = Rec(), Rec()
+    clock = bench.MemoryClock()
+    clock.resume(a, 5.0)  # never paused: a reading is due at once
+    assert a._mem_next == 5.0
+    a._mem_next = 12.0
+    clock.pause(a, 10.0)  # 2 s left
+    b._mem_next = 9.0
+    clock.pause(b, 10.0)  # overdue: due at once when resumed
+    clock.resume(a, 50.0)
+    clock.resume(b, 50.0)
+    assert (a._mem_next, b._mem_next) == (52.0, 50.0)
