@@ -112,6 +112,8 @@ class Request:
     outcome: str | None = None
     failure_id: str | None = None
     latency_ms: float | None = None
+    #: (input signature, input element count), taken at the request's start
+    signature: tuple[str, int] = ("", 0)
 
     def __init__(self, rec: ServeRecorder, inputs, call: str | None, route: str | None):
         self.rec = rec
@@ -146,6 +148,23 @@ class Request:
         if rec._closed:
             raise InvalidInputError(MSG_CLOSED)
         self.request = next(rec._seq)
+        # the input signature here, before the model: the lookup then finds the caches the
+        # previous request's own lookup left, not the model's (after it, ~9 us against ~1 us;
+        # docs/serving.md#fifth-round-the-20-ms-figure-and-the-cold-path), and it describes
+        # the inputs as the request got them
+        inputs = self.inputs
+        try:
+            # a dict of one tensor or one tensor (most services): one cache lookup by its
+            # key, dtype and shape (see describe_inputs)
+            if type(inputs) is dict and len(inputs) == 1:
+                T = rec._Tensor
+                for k, v in inputs.items():
+                    hit = _INPUTS_CACHE.get((k, v.dtype, v.shape)) if type(v) is T else None
+                self.signature = hit if hit is not None else describe_inputs(inputs, T)
+            else:
+                self.signature = describe_inputs(inputs, rec._Tensor)
+        except Exception:  # noqa: BLE001 - an odd input never breaks the request
+            self.signature = (f"input:{type(inputs).__name__}", 0)
         if rec.capture:  # a CPU model: the CPU generator's state tensor (a dict at capture)
             gen = rec._cpu_gen
             self.rng = gen.get_state() if gen is not None else take_rng_state()
@@ -183,7 +202,9 @@ class Request:
                         # one tensor (the usual case): its sum is finite iff every element
                         # is, confirmed element-wise only when it is not (see _nonfinite_outputs)
                         if out.dtype in rec._float_dtypes:
-                            total = out.sum().item()
+                            # tolist() of the 0-dim sum reads its value without a second
+                            # dispatched op (item() is one: ~4 us more after a model)
+                            total = out.sum().tolist()
                             if total - total != 0 and not bool(rec._torch.isfinite(out).all()):
                                 bad = ["output"]
                     else:
@@ -197,18 +218,7 @@ class Request:
         mem_after = rec._mem() if mem_before is not None else None
         t0 = self.t0
         self.latency_ms = latency_ms = (t1 - t0) * 1e3
-        inputs = self.inputs
-        try:
-            # a dict of one tensor or one tensor (most services): one cache lookup by its
-            # key, dtype and shape (see describe_inputs)
-            if type(inputs) is dict and len(inputs) == 1:
-                for k, v in inputs.items():
-                    hit = _INPUTS_CACHE.get((k, v.dtype, v.shape)) if type(v) is T else None
-                sig, numel = hit if hit is not None else describe_inputs(inputs, T)
-            else:
-                sig, numel = describe_inputs(inputs, T)
-        except Exception:  # noqa: BLE001 - an odd input never breaks the request
-            sig, numel = f"input:{type(inputs).__name__}", 0
+        sig, numel = self.signature
         self.outcome = outcome
         self.wall_time = wall_time = t0 + rec._wall_offset
         if outcome != "ok" and rec.capture and (outcome != "fallback" or self.fallback_error is not None):

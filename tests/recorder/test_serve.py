@@ -368,3 +368,48 @@ def test_the_recorders_finiteness_check(tmp_path, out, outcome):
         r.output(out)
     rec.close()
     assert r.outcome == outcome
+
+
+def test_the_signature_is_the_inputs_at_the_requests_start(tmp_path):
+    """The input signature is looked up in ``__enter__``, before the model (after it, with
+    the caches the model left, the lookup costs several times as much): a service that
+    changes its inputs dict during the request gets the inputs it started with, in the row
+    and in the capture's signature."""
+    rec = debugkit.serve(_model(), tmp_path / "r", memory_every_s=0)
+    inputs = {"input_ids": torch.ones(1, 3, dtype=torch.long)}
+    with rec.request(inputs) as r:
+        inputs["input_ids"] = torch.ones(2, 7, dtype=torch.long)  # e.g. padded in place of the caller's
+        r.output(torch.tensor([float("nan")]))
+    rec.close()
+    (row,) = open_run(tmp_path / "r").requests().to_dict("records")
+    assert row["signature"] == "input_ids:int64[1,3]" and row["input_numel"] == 3, row
+    assert open_run(tmp_path / "r").failure(r.failure_id)["signature"] == "input_ids:int64[1,3]"
+
+
+def test_after_the_model_one_dispatched_op_reads_the_finiteness_sum(tmp_path):
+    """After the model the recorder's finiteness check of one float tensor makes one
+    reduction and reads it with ``tolist()`` (no ``item()``: another dispatched op, ~4 us
+    more with the caches a model leaves); the element-wise check runs only for a sum that
+    is not finite. Counted with a TorchFunctionMode around the request's end."""
+    from torch.overrides import TorchFunctionMode
+
+    calls: list[str] = []
+
+    class Count(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            name = getattr(func, "__name__", str(func))
+            if name not in ("__get__", "__set__"):
+                calls.append(name)
+            return func(*args, **(kwargs or {}))
+
+    rec = debugkit.serve(_model(), tmp_path / "r", memory_every_s=1e9)
+    for out, want in ((torch.ones(4, 3), ["sum", "tolist"]),
+                      (torch.tensor([1.0, float("inf")]), ["sum", "tolist", "isfinite", "all", "__bool__"])):
+        r = rec.request({"input_ids": torch.ones(1, 3, dtype=torch.long)})
+        r.__enter__()
+        r.output(out)
+        calls.clear()
+        with Count():
+            r.__exit__(None, None, None)
+        assert calls == want, calls
+    rec.close()
