@@ -456,16 +456,28 @@ class SpecBuilder:
             obs[k] = (v.dtype, tuple(v.shape), lo, hi)
         return {"structure": s, "names": list(flat), "tensors": obs}
 
-    def commit(self, obs: dict) -> None:
-        if self.structure is None:
+    def commit(self, obs: dict) -> bool:
+        """Add an observed batch; returns whether it widened what was learned (a tensor or
+        a shape not seen before, or an integer value outside the range so far)."""
+        new = self.structure is None
+        if new:
             self.structure, self.names = obs["structure"], obs["names"]
         for k, (dtype, shape, lo, hi) in obs["tensors"].items():
-            info = self.seen.setdefault(k, {"dtype": dtype, "shapes": [], "lo": None, "hi": None})
+            info = self.seen.get(k)
+            if info is None:
+                info = self.seen[k] = {"dtype": dtype, "shapes": [], "lo": None, "hi": None,
+                                       "distinct": set()}
             info["shapes"].append(shape)
+            if shape not in info["distinct"]:
+                info["distinct"].add(shape)
+                new = True
             if lo is not None:
-                info["lo"] = lo if info["lo"] is None else min(lo, info["lo"])
-                info["hi"] = hi if info["hi"] is None else max(hi, info["hi"])
+                if info["lo"] is None or lo < info["lo"] or hi > info["hi"]:
+                    new = True
+                    info["lo"] = lo if info["lo"] is None else min(lo, info["lo"])
+                    info["hi"] = hi if info["hi"] is None else max(hi, info["hi"])
         self.n += 1
+        return new
 
     def add(self, batch) -> None:
         self.commit(self.observe(batch))

@@ -1,8 +1,9 @@
 """Learn the spec of the healthy batches a run trains on (for failure captures).
 
 The recorder observes a sample of the batches (every step up to :data:`SPEC_DENSE`
-batches, then every :data:`SPEC_EVERY`-th step, at most :data:`SPEC_MAX` in all) and
-commits an observation only when its step ends well. A failure capture stores the spec
+batches, then every :data:`SPEC_EVERY`-th step, backing off geometrically to every
+:data:`SPEC_EVERY_MAX`-th while the batches teach it nothing new, at most :data:`SPEC_MAX`
+in all) and commits an observation only when its step ends well. A failure capture stores the spec
 learned so far, so the Replay page can say which guard would have stopped the failing
 batch.
 """
@@ -12,8 +13,9 @@ from __future__ import annotations
 from .batchspec import SpecBuilder
 
 SPEC_DENSE = 256  # healthy batches observed at every step...
-SPEC_EVERY = 16   # ...then every SPEC_EVERY-th step
-SPEC_MAX = 4096   # and no more than this many in all
+SPEC_EVERY = 16   # ...then every SPEC_EVERY-th step; each observed batch that adds nothing
+SPEC_EVERY_MAX = 1024  # (no new shape or value range) doubles the interval, up to this;
+SPEC_MAX = 4096   # one that does sets it back to SPEC_EVERY; no more than SPEC_MAX in all
 
 
 class SpecSampler:
@@ -22,8 +24,10 @@ class SpecSampler:
     well (or :meth:`discard` it).
 
     ``every`` is 1 for the first :data:`SPEC_DENSE` committed batches, then
-    :data:`SPEC_EVERY`, and 0 once :data:`SPEC_MAX` batches are in (or the batches changed
-    structure): the Recorder observes step ``s`` when ``every and s % every == 0``, so an
+    :data:`SPEC_EVERY`, doubled (up to :data:`SPEC_EVERY_MAX`) by each committed batch
+    that widened nothing and set back to :data:`SPEC_EVERY` by one that did (the spec
+    still changes: a new shape or integer range), and 0 once :data:`SPEC_MAX` batches are
+    in (or the batches changed structure): the Recorder observes step ``s`` when ``every and s % every == 0``, so an
     unobserved step costs it one attribute read. ``obs`` is the open step's observation
     (None when none was taken).
     """
@@ -49,9 +53,16 @@ class SpecSampler:
         """The step ended well: its observed batch (if any) joins the spec."""
         sb = self._specs
         if self.obs is not None and sb is not None:
-            sb.commit(self.obs)
+            new = sb.commit(self.obs)
             self._steps = [self._steps[0] if self._steps[0] is not None else step, step]
-            self.every = 0 if sb.n >= SPEC_MAX else 1 if sb.n < SPEC_DENSE else SPEC_EVERY
+            if sb.n >= SPEC_MAX:
+                self.every = 0
+            elif sb.n < SPEC_DENSE:
+                self.every = 1
+            elif new or self.every < SPEC_EVERY:  # the dense phase ends, or the spec grew
+                self.every = SPEC_EVERY
+            else:
+                self.every = min(2 * self.every, SPEC_EVERY_MAX)
         self.obs = None
 
     def discard(self) -> None:

@@ -143,6 +143,7 @@ def test_spec_learning_observes_the_dense_steps_then_every_nth_then_stops(tmp_pa
 
     monkeypatch.setattr(sm, "SPEC_DENSE", 4)
     monkeypatch.setattr(sm, "SPEC_EVERY", 3)
+    monkeypatch.setattr(sm, "SPEC_EVERY_MAX", 3)  # no back-off: every 3rd step
     monkeypatch.setattr(sm, "SPEC_MAX", 7)
     seen = []
     observe = SpecBuilder.observe
@@ -153,6 +154,52 @@ def test_spec_learning_observes_the_dense_steps_then_every_nth_then_stops(tmp_pa
     _train(rec, model, opt, x, y, 20, fail_at={1})  # a failed step's batch is not committed
     assert seen == [0, 1, 2, 3, 4, 6, 9, 12]  # 4 dense commits (0, 2, 3, 4), every 3rd to 7
     assert rec._specs.every == 0 and rec._specs._specs.n == 7
+    rec.close()
+
+
+def test_spec_learning_backs_off_while_the_batches_teach_it_nothing_new(tmp_path, monkeypatch):
+    """Issue 32 item 1: past the dense start, each observed batch that adds no shape or
+    value range doubles the interval (up to SPEC_EVERY_MAX); one that widens the spec sets
+    it back, so the spec still learns what changes, at a fraction of the observations
+    (every 16th step for ever, before)."""
+    from debugkit.recorder import spec_sampler as sm
+    from debugkit.recorder.batchspec import SpecBuilder
+
+    monkeypatch.setattr(sm, "SPEC_DENSE", 4)
+    monkeypatch.setattr(sm, "SPEC_EVERY", 2)
+    monkeypatch.setattr(sm, "SPEC_EVERY_MAX", 8)
+    seen = []
+    observe = SpecBuilder.observe
+    monkeypatch.setattr(SpecBuilder, "observe",
+                        lambda self, batch: (seen.append(rec._cur.step), observe(self, batch))[1])
+    model, opt, x, y = _setup()
+    y_wide = y.clone()
+    y_wide[0] = 2  # a label value above the ones seen so far: the spec's range grows
+    y[y == 2] = 1
+    x_short = x[:3]  # a new batch size
+    rec = Recorder(tmp_path / "r", model, optimizer=opt, flush_every_s=3600)
+    for s in range(60):
+        yb = y_wide if s >= 24 else y
+        xb = x_short if s >= 44 else x
+        yb = yb[:len(xb)]
+        try:
+            with rec.step((xb, yb)):
+                loss = F.cross_entropy(model(xb), yb)
+                opt.zero_grad()
+                loss.backward()
+                rec.log(loss=loss)
+                if s == 1:
+                    raise RuntimeError("planted")
+                opt.step()
+        except RuntimeError:
+            pass
+    # dense 0-4 (1 failed), then every 2nd, 4th, 8th (the cap); at 24 the new label widens
+    # the range: every 2nd again, backing off; at 48 the new batch size does the same
+    assert seen == [0, 1, 2, 3, 4, 6, 8, 16, 24, 26, 28, 32, 40, 48, 50, 52, 56]
+    got = rec._specs.spec(None)
+    assert got["inferred_from"]["healthy_batches"] == len(seen) - 1  # all but the failed one
+    assert got["tensors"]["1"]["range"] == [0, 3]  # the widened label range was learned
+    assert rec._specs._specs.seen["0"]["distinct"] == {(5, 4), (3, 4)}  # and the new size
     rec.close()
 
 
@@ -345,3 +392,49 @@ def test_the_lean_path_with_layer_stats_records_what_the_full_path_records(tmp_p
     if plant in ("nan_loss", "error"):
         assert (75, "g_q50") in stats and (76, "max_abs") in stats
     assert (40, "update_ratio") in stats and (80, "update_ratio") in stats
+
+
+class _CountingGenerator:
+    """torch.default_generator as the Recorder sees it, counting its state getters."""
+
+    def __init__(self, gen, clone=True):
+        self.gen, self.calls = gen, []
+        if clone:
+            self.clone_state = lambda: (self.calls.append("clone_state"), gen.clone_state())[1]
+
+    def get_state(self):
+        self.calls.append("get_state")
+        return self.gen.get_state()
+
+
+@pytest.mark.parametrize("clone", [True, False])
+def test_a_lean_step_clones_the_generator_and_a_capture_holds_its_step_start_state(
+        tmp_path, monkeypatch, clone):
+    """Issue 32 item 1: a lean step takes the CPU generator's state at its start by one
+    ``clone_state`` (no 5 KB state tensor built per step, as ``get_state`` did); a capture
+    turns the clone into the state tensor, the same the step started from, so replay's
+    dropout draws are the step's. Before torch 2.4 (no ``clone_state``) it is get_state."""
+    from safetensors.torch import load_file
+
+    counting = _CountingGenerator(torch.default_generator, clone)
+    monkeypatch.setattr(torch, "default_generator", counting)
+    model, opt, x, y = _setup()
+    rec = Recorder(tmp_path / "r", model, optimizer=opt, flush_every_s=3600)
+    monkeypatch.undo()
+    _train(rec, model, opt, x, y, 1)  # step 0: sampled by the layer statistics (full path)
+    counting.calls.clear()
+    _train(rec, model, opt, x, y, 3)
+    want = "clone_state" if clone else "get_state"
+    assert counting.calls == [want] * 3  # one per step, and the capture's below adds none
+    counting.calls.clear()
+    at_start = None
+    with pytest.raises(RuntimeError):
+        with rec.step((x, y)):
+            at_start = torch.get_rng_state()
+            torch.nn.functional.dropout(x, 0.5)  # the step draws from the generator
+            raise RuntimeError("planted")
+    assert counting.calls == [want]
+    rec.close()
+    (cap,) = open_run(tmp_path / "r").failures()
+    saved = load_file(str(tmp_path / "r" / "failures" / cap["id"] / "rng.safetensors"))
+    assert torch.equal(saved["torch_cpu"], at_start)
