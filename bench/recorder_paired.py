@@ -12,9 +12,10 @@ same round's ``norms`` (bare + the fused norm of every gradient). Variants:
 - bare, norms:   as in recorder_overhead.py
 - debugkit:      this checkout's Recorder, ``rec.step`` + ``rec.log(loss=...)``, without
   layer statistics (``layer_stats_every=None``; the default samples every 500th step)
-- ``--against REV``: also the Recorder of git revision REV (its ``recorder.py`` loaded
-  beside this one, on this checkout's other modules), so a change to the step path is
-  measured against its predecessor in one process
+- ``--against REV``: also the Recorder of git revision REV (its ``recorder.py``,
+  ``spec_sampler.py`` and ``writer.py`` loaded beside this one, on this checkout's other
+  modules), so a change to the step path is measured against its predecessor in one
+  process
 - ``--layer-stats N``: also the Recorder with ``layer_stats_every=N`` (issue 33)
 
     python bench/recorder_paired.py [--rounds 60 --steps 50] [--against c5c8a3d] [--layer-stats 500]
@@ -42,16 +43,42 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 
-def _recorder_at(rev: str):
-    """The Recorder class of ``debugkit/recorder/recorder.py`` at git revision ``rev``."""
-    src = subprocess.run(["git", "show", f"{rev}:debugkit/recorder/recorder.py"], cwd=ROOT,
+#: Modules of the step path loaded at ``--against REV`` beside its ``recorder.py``: each one's
+#: names that the recorder imported are rebound to REV's (the rest of debugkit is this
+#: checkout's). ``spec_sampler``: how often spec learning observes a batch; ``writer``:
+#: the per-step block the rows go into.
+AT_REV = ("spec_sampler", "writer")
+
+
+def _module_at(rev: str, name: str):
+    """``debugkit/recorder/<name>.py`` at git revision ``rev``, loaded as a module of its own."""
+    src = subprocess.run(["git", "show", f"{rev}:debugkit/recorder/{name}.py"], cwd=ROOT,
                          capture_output=True, text=True, check=True).stdout
-    path = Path(tempfile.mkdtemp(prefix="dk-paired-")) / "recorder_at.py"
+    path = Path(tempfile.mkdtemp(prefix="dk-paired-")) / f"{name}_at.py"
     path.write_text(src)
-    spec = importlib.util.spec_from_file_location("debugkit.recorder._recorder_at", path)
+    spec = importlib.util.spec_from_file_location(f"debugkit.recorder._{name}_at", path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
+    return mod
+
+
+def _recorder_at(rev: str):
+    """The Recorder class of ``debugkit/recorder/recorder.py`` at git revision ``rev``, with
+    REV's step-path modules (:data:`AT_REV`) in place of this checkout's."""
+    mod = _module_at(rev, "recorder")
+    for name in AT_REV:
+        old = _module_at(rev, name)
+        if name == "writer":  # the row types other modules (layer statistics) hand it: ours
+            from debugkit.recorder import writer
+
+            for shared in ("PendingTensor", "RowLayout", "ColumnRows"):
+                setattr(old, shared, getattr(writer, shared))
+        for attr, value in list(vars(mod).items()):
+            if getattr(value, "__module__", None) == f"debugkit.recorder.{name}":
+                setattr(mod, attr, getattr(old, attr, value))
+            elif name == "writer" and attr == "BLOCK_STEPS":
+                setattr(mod, attr, old.BLOCK_STEPS)
     return mod.Recorder
 
 
