@@ -175,7 +175,7 @@ def render_sampled(path: str, entry: dict, prof):
                    icon=":material/warning:")
 
     threads, thread_desc = _thread_selection(prof, "sp")
-    left, mid, right = st.columns([3, 1.2, 1.2])
+    left, mid, right = st.columns([3, 1.2, 1.2], vertical_alignment="bottom")
     _query.from_query("search", lambda v: v[:200])
     query = left.text_input("Search a function", key="search", max_chars=200,
                             placeholder="e.g. backward, DataLoader, my_model.py",
@@ -189,9 +189,10 @@ def render_sampled(path: str, entry: dict, prof):
                       name="fold", expected="one of " + ", ".join(f"{f:g}" for f in FOLD_CHOICES))
     by = mid.segmented_control("Frames", ["function", "frame"], required=True,
                                format_func={"function": "by function", "frame": "by line"}.get, key="sp_by")
-    fold = right.selectbox("Fold frames under", list(FOLD_CHOICES), format_func=FOLD_CHOICES.get,
-                           key="sp_fold", help="Frames with fewer samples are merged into one grey block "
-                                               "per parent, so the figure stays small.")
+    with right, _ui.controls("Fold under", FOLD_CHOICES[st.session_state["sp_fold"]], icon=":material/unfold_less:"):
+        fold = st.selectbox("Fold frames under", list(FOLD_CHOICES), format_func=FOLD_CHOICES.get,
+                            key="sp_fold", help="Frames with fewer samples are merged into one grey block "
+                                                "per parent, so the figure stays small.")
     _query.to_query("sp_by", by, "function", name="by")
     _query.to_query("sp_fold", f"{fold:g}", f"{next(iter(FOLD_CHOICES)):g}", name="fold")
 
@@ -299,7 +300,7 @@ def _flamegraph(path: str, sig: tuple, entry: dict, prof, threads, thread_desc: 
             return "the training loop (all of it)" if scope == "loop" else "the whole profile"
         return ("the training loop: " if n == loop_node else "") + f"{names[n]} ({shares[n]:.1%})"
 
-    z1, z2 = st.columns([3, 1])
+    bar = st.container(horizontal=True, vertical_alignment="center", gap="small")
     zkey = f"sp_zoom_{entry['id']}_{by}_{scope}"
     if st.session_state.get(zkey) not in zoom_opts:
         st.session_state[zkey] = -1
@@ -307,10 +308,13 @@ def _flamegraph(path: str, sig: tuple, entry: dict, prof, threads, thread_desc: 
                       expected="a frame this view offers to zoom into")
     st.session_state.setdefault("sp_flame", False)
     _query.from_query("sp_flame", _query.flag, name="flame", expected="0 or 1")
-    zoom = z1.selectbox("Zoom into", zoom_opts, key=zkey, format_func=zoom_label,
-                        help="Or click a frame in the figure to zoom into it; click the bar above "
-                             "the figure to zoom back out.")
-    flame = z2.toggle("Root at the bottom", key="sp_flame",
+    # in a popover named after the zoom (_ui.controls): the select box's code is not loaded
+    # before the flamegraph
+    with bar, _ui.controls("Zoom", zoom_label(st.session_state[zkey]), icon=":material/zoom_in:"):
+        zoom = st.selectbox("Zoom into", zoom_opts, key=zkey, format_func=zoom_label,
+                            help="Or click a frame in the figure to zoom into it; click the bar above "
+                                 "the figure to zoom back out.")
+    flame = bar.toggle("Root at the bottom", key="sp_flame",
                       help="Flame graph (root at the bottom) instead of an icicle (root on top).")
     _query.to_query(zkey, str(zoom), "-1", name="zoom")
     _query.to_query("sp_flame", "1" if flame else "0", "0", name="flame")

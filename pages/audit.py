@@ -481,8 +481,13 @@ def main():
                             f"{(e['created_at'] or '')[:16].replace('T', ' ')} · {e['id']}" for e in entries}
         # Without ?audit=, the first failing audit (what needs attention), else the newest.
         first = next((i for i, e in enumerate(entries) if e.get("verdict") == "fail"), 0)
-        audit_id = st.selectbox("Audit", ids, index=ids.index(wanted) if wanted else first,
-                                format_func=labels.get, key=f"audit_pick_{wanted}")
+        index = ids.index(wanted) if wanted else first
+        picked = st.session_state.get(f"audit_pick_{wanted}")
+        # in a popover named after the open audit (_ui.controls): the select box's code is not
+        # loaded before the first chart
+        with _ui.controls("Audit", labels[picked if picked in labels else ids[index]],
+                          icon=":material/balance:"):
+            audit_id = st.selectbox("Audit", ids, index=index, format_func=labels.get, key=f"audit_pick_{wanted}")
         if st.query_params.get("audit") != audit_id:
             st.query_params["audit"] = audit_id
     try:

@@ -95,7 +95,8 @@ def _param_step(name: str, steps: list) -> int | None:
 def _pick_folder() -> None:
     from debugkit.io.access import check_allowed
 
-    with st.expander("Also read state_dict files from a folder", expanded=bool(_folder())):
+    # a popover, drawn when opened: its form's text input is not loaded before the heatmap
+    with _ui.controls("Also read state_dict files from a folder", icon=":material/folder_open:"):
         with st.form("ckpt_folder_form", border=False):
             text = st.text_input("Folder with `*.safetensors`, `*.pt`, `*.pth` or `*.bin` files",
                                  value=_folder() or "", placeholder="/checkpoints/my-run",
@@ -115,8 +116,8 @@ def _pick_folder() -> None:
                     st.session_state.pop("ckpt_folder_error", None)
                     st.session_state[FOLDER_KEY] = str(folder)
                 st.rerun()
-        if msg := st.session_state.get("ckpt_folder_error"):
-            st.error(_ui.md(msg), icon=":material/folder_off:")
+    if msg := st.session_state.get("ckpt_folder_error"):
+        st.error(_ui.md(msg), icon=":material/folder_off:")
 
 
 # ----------------------------------------------------------------------------- sections
@@ -220,9 +221,14 @@ def _compare_section(listing, sig, folder_sig) -> None:
     by_step = {int(s): i for i, s in enumerate(ok["step"]) if s == s}
     ia = by_step.get(qa, ia) if qa is not None else ia
     ib = by_step.get(qb, ib) if qb is not None else ib
-    c1, c2 = st.columns(2)
-    a = c1.selectbox("A (before)", range(len(ok)), index=ia, format_func=labels.__getitem__, key="ckpt_a")
-    b = c2.selectbox("B (after)", range(len(ok)), index=ib, format_func=labels.__getitem__, key="ckpt_b")
+    # popovers named after the picked checkpoints (_ui.controls): their select boxes' code is
+    # not loaded before the heatmap
+    bar = st.container(horizontal=True, vertical_alignment="center", gap="small")
+    cur_a, cur_b = (st.session_state.get(k, i) for k, i in (("ckpt_a", ia), ("ckpt_b", ib)))
+    with bar, _ui.controls("A (before)", labels[cur_a] if cur_a in range(len(ok)) else labels[ia]):
+        a = st.selectbox("A (before)", range(len(ok)), index=ia, format_func=labels.__getitem__, key="ckpt_a")
+    with bar, _ui.controls("B (after)", labels[cur_b] if cur_b in range(len(ok)) else labels[ib]):
+        b = st.selectbox("B (after)", range(len(ok)), index=ib, format_func=labels.__getitem__, key="ckpt_b")
     for name, i in (("a", a), ("b", b)):
         s = ok["step"].iloc[i]
         if s == s and st.query_params.get(name) != str(int(s)):
@@ -283,7 +289,7 @@ def _replay_links(listing, failures, rid) -> None:
     st.caption("Replay a captured failing batch with the weights of a checkpoint instead of the "
                "captured ones: did the batch fail with the weights of step N too? (a label out of "
                "range fails with any weights; a NaN that builds up does not)")
-    c1, c2 = st.columns(2)
+    c1, c2 = st.columns(2)  # the choice, in popovers named after it (_ui.controls)
     steps = [int(s) for s in own["step"]]
     by_id = {f["id"]: f for f in failures}
     # ?replay_step=<checkpoint step>&capture=<failure id>: this choice, from a link
@@ -295,10 +301,13 @@ def _replay_links(listing, failures, rid) -> None:
                       name="replay_step", expected="the step of one of this run's checkpoints")
     _query.from_query("ckpt_replay_failure", lambda v: v if v in by_id else None, name="capture",
                       expected="one of this run's failure captures")
-    step = c1.selectbox("Checkpoint", steps, format_func=lambda s: f"step {s}", key="ckpt_replay_step")
-    fid = c2.selectbox("Capture", list(by_id), key="ckpt_replay_failure",
-                       format_func=lambda i: f"step {by_id[i].get('step')} · "
-                                             f"{by_id[i].get('error_type') or by_id[i].get('kind')}")
+    def capture(i):
+        return f"step {by_id[i].get('step')} · {by_id[i].get('error_type') or by_id[i].get('kind')}"
+
+    with c1, _ui.controls("Checkpoint", f"step {st.session_state['ckpt_replay_step']}"):
+        step = st.selectbox("Checkpoint", steps, format_func=lambda s: f"step {s}", key="ckpt_replay_step")
+    with c2, _ui.controls("Capture", capture(st.session_state["ckpt_replay_failure"])):
+        fid = st.selectbox("Capture", list(by_id), key="ckpt_replay_failure", format_func=capture)
     _query.to_query("ckpt_replay_step", str(step), str(steps[-1]), name="replay_step")
     _query.to_query("ckpt_replay_failure", fid, next(iter(by_id)), name="capture")
     _routing.link_to("pages/replay.py", f"Replay capture {fid} from checkpoint at step {step}",

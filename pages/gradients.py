@@ -293,10 +293,20 @@ def render():
     if want_rank is not None and want_rank not in ranks:
         st.warning(f"?rank={want_rank}: this run has no gradient norms from that rank "
                    f"(ranks: {', '.join(map(str, ranks))}); showing rank {ranks[0]}.")
-    c_rank, c_mod, c_rx, c_clip, c_thr = st.columns([0.7, 2.4, 1.9, 1.4, 1.6], vertical_alignment="bottom")
-    with c_rank:
-        rank = st.selectbox("Rank", ranks, index=ranks.index(want_rank) if want_rank in ranks else 0,
-                            disabled=len(ranks) == 1)
+    # The controls are popovers named after their values, in a bar above the heatmap: the
+    # browser draws a popover's widgets when it is opened, so their code (a select box's
+    # and a multiselect's ~20 files) is not loaded before the heatmap (_ui.controls).
+    bar = st.container(horizontal=True, vertical_alignment="center", gap="small")
+    # the rank picked, seeded from ?rank= once per distinct value (a rank the run lacks: the
+    # warning above, and the first rank)
+    _query.from_query("grad_rank_pick", lambda v: int(v) if v.isdigit() and int(v) in ranks else None,
+                      name="rank")
+    if st.session_state.get("grad_rank_pick") not in ranks:
+        st.session_state["grad_rank_pick"] = ranks[0]
+    rank = st.session_state["grad_rank_pick"]
+    if len(ranks) > 1:
+        with bar, _ui.controls(f"Rank {rank}", icon=":material/dns:"):
+            rank = st.selectbox("Rank", ranks, key="grad_rank_pick")
     _query.to_query("grad_rank", str(rank), str(ranks[0]), name="rank")
     m = mats[rank]
     tree = module_prefixes(m.layers)
@@ -308,15 +318,18 @@ def render():
                                         if p in prefixes]
     _query.from_query("grad_regex", lambda v: v[:200])
     _query.from_query("grad_clip", _clip_value)
-    with c_mod:
+    picked_mods, rx_now = st.session_state["grad_modules"], st.session_state.get("grad_regex") or ""
+    with bar, _ui.controls("Layers", picked_mods + ([f"/{rx_now}/"] if rx_now else []),
+                           none=f"all {len(m.layers)}", icon=":material/filter_alt:"):
         modules = st.multiselect(
             "Modules", prefixes, key="grad_modules",
             format_func=lambda p: next(("\u2003" * (d - 1) + f"{p} ({n})" for q, d, n in tree if q == p), p),
             placeholder="all modules", help="Parameters under any chosen module (a module tree, in model order).")
-    with c_rx:
         regex = st.text_input("Layer regex", placeholder=r"e.g. attn|\.bias$", key="grad_regex",
                               help="Python regular expression searched in each parameter name.")
-    with c_clip:
+    clip_now = st.session_state.get("grad_clip")
+    with bar, _ui.controls("What-if clip", "off" if clip_now is None else f"{clip_now:g}",
+                           icon=":material/content_cut:"):
         max_norm = st.number_input("What-if clip max_norm", min_value=0.0, value=None, step=0.1,
                                    format="%.3g", placeholder="off", key="grad_clip",
                                    on_change=_open_lines,
@@ -331,13 +344,12 @@ def render():
         _query.from_query(f"grad_{name}", _query.number_in(low, high), name=name,
                           expected=f"a number from {low:g} to {high:g}")
         st.session_state.setdefault(f"grad_{name}", float(DEFAULTS[name]))
-    with c_thr:
-        with st.popover("Thresholds", icon=":material/tune:"):
-            ef = st.number_input("explode_factor", min_value=1.5, max_value=1e6, key="grad_explode_factor")
-            vr = st.number_input("vanish_rel", min_value=1e-12, max_value=1.0, format="%.1e",
-                                 key="grad_vanish_rel")
-            sm = st.number_input("spike_mads", min_value=1.0, max_value=1e3, key="grad_spike_mads")
-            st.caption("See docs/gradients.md for every threshold.")
+    with bar, _ui.controls("Thresholds", icon=":material/tune:"):
+        ef = st.number_input("explode_factor", min_value=1.5, max_value=1e6, key="grad_explode_factor")
+        vr = st.number_input("vanish_rel", min_value=1e-12, max_value=1.0, format="%.1e",
+                             key="grad_vanish_rel")
+        sm = st.number_input("spike_mads", min_value=1.0, max_value=1e3, key="grad_spike_mads")
+        st.caption("See docs/gradients.md for every threshold.")
     config = (("explode_factor", ef), ("vanish_rel", vr), ("spike_mads", sm))
     for name, value in config:
         _query.to_query(f"grad_{name}", f"{value:g}", f"{float(DEFAULTS[name]):g}", name=name)

@@ -103,8 +103,12 @@ def _controls(mem):
     share = _query.number_in(0.5, 0.99, step=0.01)
     _query.from_query("mem_gpu_thr", share, name="gpu_warn", expected="a share from 0.5 to 0.99")
     _query.from_query("mem_host_thr", share, name="host_warn", expected="a share from 0.5 to 0.99")
-    c = st.columns([3, 2, 2, 2])
-    chosen = c[0].multiselect("Series", available, format_func=SERIES_LABELS.get, key="mem_series")
+    # The series' multiselect and the thresholds' sliders are in popovers named after their
+    # values, drawn when opened: their code is not loaded before the chart (_ui.controls).
+    c = st.columns([2.4, 2, 2, 2, 1.6], vertical_alignment="bottom")
+    with c[0], _ui.controls("Series", [SERIES_LABELS[k] for k in ss["mem_series"]],
+                            icon=":material/checklist:"):
+        chosen = st.multiselect("Series", available, format_func=SERIES_LABELS.get, key="mem_series")
     x = c[1].segmented_control("X axis", ["step", "time"], key="mem_x") or "step"
     layout = "overlay"
     if len(ranks) > 1:
@@ -113,12 +117,11 @@ def _controls(mem):
                            help="Fit the y axis to the device's and host's capacity and the "
                                 "warning bands. Off: it fits the data, and a capacity far above "
                                 "it is named at the top of the chart.")
-    with st.expander("Thresholds", expanded=False):
-        t = st.columns(2)
-        gpu = t[0].slider("Warn above this share of GPU memory", 0.5, 0.99, step=0.01,
-                          key="mem_gpu_thr", disabled=not has_gpu, format="%.2f")
-        host = t[1].slider("Warn above this share of host memory", 0.5, 0.99, step=0.01,
-                           key="mem_host_thr", format="%.2f")
+    with c[4], _ui.controls("Thresholds", icon=":material/tune:"):
+        gpu = st.slider("Warn above this share of GPU memory", 0.5, 0.99, step=0.01,
+                        key="mem_gpu_thr", disabled=not has_gpu, format="%.2f")
+        host = st.slider("Warn above this share of host memory", 0.5, 0.99, step=0.01,
+                         key="mem_host_thr", format="%.2f")
     _query.list_to_query("mem_series", chosen, available, name="series")
     _query.to_query("mem_x", x, "step", name="x")
     _query.to_query("mem_layout", "side" if layout == "side by side" else "overlay", "overlay", name="ranks")

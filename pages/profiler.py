@@ -44,7 +44,12 @@ def render():
     ids = [e["id"] for e in entries]
     by_id = {e["id"]: e for e in entries}
     _query.from_query("profile", lambda v: v if v in by_id else None)
-    pid = st.selectbox("Profile", ids, index=0, key="profile", format_func=lambda i: describe(by_id[i]))
+    if st.session_state.get("profile") not in by_id:
+        st.session_state["profile"] = ids[0]
+    # in a popover named after the open profile (_ui.controls): the select box's code is not
+    # loaded before the flamegraph
+    with _ui.controls("Profile", describe(by_id[st.session_state["profile"]]), icon=":material/speed:"):
+        pid = st.selectbox("Profile", ids, key="profile", format_func=lambda i: describe(by_id[i]))
     _query.to_query("profile", pid, default=ids[0])
     entry = by_id[pid]
     try:

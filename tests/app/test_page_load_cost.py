@@ -391,6 +391,12 @@ def _popovers(at) -> list[str]:
 # (page, sample run, its first chart, a popover label on load)
 CONTROLS = [
     ("scalars", "digits-exploding", "scalars_chart", "Scalars: loss"),
+    ("gradients", "digits-exploding", "grad_heatmap", "Layers: all 14"),
+    ("memory", "memory-leak", "mem_timeline", "Series: RSS (host)"),
+    ("profiler", "digits-profiled", "flamegraph", "Zoom: the training loop (all of it)"),
+    ("checkpoints", "digits-resumed", "ckpt_heatmap", "A (before): step 30"),
+    ("audit", "credit-audit", "disp_age_in_years",
+     "Audit: Gradient boosting (sklearn), held-out 40 % · Fail · 2026-12-06 05:34 · 2c7b2261f0316234"),
 ]
 
 
@@ -421,3 +427,42 @@ def test_the_scalars_popovers_drive_the_chart_and_the_url():
     assert at.query_params["with"] == "digits-mlp"
     names = {t["name"] for t in json.loads(at.get("plotly_chart")[0].proto.spec)["data"]}
     assert {"loss", "lr", "loss · digits-mlp", "lr · digits-mlp"} <= names, names
+
+
+def test_the_gradients_popovers_drive_the_heatmap_and_the_url():
+    at = open_page("gradients", run="digits-exploding")
+    rows = lambda: json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]["y"]  # noqa: E731
+    assert len(rows()) == 15  # 14 parameters and the total
+    at.multiselect(key="grad_modules").set_value(["10"]).run()
+    at.text_input(key="grad_regex").input("bias").run()
+    at.number_input(key="grad_clip").set_value(1.0).run()
+    assert not at.exception
+    assert _popovers(at)[:2] == ["Layers: 10, /bias/", "What-if clip: 1"]
+    assert at.query_params["module"] == "10" and at.query_params["grad_regex"] == "bias"
+    assert at.query_params["grad_clip"] == "1"
+    assert rows() == ["10.bias", "__total__"]
+
+
+def test_a_rank_popover_names_the_rank_and_a_pick_changes_the_url(tmp_path, monkeypatch):
+    from tests.app.test_gradients_page import _two_rank_run
+
+    _two_rank_run(tmp_path)
+    monkeypatch.setenv("DEBUGKIT_ROOTS", str(tmp_path))
+    at = open_page("gradients", run="two-ranks")
+    assert _popovers(at)[0] == "Rank 0" and _drawn_on_load(at._tree) == []
+    at.selectbox(key="grad_rank_pick").set_value(1).run()
+    assert _popovers(at)[0] == "Rank 1" and at.query_params["rank"] == "1"
+    at = open_page("gradients", run="two-ranks", rank="1")  # a link opens the rank it names
+    assert _popovers(at)[0] == "Rank 1" and at.selectbox(key="grad_rank_pick").value == 1
+
+
+def test_the_checkpoint_memory_profiler_and_audit_popovers_name_what_they_hold():
+    at = open_page("checkpoints", run="digits-resumed")
+    at.selectbox(key="ckpt_a").set_value(1).run()
+    assert "A (before): step 60" in _popovers(at) and at.query_params["a"] == "60"
+    at = open_page("memory", run="memory-leak")
+    at.slider(key="mem_host_thr").set_value(0.9).run()
+    assert at.query_params["host_warn"] == "0.9" and _popovers(at) == ["Series: RSS (host)", "Thresholds"]
+    at = open_page("profiler", run="digits-profiled")
+    at.selectbox(key="sp_fold").set_value(0.005).run()
+    assert "Fold under: 0\\.5 %" in _popovers(at) and at.query_params["fold"] == "0.005"
