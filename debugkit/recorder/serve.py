@@ -149,7 +149,8 @@ class Request:
             raise InvalidInputError(MSG_CLOSED)
         self.request = next(rec._seq)
         # the input signature here, before the model: the lookup then finds the caches the
-        # previous request's own lookup left, not the model's (after it, ~9 us against ~1 us;
+        # previous request's own lookup left, not the model's (after a model it measured ~9 us
+        # against ~1 us in a loop; end to end the move is within the bench's noise:
         # docs/serving.md#fifth-round-the-20-ms-figure-and-the-cold-path), and it describes
         # the inputs as the request got them
         inputs = self.inputs
