@@ -105,19 +105,19 @@ def _controls(mem):
     _query.from_query("mem_host_thr", share, name="host_warn", expected="a share from 0.5 to 0.99")
     # The series' multiselect and the thresholds' sliders are in popovers named after their
     # values, drawn when opened: their code is not loaded before the chart (_ui.controls).
-    c = st.columns([2.4, 2, 2, 2, 1.6], vertical_alignment="bottom")
-    with c[0], _ui.controls("Series", [SERIES_LABELS[k] for k in ss["mem_series"]],
+    bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
+    with bar, _ui.controls("Series", [SERIES_LABELS[k] for k in ss["mem_series"]],
                             icon=":material/checklist:"):
         chosen = st.multiselect("Series", available, format_func=SERIES_LABELS.get, key="mem_series")
-    x = c[1].segmented_control("X axis", ["step", "time"], key="mem_x") or "step"
+    x = bar.segmented_control("X axis", ["step", "time"], key="mem_x") or "step"
     layout = "overlay"
     if len(ranks) > 1:
-        layout = c[2].segmented_control("Ranks", list(LAYOUTS.values()), key="mem_layout") or "overlay"
-    show_cap = c[3].toggle("Scale to capacity", key="mem_capacity",
+        layout = bar.segmented_control("Ranks", list(LAYOUTS.values()), key="mem_layout") or "overlay"
+    show_cap = bar.toggle("Scale to capacity", key="mem_capacity",
                            help="Fit the y axis to the device's and host's capacity and the "
                                 "warning bands. Off: it fits the data, and a capacity far above "
                                 "it is named at the top of the chart.")
-    with c[4], _ui.controls("Thresholds", icon=":material/tune:"):
+    with bar, _ui.controls("Thresholds", icon=":material/tune:"):
         gpu = st.slider("Warn above this share of GPU memory", 0.5, 0.99, step=0.01,
                         key="mem_gpu_thr", disabled=not has_gpu, format="%.2f")
         host = st.slider("Warn above this share of host memory", 0.5, 0.99, step=0.01,
