@@ -67,24 +67,29 @@ BLOCK_STEPS = 256  # steps per StepBlock: one small allocation every 256 steps
 
 
 class StepBlock:
-    """Rows of up to :data:`BLOCK_STEPS` steps, one slot per step and table.
+    """Rows of up to :data:`BLOCK_STEPS` steps, one slot per step.
 
-    The training thread writes slot ``n`` of each list (``steps`` and ``memory``: the
-    table's row tuple; ``grads``: ``(step, values)`` or None; ``scalars``: a list of
-    ``(step, key, value, wall_time)`` rows or None) and then publishes the step with
-    ``n += 1``. The writer thread reads slots ``taken .. n`` and advances ``taken``.
-    A block is never reused, so slots left None need no reset.
+    The training thread writes slot ``n`` of ``rows`` with one tuple per step (one store,
+    one object: the step's rows of every table are built from it by the writer thread) and
+    then publishes the step with ``n += 1``::
+
+        (step, wall_time, duration_s, gap_s, comm_s, ok,   # the steps row
+         norms,    # the gradient norms (a list, a PendingTensor) or None
+         memory,   # on CPU the RSS in bytes (or None); else the whole memory row
+         scalars,  # the step's (step, key, value, wall_time) rows, or None
+         lr)       # one parameter group's learning rate (a float), a list of
+                   # (key, lr) of several groups, or None
+
+    The writer thread reads slots ``taken .. n`` and advances ``taken``. A block is
+    never reused, so slots need no reset.
     """
 
-    __slots__ = ("n", "taken", "steps", "memory", "grads", "scalars")
+    __slots__ = ("n", "taken", "rows")
 
     def __init__(self):
         self.n = 0
         self.taken = 0
-        self.steps = [None] * BLOCK_STEPS
-        self.memory = [None] * BLOCK_STEPS
-        self.grads = [None] * BLOCK_STEPS
-        self.scalars = [None] * BLOCK_STEPS
+        self.rows = [None] * BLOCK_STEPS
 
     def take(self) -> dict[str, list]:
         """The rows of the slots published since the last take (writer thread)."""
@@ -92,11 +97,21 @@ class StepBlock:
         self.taken = b
         if a == b:
             return {}
-        scalars = [r for rows in self.scalars[a:b] if rows for r in rows]
-        return {"steps": [r for r in self.steps[a:b] if r is not None],
-                "memory": [r for r in self.memory[a:b] if r is not None],
-                "grads": [r for r in self.grads[a:b] if r is not None],
-                "scalars": scalars}
+        steps, memory, grads, scalars = [], [], [], []
+        for r in self.rows[a:b]:
+            step, wall, norms, mem, rows, lr = r[0], r[1], r[6], r[7], r[8], r[9]
+            steps.append(r[:6])
+            memory.append(mem if type(mem) is tuple else (step, wall, "cpu", None, None, None, mem))
+            if norms is not None:
+                grads.append((step, norms))
+            if rows:
+                scalars.extend(rows)
+            if lr is not None:
+                if type(lr) is float:
+                    scalars.append((step, "lr", lr, wall))
+                else:
+                    scalars.extend((step, k, v, wall) for k, v in lr)
+        return {"steps": steps, "memory": memory, "grads": grads, "scalars": scalars}
 
 
 class RankWriter:

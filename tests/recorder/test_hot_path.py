@@ -438,3 +438,68 @@ def test_a_lean_step_clones_the_generator_and_a_capture_holds_its_step_start_sta
     (cap,) = open_run(tmp_path / "r").failures()
     saved = load_file(str(tmp_path / "r" / "failures" / cap["id"] / "rng.safetensors"))
     assert torch.equal(saved["torch_cpu"], at_start)
+
+
+def test_rec_log_reads_a_cpu_loss_without_a_dispatched_op_and_other_values_as_before(tmp_path):
+    """Issue 32 item 1: ``rec.log(loss=loss)`` reads a CPU loss with ``.tolist()``, which
+    dispatches no aten op (``.item()`` dispatched ``aten::_local_scalar_dense``, ~1.6 us
+    more in place, cold after backward); an integer, a one-element 1-d tensor and a
+    float64 one are logged as before, a tensor that is not one element is refused."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from debugkit.errors import InvalidInputError
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    model, opt, x, y = _setup()
+    rec = Recorder(tmp_path / "r", model, optimizer=opt, flush_every_s=3600)
+    _train(rec, model, opt, x, y, 2)
+    with rec.step((x, y)):
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        with Ops() as ops:
+            rec.log(loss=loss)
+        assert ops.ops == []
+        rec.log(n=torch.tensor(3), one=torch.tensor([0.25]), d=torch.tensor(0.5, dtype=torch.float64),
+                flag=torch.tensor(True))
+        with pytest.raises(InvalidInputError, match=r"rec.log\(two=...\).*shape \(2,\)"):
+            rec.log(two=torch.tensor([1.0, 2.0]))
+        opt.step()
+    rec.close()
+    sc = open_run(tmp_path / "r").scalars()
+    got = dict(zip(sc[sc["step"] == 2]["key"], sc[sc["step"] == 2]["value"]))
+    assert got == {"loss": pytest.approx(loss.item()), "n": 3.0, "one": 0.25, "d": 0.5,
+                   "flag": 1.0, "lr": 0.01}
+
+
+def test_a_healthy_step_hands_the_writer_one_tuple_and_the_writer_builds_the_rows(tmp_path):
+    """Issue 32 item 1: a step's rows go into its block slot as one tuple (one store; the
+    norms, the RSS and the learning rates as they are), and the writer thread builds the
+    steps, memory, grads and lr rows from it: no memory, grads or lr row tuple and no
+    append of the lr row on the training thread. Several parameter groups: lr/0, lr/1."""
+    model, _, x, y = _setup()
+    opt = torch.optim.SGD([{"params": model[0].parameters(), "lr": 0.1},
+                           {"params": model[2].parameters(), "lr": torch.tensor(0.2)}])
+    rec = Recorder(tmp_path / "r", model, optimizer=opt, flush_every_s=3600,
+                   layer_stats_every=None)
+    _train(rec, model, opt, x, y, 5)
+    b = rec._writer.block
+    assert b.n == 5 and all(type(r) is tuple for r in b.rows[:5])
+    slot = b.rows[4]
+    assert [row[1] for row in slot[8]] == ["loss", "acc"]  # the logged rows only
+    assert slot[6] is rec._step_grads and slot[9] == [("lr/0", 0.1), ("lr/1", pytest.approx(0.2))]
+    rec.close()
+    run = open_run(tmp_path / "r")
+    sc = run.scalars()
+    assert sc[sc["step"] == 4]["key"].tolist() == ["loss", "acc", "lr/0", "lr/1"]
+    assert run.memory()["step"].tolist() == list(range(5))
+    assert (run.memory()["device"] == "cpu").all() and (run.memory()["rss_bytes"] > 0).all()
+    assert run.grad_norms()["step"].tolist() == [s for s in range(5) for _ in range(5)]
