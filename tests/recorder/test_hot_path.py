@@ -137,18 +137,27 @@ def test_healthy_steps_skip_the_full_nonfinite_check_and_a_nan_loss_is_still_cau
     assert f["step"] == 15 and f["kind"] == "nonfinite" and "loss 'loss' is nan" in f["message"]
 
 
-def test_spec_learning_observes_the_dense_steps_then_every_nth_then_stops(tmp_path, monkeypatch):
+def _spy_on_spec_learning(monkeypatch, get_rec, *, dense, every, every_max, most=None) -> list:
+    """Spec learning's constants set small; the returned list collects the steps whose
+    batch the recorder ``get_rec()`` observed."""
     from debugkit.recorder import spec_sampler as sm
     from debugkit.recorder.batchspec import SpecBuilder
 
-    monkeypatch.setattr(sm, "SPEC_DENSE", 4)
-    monkeypatch.setattr(sm, "SPEC_EVERY", 3)
-    monkeypatch.setattr(sm, "SPEC_EVERY_MAX", 3)  # no back-off: every 3rd step
-    monkeypatch.setattr(sm, "SPEC_MAX", 7)
-    seen = []
+    monkeypatch.setattr(sm, "SPEC_DENSE", dense)
+    monkeypatch.setattr(sm, "SPEC_EVERY", every)
+    monkeypatch.setattr(sm, "SPEC_EVERY_MAX", every_max)
+    if most is not None:
+        monkeypatch.setattr(sm, "SPEC_MAX", most)
+    seen: list = []
     observe = SpecBuilder.observe
     monkeypatch.setattr(SpecBuilder, "observe",
-                        lambda self, batch: (seen.append(rec._cur.step), observe(self, batch))[1])
+                        lambda self, batch: (seen.append(get_rec()._cur.step), observe(self, batch))[1])
+    return seen
+
+
+def test_spec_learning_observes_the_dense_steps_then_every_nth_then_stops(tmp_path, monkeypatch):
+    seen = _spy_on_spec_learning(monkeypatch, lambda: rec, dense=4, every=3,
+                                 every_max=3, most=7)  # no back-off: every 3rd step
     model, opt, x, y = _setup()
     rec = Recorder(tmp_path / "r", model, optimizer=opt, flush_every_s=3600)
     _train(rec, model, opt, x, y, 20, fail_at={1})  # a failed step's batch is not committed
@@ -162,16 +171,7 @@ def test_spec_learning_backs_off_while_the_batches_teach_it_nothing_new(tmp_path
     value range doubles the interval (up to SPEC_EVERY_MAX); one that widens the spec sets
     it back, so the spec still learns what changes, at a fraction of the observations
     (every 16th step for ever, before)."""
-    from debugkit.recorder import spec_sampler as sm
-    from debugkit.recorder.batchspec import SpecBuilder
-
-    monkeypatch.setattr(sm, "SPEC_DENSE", 4)
-    monkeypatch.setattr(sm, "SPEC_EVERY", 2)
-    monkeypatch.setattr(sm, "SPEC_EVERY_MAX", 8)
-    seen = []
-    observe = SpecBuilder.observe
-    monkeypatch.setattr(SpecBuilder, "observe",
-                        lambda self, batch: (seen.append(rec._cur.step), observe(self, batch))[1])
+    seen = _spy_on_spec_learning(monkeypatch, lambda: rec, dense=4, every=2, every_max=8)
     model, opt, x, y = _setup()
     y_wide = y.clone()
     y_wide[0] = 2  # a label value above the ones seen so far: the spec's range grows
