@@ -47,6 +47,25 @@ def build_fixed_tagger(vocab=100, dim=8, classes=3):
 
 def build_regressor(features=4):
     return nn.Sequential(nn.Linear(features, 8), nn.ReLU(), nn.Linear(8, 1))
+
+
+class Sampler(nn.Module):
+    """Draws from the CPU generator on every call (as sampling or noise injection does);
+    a request with a negative input fails with the first draw in its message."""
+
+    def __init__(self, features=4):
+        super().__init__()
+        self.lin = nn.Linear(features, features)
+
+    def forward(self, x):
+        noise = torch.randn(x.shape)
+        if bool((x < 0).any()):
+            raise ValueError(f"negative input; first draw {noise.flatten()[0].item():.8f}")
+        return self.lin(x) + noise
+
+
+def build_sampler(features=4):
+    return Sampler(features)
 '''
 
 def write_project(root: Path, package: str = "sproj") -> Path:

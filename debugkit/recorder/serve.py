@@ -42,7 +42,7 @@ from ..location import as_path, is_url
 from .capture import describe_callable, state_dict_sha256, take_rng_state, write_capture
 from .env import collect_env
 from .memhistory import memory_capacity
-from .recorder import _RSS, _resumed, _unwrap
+from .recorder import _PAGE, _RSS, _resumed, _unwrap
 from .serve_inputs import _INPUTS_CACHE, _call_of, _float_dtypes, _nonfinite_outputs, describe_inputs
 from .writer import RankWriter
 
@@ -70,6 +70,7 @@ MSG_CLOSED = "debugkit.serve: the recorder is closed; no more requests can be re
 MSG_CALL = "call={value!r}: expected one of 'kwargs', 'args', 'single'"
 MSG_ROUTE = "route={value!r}: expected a string or None"
 CALLS = ("kwargs", "args", "single", "args_kwargs")
+_pread = os.pread
 
 
 def _check_threshold(name: str, value) -> float:
@@ -103,7 +104,8 @@ class Request:
     wall_time = 0.0
     t0 = 0.0
     mem_before: int | None = None
-    #: the CPU generator's state tensor (a CPU model) or take_rng_state()'s dict
+    #: a clone of the CPU generator (a CPU model; its state tensor before torch 2.4) or
+    #: take_rng_state()'s dict; the capture thread turns a clone into the state tensor
     rng: Any = None
     fallback_name: str | None = None
     fallback_error: BaseException | None = None
@@ -166,16 +168,19 @@ class Request:
                 self.signature = describe_inputs(inputs, rec._Tensor)
         except Exception:  # noqa: BLE001 - an odd input never breaks the request
             self.signature = (f"input:{type(inputs).__name__}", 0)
-        if rec.capture:  # a CPU model: the CPU generator's state tensor (a dict at capture)
-            gen = rec._cpu_gen
-            self.rng = gen.get_state() if gen is not None else take_rng_state()
+        if rec.capture:  # a CPU model: a clone of the CPU generator (a dict at capture)
+            clone = rec._cpu_rng
+            self.rng = clone() if clone is not None else take_rng_state()
         now = time.perf_counter()
         if now >= rec._mem_next:  # a reading is due (a race between threads: both read)
             rec._mem_next = now + rec._mem_every
             # the wall clock is perf_counter() plus this offset, refreshed with each memory
             # reading (a time.time() call per request costs more with cold caches)
             rec._wall_offset = time.time() - now
-            self.mem_before = rec._mem()
+            # on CPU the RSS read inline from the kept /proc/self/statm descriptor (the
+            # two calls of rec._mem() cost ~1.3 us more per reading after a model)
+            fd = rec._rss_fd
+            self.mem_before = int(_pread(fd, 64, 0).split()[1]) * _PAGE if fd is not None else rec._mem()
             now = time.perf_counter()
         self.t0 = now
         return self
@@ -216,7 +221,11 @@ class Request:
                     outcome = "nonfinite"
         self.out = None  # the output is not kept past the request
         mem_before = self.mem_before
-        mem_after = rec._mem() if mem_before is not None else None
+        if mem_before is None:
+            mem_after = None
+        else:
+            fd = rec._rss_fd
+            mem_after = int(_pread(fd, 64, 0).split()[1]) * _PAGE if fd is not None else rec._mem()
         t0 = self.t0
         self.latency_ms = latency_ms = (t1 - t0) * 1e3
         sig, numel = self.signature
@@ -258,6 +267,15 @@ class _Wrapped:
 
 
 # ---------------------------------------------------------------------------- recorder
+def _rng_state(rng, tensor_type) -> dict | None:
+    """A request's start RNG state as :func:`take_rng_state` gives it: the request thread
+    keeps a clone of the CPU generator (or its state tensor), turned into the tensor here,
+    on the capture thread."""
+    if rng is None or type(rng) is dict:
+        return rng
+    return {"torch_cpu": rng if isinstance(rng, tensor_type) else rng.get_state()}
+
+
 def _count_value(counter: itertools.count) -> int:
     """The next number of an ``itertools.count`` (how many it gave), without taking it."""
     return int(repr(counter)[6:-1])
@@ -357,12 +375,19 @@ class ServeRecorder:
         self._Tensor = torch.Tensor
         self._float_dtypes = _float_dtypes(torch)
         self._rss = _RSS()
+        # the descriptor the request thread reads the RSS from (None: CUDA, or no /proc)
+        self._rss_fd = None if self._cuda else self._rss._fd
         self._mem_every = float(memory_every_s)
         self._mem_next = 0.0  # perf_counter() from which the next request reads memory
         self._wall_offset = time.time() - time.perf_counter()  # wall clock - perf_counter()
         self._add_row = self._writer.appender("requests")
-        # a CPU model draws only from the CPU generator: its state alone is copied
-        self._cpu_gen = None if self._cuda else torch.default_generator
+        # a CPU model draws only from the CPU generator: its state alone is copied, as a
+        # clone of the generator (``Generator.clone_state``, torch >= 2.4; before, its state
+        # tensor), as the training Recorder does: the clone skips the 5 KB state tensor and
+        # its allocations (after the ~20 ms model 2.1 us less [1.8, 2.5]; after the ~1 ms
+        # one the same: docs/serving.md#sixth-round)
+        gen = torch.default_generator
+        self._cpu_rng = None if self._cuda else getattr(gen, "clone_state", gen.get_state)
         # 0-based request numbers in the order requests start, over all threads: next() on
         # itertools.count is one C call under the GIL (no lock to take per request)
         self._seq = itertools.count()
@@ -435,6 +460,7 @@ class ServeRecorder:
         state = fmt.STATE_FAILED if failed else fmt.STATE_FINISHED
         self._writer.event("close", state=state, requests=_count_value(self._seq))
         self._writer.close(state)
+        self._rss_fd = None
         self._rss.close()
         if self._writer.error is not None:
             warnings.warn(f"debugkit.serve: the writer stopped: {self._writer.error!r}",
@@ -522,7 +548,7 @@ class ServeRecorder:
             write_capture(
                 self.run_dir, kind="request", step=r.request, rank=self.rank, world_size=1,
                 device=self._dev_str, exc=exc, batch=r.inputs, model=None,
-                rng_state=r.rng if r.rng is None or isinstance(r.rng, dict) else {"torch_cpu": r.rng},
+                rng_state=_rng_state(r.rng, self._Tensor),
                 code=self._code, message=message, fid=fid,
                 extra={"request": r.request, "outcome": outcome, "signature": sig, "route": r.route,
                        "fallback": r.fallback_name, "call": r.call or _call_of(r.inputs),

@@ -300,8 +300,8 @@ def test_memory_is_read_when_due_both_sides_of_a_request(tmp_path, monkeypatch):
     monkeypatch.setattr(serve_mod.time, "time", lambda: 1.7e9 + clock["t"])
     rec = debugkit.serve(_model(), tmp_path / "r", memory_every_s=0.01)
     reads = []
-    real = rec._rss.read
-    monkeypatch.setattr(rec._rss, "read", lambda: reads.append(clock["t"]) or real())
+    real = serve_mod._pread  # the RSS is read from the kept /proc/self/statm descriptor
+    monkeypatch.setattr(serve_mod, "_pread", lambda *a: reads.append(clock["t"]) or real(*a))
     for dt in (0.004, 0.004, 0.004, 0.003, 0.02, 0.001):  # time passed before each request
         clock["t"] += dt
         with rec.request(torch.ones(1)) as r:
@@ -413,3 +413,45 @@ def test_after_the_model_one_dispatched_op_reads_the_finiteness_sum(tmp_path):
             r.__exit__(None, None, None)
         assert calls == want, calls
     rec.close()
+
+
+def test_a_cpu_requests_thread_path_is_enter_and_exit_and_c_calls(tmp_path):
+    """The request thread's Python path of a CPU request that reads memory and may be
+    captured: ``__enter__`` and ``__exit__`` and C calls only. The RSS is read inline from
+    the kept ``/proc/self/statm`` descriptor (no ``_mem`` / ``_RSS.read`` frames), and the
+    RNG is kept as a clone of the CPU generator (``Generator.clone_state``: no 5 KB state
+    tensor built by ``get_state`` per request; the capture thread builds it). Counted with
+    sys.setprofile, never timed."""
+    import sys
+
+    rec = debugkit.serve(_model(), tmp_path / "r", memory_every_s=0)
+    x = {"input_ids": torch.ones(1, 3, dtype=torch.long)}
+    out = torch.ones(2, 5)
+    with rec.request(x) as r:  # the signature cache and the first reading
+        r.output(out)
+    events: list[tuple[str, str]] = []
+
+    def prof(frame, event, arg):
+        if event == "call":
+            events.append(("py", frame.f_code.co_qualname))
+        elif event == "c_call":
+            events.append(("c", getattr(arg, "__qualname__", getattr(arg, "__name__", "?"))))
+
+    r = rec.request(x)
+    sys.setprofile(prof)
+    try:
+        r.__enter__()
+        r.out, r.has_output = out, True
+        r.__exit__(None, None, None)
+    finally:
+        sys.setprofile(None)
+    rec.close()
+    python = [name for kind, name in events if kind == "py"]
+    assert python == ["Request.__enter__", "Request.__exit__"], events
+    c_calls = [name for kind, name in events if kind == "c"]
+    assert c_calls.count("pread") == 2, events  # before and after, one system call each
+    if hasattr(torch.Generator, "clone_state"):
+        assert "Generator.clone_state" in c_calls and "Generator.get_state" not in c_calls, events
+    df = open_run(tmp_path / "r").requests()
+    assert df["mem_before_bytes"].notna().all() and df["mem_after_bytes"].notna().all()
+    assert (df["mem_before_bytes"] > 0).all()

@@ -95,6 +95,28 @@ def test_shape_and_nonfinite_requests_of_a_one_tensor_model(tmp_path, sproj):
     assert r["culprit_positions"] == [2]
 
 
+def test_a_request_whose_model_draws_random_numbers_is_replayed_with_its_draws(tmp_path, sproj):
+    """The capture holds the CPU generator's state at the request's start: the replay draws
+    what the request drew (the error message carries its first draw), not what a fresh or
+    a later state gives; every request before it drew too, so the start state is the one
+    those draws left."""
+    import torch
+
+    traffic = [torch.rand(1, 4) for _ in range(3)] + [-torch.rand(1, 4)] + [torch.rand(1, 4)]
+    run = record_service(tmp_path / "sampler", factory="sproj.model:build_sampler", traffic=traffic)
+    r = replay_json(run, "--device", "cpu", env_extra={"PYTHONPATH": str(sproj)})
+    assert r["failure"] == "r0-000-req0000003-error"
+    assert r["original"]["type"] == r["replay"]["type"] == "ValueError"
+    assert r["original"]["message"].startswith("negative input; first draw ")
+    assert r["replay"]["message"] == r["original"]["message"]
+    assert (r["reproduced"], r["same_error"]) == (True, True)
+    # the draw is the request's own: neither the state the recording started from nor the
+    # state after the request
+    torch.manual_seed(0)
+    fresh = f"{torch.randn(1, 4).flatten()[0].item():.8f}"
+    assert not r["original"]["message"].endswith(fresh)
+
+
 def test_a_gpu_request_replayed_on_the_cpu_says_so(tmp_path, sproj):
     """No GPU here: the capture's device is set to cuda:0 after recording on the CPU, and
     its CPU replay takes the cross-check's 'already on the CPU' branch (the 'replay again
