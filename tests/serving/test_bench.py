@@ -46,10 +46,16 @@ def test_quick_run_prints_rows_targets_and_the_a_a_check(tmp_path):
         for variant in ("request", "wrap"):
             assert re.search(rf"^target {model}\s+{variant}\s+[+-]\d+\.\d+% of the bare handler's CPU "
                              rf"\[[+-]\d+\.\d+%, [+-]\d+\.\d+%\] \(<= {'3.0' if model == '1ms' else '0.5'}%\): "
-                             r"(met|NOT met)$", out, re.M), (model, variant, out)
+                             r"(met|NOT met|undecided \(the interval reaches over the target\))$", out, re.M), \
+                (model, variant, out)
         assert re.search(rf"^check  {model}\s+A/A\s+[+-]\d+\.\d+%", out, re.M)
         assert re.search(rf"^parts  {model}\s+finiteness [+-]\d+\.\d+%, RNG copy [+-]\d+\.\d+%, memory reads "
                          r"[+-]\d+\.\d+%, the rest [+-]\d+\.\d+% \(of request [+-]\d+\.\d+%\)$", out, re.M), out
+    # the ~20 ms target's figures come from the interleaved phase (8 units with --quick)
+    assert re.search(r"^20ms\s+interleaved: request [+-]\d+\.\d+% \[[+-]\d+\.\d+%, [+-]\d+\.\d+%\], wrap "
+                     r".*, bare again [+-]\d+\.\d+% .*\(8 units of one request per variant, bare \d+\.\d+ ms; "
+                     r"memory read by 8 of 8 `request` requests\): the target line's figures$", out, re.M), out
+    assert not re.search(r"^1ms\s+interleaved:", out, re.M)
     assert re.search(r"^control: a Python loop of [\d,]+ iterations", out, re.M)
     assert re.search(r"^seed: \d+  \(--seed \d+ repeats this run's variant orders\)$", out, re.M), out
 
@@ -151,3 +157,32 @@ def test_memory_clock_keeps_each_recorders_time_to_its_next_reading():
     clock.resume(a, 50.0)
     clock.resume(b, 50.0)
     assert (a._mem_next, b._mem_next) == (52.0, 50.0)
+
+
+def test_the_verdict_is_met_only_when_the_whole_interval_is_under_the_target():
+    bench = _bench()
+    assert bench.verdict(0.003, 0.001, 0.005, 0.005) == "met"
+    assert bench.verdict(0.003, 0.001, 0.0051, 0.005) == "undecided (the interval reaches over the target)"
+    assert bench.verdict(0.0051, 0.001, 0.009, 0.005) == "NOT met"
+    assert bench.verdict(0.02, 0.01, 0.03, 0.005) == "NOT met"
+
+
+def test_the_interleaved_phase_shows_a_planted_cost_and_none_between_twins(tmp_path):
+    """One request of each variant per unit, shuffled: the control's ~2 ms loop shows
+    (its interval above zero), the A/A twin does not, every unit has one request of
+    each, and each recorded ``request`` took its memory reading (due every request with
+    memory_every_s=0)."""
+    import torch
+
+    bench = _bench()
+    torch.set_num_threads(1)
+    built = [bench.build(8, 1, 1) for _ in range(2)]
+    n = bench.calibrate_spin(0.002)
+    r = bench.bench_interleaved("t", [m for m, _ in built], [x for _, x in built], units=12, out=tmp_path,
+                                memory_every_s=0, names=bench.INTERLEAVED + ("control",), spin_n=n)
+    assert r["units"] == 12 and r["mem_reads"] == (12, 12)
+    assert set(r["d_cpu_units"]) == {"bare again", "request", "wrap", "control"}
+    assert all(len(v) == 12 for v in r["d_cpu_units"].values())
+    control, twin = r["d_cpu"]["control"], r["d_cpu"]["bare again"]
+    assert control[1] > 0 and control[0] > 0.0005, control
+    assert abs(twin[0]) < 0.0001, twin
