@@ -150,8 +150,8 @@ class LayerStats:
     named_params : list of (str, Parameter)
         The trained parameters, in the Recorder's layer order.
     optimizer : torch.optim.Optimizer or None
-        The inner optimizer, or None (with one, the Recorder's step post-hook calls
-        :meth:`after_update` to time the update ratio).
+        The inner optimizer, or None (with one, the Recorder calls :meth:`after_update`
+        at the end of a sampled step whose optimizer stepped, to time the update ratio).
     every : int
         Sample every ``every`` steps (and the steps the trigger or a failure asks for).
     add : callable
@@ -200,11 +200,11 @@ class LayerStats:
         self._quick = False
         self.update_every = TRIGGER_UPDATE_EVERY
         self.share = TRIGGER_SHARE
-        # The update ratio is timed by the Recorder's optimizer step post-hook, which calls
-        # after_update() only on a step that is open on the full path (the lean steps'
-        # optimizer steps do not call into this module; a hook of its own, or one
-        # registered per sampled step, would be one more call per step, or mutate the
-        # optimizer's hooks while a framework's post-hook ends the step).
+        # The update ratio is timed at the end of a step open on the full path whose
+        # optimizer stepped (Recorder._end_step_full calls after_update() before end()):
+        # no optimizer post-hook at all, neither its own (one more call per step) nor one
+        # registered per sampled step (it would mutate the optimizer's hooks while a
+        # framework's post-hook ends the step).
         self._timed = optimizer is not None
 
     # -------------------------------------------------------------- the Recorder's calls
@@ -599,8 +599,8 @@ class LayerStats:
             self._reduced.append(([(o, n, c, names) for o, n, c, _ in members], stats))
 
     def after_update(self) -> None:
-        """The optimizer stepped (the Recorder's step post-hook): the update ratio of an
-        open sampled step whose weights were taken before it."""
+        """The optimizer stepped (the Recorder calls it as the step ends): the update ratio
+        of an open sampled step whose weights were taken before it."""
         if self._w0 is None or self._step is None:
             return
         import torch

@@ -22,8 +22,11 @@ gradients, when the norm itself exceeds float64's range, ~1.8e308).
 from __future__ import annotations
 
 import math
+from operator import attrgetter
 
 from .writer import PendingTensor
+
+_grad = attrgetter("grad")  # map(_grad, params): the gradients without a Python frame
 
 
 def safe_norm(g) -> float:
@@ -125,7 +128,7 @@ class GradNormComputer:
         """Return the norms of the current gradients (see class docstring)."""
         if self.cpu_fast:  # the per-step path: no import statement, bound torch functions
             try:
-                vals = self._stack(self._foreach_norm([p.grad for p in self.params])).tolist()
+                vals = self._stack(self._foreach_norm(list(map(_grad, self.params)))).tolist()
             except TypeError:  # a parameter without .grad this step: the general path
                 pass
             else:

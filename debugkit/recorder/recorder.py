@@ -460,8 +460,23 @@ class Recorder:
         if optimizer is not None:
             hooked = _inner_optimizer(optimizer)
             if grads_hook:
+                # The pre-hook also marks the step as optimizer-stepped when it returns
+                # (the optimizer steps next), and warns about a skipped step's body: no
+                # post-hook, so torch's loop after the update calls nothing of ours (one
+                # Python call less per step, cold after the update).
                 self._hooks.append(hooked.register_step_pre_hook(self._pre_optimizer_step))
-            self._hooks.append(hooked.register_step_post_hook(self._post_optimizer_step))
+            else:  # no pre-hook (Lightning, HF): a post-hook marks the step
+                self._hooks.append(hooked.register_step_post_hook(self._post_optimizer_step))
+        # torch's hook wrapper around the optimizer's step() (Optimizer.profile_hook_step):
+        # an exception raised out of it before its update returned leaves the step
+        # un-stepped although the pre-hook marked it (_end_step_full reads the wrapper's
+        # frame: its local ``out`` is bound once the update returned)
+        self._opt_step_code = None
+        self._opt_before: tuple = (None, False)  # (step, marked) at a second optimizer step
+        if optimizer is not None and grads_hook:
+            code = getattr(getattr(type(hooked), "step", None), "__code__", None)
+            if code is not None and {"out", "post_hook"} <= set(code.co_varnames):
+                self._opt_step_code = code
         # The model's last output, held until the step ends, so that a non-finite loss can
         # be told apart from a non-finite model output (one attribute store per forward;
         # not on compiled models, whose graphs a Python hook would break).
@@ -962,11 +977,20 @@ class Recorder:
         self._writer.event("nonfinite", step=st.step, failure=fid, message=msg)
 
     def _pre_optimizer_step(self, optimizer, args, kwargs):
+        """The optimizer's step pre-hook: the step's gradient norms (once per step), then,
+        on returning, the step is marked optimizer-stepped (``_opt_stepped``: the update
+        runs next; a hook that raises, ``halt_on_nonfinite``, leaves it unmarked)."""
         st = self._cur
-        if st is None or self._grads_taken:
+        if st is None:
+            self._check_skipped_body()
+            return
+        if self._grads_taken:  # a second optimizer step (or record_grads() ran)
+            self._opt_before = (st, self._opt_stepped)
+            self._opt_stepped = True
             return
         if not self._lean or st.step % self.log_every:
             self._take_grads("optimizer pre-step hook")
+            self._opt_stepped = True
             return
         # _take_grads of the lean path, inline: the norms, the layer statistics' trigger,
         # then the finite check of the total and of the rows logged so far (x - x is NaN
@@ -1000,21 +1024,27 @@ class Recorder:
                 if type(v) is not float or v - v != 0.0:
                     break
             else:
+                self._opt_stepped = True
                 return
         elif ls is not None:
             self._observe_norms(st, values)
         if not self._nonfinite.found:
             self._nonfinite.check(st, values, self._losses(), "optimizer pre-step hook",
                                   after_optimizer_step=self._opt_stepped)
+        self._opt_stepped = True
 
-    def _post_optimizer_step(self, optimizer, args, kwargs):
+    def _check_skipped_body(self):
+        """Warn (once) when the body of a step the guard skipped steps the optimizer."""
         if self._skipping and not self._warned_skipped_body:
             self._warned_skipped_body = True
-            warnings.warn(MSG_SKIPPED_BODY_RAN, DebugkitWarning, stacklevel=2)
-        if self._cur is not None:
+            warnings.warn(MSG_SKIPPED_BODY_RAN, DebugkitWarning, stacklevel=3)
+
+    def _post_optimizer_step(self, optimizer, args, kwargs):
+        """The step post-hook of a Recorder without the pre-hook (``grads_hook=False``)."""
+        if self._cur is None:
+            self._check_skipped_body()
+        else:
             self._opt_stepped = True
-            if not self._lean and self._layer_stats is not None:  # a sampled step may be open
-                self._layer_stats.after_update()
 
     def _capture(self, st: _Step, kind: str, exc, message=None, extra=None) -> str:
         if self._layer_stats is not None:
@@ -1064,6 +1094,8 @@ class Recorder:
 
     def _end_step_full(self, st: _Step, exc, t1: float):
         ok = exc is None
+        if not ok and self._opt_stepped and self._opt_step_code is not None:
+            self._opt_stepped = self._stepped_despite(st, exc)
         try:
             if ok and not self._grads_taken:
                 self._take_grads("end of step")
@@ -1087,6 +1119,11 @@ class Recorder:
                 except Exception as cap_err:  # never mask the user's exception
                     self._writer.event("capture_error", step=st.step, message=str(cap_err))
             if self._layer_stats is not None:
+                if self._opt_stepped:  # a sampled step's update ratio, after the update
+                    try:
+                        self._layer_stats.after_update()
+                    except Exception:  # noqa: BLE001 - statistics never break the step
+                        pass
                 self._layer_stats.end(st.step)
             self._finish_step_rows(st, t1, ok)
             specs = self._specs
@@ -1097,6 +1134,20 @@ class Recorder:
                     specs.commit(st.step)
             else:
                 specs.obs = None
+
+    def _stepped_despite(self, st: _Step, exc) -> bool:
+        """Whether the optimizer of a step that ends with ``exc`` did step: the pre-hook
+        marked the step, but ``exc`` may have come out of ``optimizer.step()`` itself (its
+        update, a closure, another hook) before the update returned."""
+        code, tb = self._opt_step_code, exc.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code is code:
+                if "out" in tb.tb_frame.f_locals:
+                    return True  # raised after the update: by a post-hook
+                before = self._opt_before
+                return before[0] is st and bool(before[1])  # an earlier step() of this step
+            tb = tb.tb_next
+        return True
 
     def _finish_step_rows(self, st: _Step, t1: float, ok: bool):
         """Write the step's rows into slot ``n`` of the writer's current block and publish

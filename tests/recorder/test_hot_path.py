@@ -228,8 +228,9 @@ def _debugkit_calls(fn) -> list[str]:
 def test_a_healthy_default_step_enters_recorder_code_in_few_python_calls(tmp_path):
     """Issue 32 item 1: the in-loop cost follows how often a step enters the Recorder's
     Python (it runs cold after backward), so the default (lean) path does the step's
-    bookkeeping inline: 11 calls into debugkit per healthy step (the forward hook and
-    the norms included), 20 before."""
+    bookkeeping inline: 9 calls into debugkit per healthy step (the forward hook and
+    the norms included), 11 before the optimizer post-hook and the norms' list
+    comprehension went, 20 before the lean path."""
     model, opt, x, y = _setup()
     with Recorder(tmp_path / "r", model, optimizer=opt) as rec:
         assert rec._lean
@@ -240,7 +241,7 @@ def test_a_healthy_default_step_enters_recorder_code_in_few_python_calls(tmp_pat
             s = rec._step_no
         rec._rss_next = float("inf")  # the RSS read is on a timer: not in this step
         calls = _debugkit_calls(lambda: _train(rec, model, opt, x, y, 1))
-    assert len(calls) <= 11, " ".join(calls)
+    assert len(calls) <= 9, " ".join(calls)
     assert "take_rng_state" not in calls and "_scalar_value" not in calls
 
 
@@ -300,7 +301,7 @@ def test_the_lean_path_records_what_the_full_path_records(tmp_path, plant):
 def test_an_unsampled_step_with_layer_stats_enters_debugkit_in_as_few_calls(tmp_path):
     """Issue 33 at its default: with layer_stats_every set, a healthy step that is not
     sampled takes the lean path (the trigger's band is checked inline in the optimizer
-    pre-hook): as few calls as without layer statistics, none into LayerStats (the old
+    pre-hook): as few calls as without layer statistics (9), none into LayerStats (the old
     path made ~20, five of them LayerStats')."""
     model, opt, x, y = _setup()
     with Recorder(tmp_path / "r", model, optimizer=opt, layer_stats_every=500) as rec:
@@ -316,7 +317,7 @@ def test_an_unsampled_step_with_layer_stats_enters_debugkit_in_as_few_calls(tmp_
         seen = ls._seen
         calls = _debugkit_calls(lambda: _train(rec, model, opt, x, y, 1))
         assert ls._seen == seen + 1  # the step's norms were checked against the band
-    assert len(calls) <= 11, " ".join(calls)
+    assert len(calls) <= 9, " ".join(calls)
     assert not {"observe_norms", "begin", "grads_ready", "end", "after_update",
                 "_take_grads", "_begin_step_full", "_end_step_full"} & set(calls), calls
 
@@ -503,3 +504,105 @@ def test_a_healthy_step_hands_the_writer_one_tuple_and_the_writer_builds_the_row
     assert run.memory()["step"].tolist() == list(range(5))
     assert (run.memory()["device"] == "cpu").all() and (run.memory()["rss_bytes"] > 0).all()
     assert run.grad_norms()["step"].tolist() == [s for s in range(5) for _ in range(5)]
+
+
+def test_a_lean_step_runs_no_optimizer_post_hook_and_no_python_frame_for_the_gradients(tmp_path):
+    """Seventh session: with the norms taken in the optimizer's pre-hook (the default), the
+    Recorder registers no step post-hook (the pre-hook marks the step optimizer-stepped as
+    it returns, the update ratio of a sampled step is taken as the step ends), so torch's
+    loop after the update calls nothing of debugkit's; the norms gather the gradients with
+    ``map`` (no list comprehension frame). A framework's Recorder without the pre-hook
+    (``grads_hook=False``) keeps the post-hook that marks its steps."""
+    for kw in ({}, {"layer_stats_every": 500}, {"layer_stats_every": None}):
+        model, opt, x, y = _setup()
+        with Recorder(tmp_path / f"r{len(kw)}{kw.get('layer_stats_every')}", model,
+                      optimizer=opt, **kw) as rec:
+            assert len(opt._optimizer_step_pre_hooks) == 1 and not opt._optimizer_step_post_hooks
+            _train(rec, model, opt, x, y, 300)
+            s = rec._step_no
+            while s % rec._specs.every == 0:
+                _train(rec, model, opt, x, y, 1)
+                s = rec._step_no
+            rec._rss_next = float("inf")
+            calls = _debugkit_calls(lambda r=rec, m=model, o=opt, a=x, b=y: _train(r, m, o, a, b, 1))
+            assert rec._opt_stepped  # marked by the pre-hook (reset as the next step begins)
+        assert "_post_optimizer_step" not in calls and "<listcomp>" not in calls, calls
+        assert calls.count("compute") == 1
+    model, opt, x, y = _setup()
+    with Recorder(tmp_path / "framework", model, optimizer=opt, grads_hook=False) as rec:
+        assert not opt._optimizer_step_pre_hooks and len(opt._optimizer_step_post_hooks) == 1
+        with rec.step((x, y)):
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            rec.record_grads()
+            assert not rec._opt_stepped
+            opt.step()
+            assert rec._opt_stepped
+
+
+class _Planted(Exception):
+    pass
+
+
+@pytest.mark.parametrize("lean", [True, False])
+@pytest.mark.parametrize("plant,stepped", [
+    ("body_before_step", False),   # raised in the body before optimizer.step()
+    ("pre_hook", False),           # a later pre-hook of the user's raises: no update
+    ("closure", False),            # the closure passed to step() raises inside it
+    ("post_hook", True),           # a post-hook of the user's raises after the update
+    ("body_after_step", True),     # raised in the body after optimizer.step()
+    ("second_step", True),         # the second step() of the step raises before its update
+])
+def test_a_capture_says_whether_the_optimizer_stepped_without_a_post_hook(
+        tmp_path, lean, plant, stepped):
+    """The pre-hook marks the step optimizer-stepped as it returns (no post-hook); an
+    exception that came out of ``optimizer.step()`` before its update returned is told
+    apart by torch's wrapper frame in its traceback, so a capture's ``optimizer_stepped``
+    is what the old post-hook made it, on the lean and the full path."""
+    model, opt, x, y = _setup()
+    armed = [False]
+
+    def pre(o, a, k):
+        if armed[0] and plant == "pre_hook":
+            raise _Planted("pre")
+
+    def post(o, a, k):
+        if armed[0] and plant == "post_hook":
+            raise _Planted("post")
+
+    with Recorder(tmp_path / "r", model, optimizer=opt) as rec:
+        opt.register_step_pre_hook(pre)
+        opt.register_step_post_hook(post)
+        rec._lean_ok = rec._lean = lean
+        for s in range(4):
+            armed[0] = s == 2
+            try:
+                with rec.step((x, y)):
+                    loss = F.cross_entropy(model(x), y)
+                    opt.zero_grad()
+                    loss.backward()
+                    rec.log(loss=loss)
+                    if armed[0] and plant == "body_before_step":
+                        raise _Planted("before")
+                    if armed[0] and plant == "closure":
+                        def closure():
+                            raise _Planted("closure")
+                        opt.step(closure)
+                    if armed[0] and plant == "second_step":
+                        opt.step()
+                        armed[0] = False
+                        plant_pre = opt.register_step_pre_hook(
+                            lambda o, a, k: (_ for _ in ()).throw(_Planted("second")))
+                        try:
+                            opt.step()
+                        finally:
+                            plant_pre.remove()
+                    opt.step()
+                    if armed[0] and plant == "body_after_step":
+                        raise _Planted("after")
+            except _Planted:
+                pass
+    (cap,) = open_run(tmp_path / "r").failures()
+    assert cap["step"] == 2 and cap["kind"] == "exception"
+    assert cap["optimizer_stepped"] is stepped

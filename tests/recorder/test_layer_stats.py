@@ -354,7 +354,7 @@ def test_the_trigger_fires_on_the_same_steps_in_python_and_numpy(monkeypatch):
 def test_a_sampled_step_holds_at_most_the_output_budget_and_frees_its_copies(tmp_path, monkeypatch):
     """Memory per sampled step is bounded: copied outputs are reduced whenever they pass
     OUTPUT_BUDGET elements (the statistics are the same as with the whole step's copies
-    held), and the weights copied for the update ratio are freed by the optimizer step."""
+    held), and the weights copied for the update ratio are freed when the step ends."""
     import numpy as np
 
     from debugkit.recorder import layerstats as ls_mod
@@ -376,7 +376,7 @@ def test_a_sampled_step_holds_at_most_the_output_budget_and_frees_its_copies(tmp
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
-                after_step.append(ls._w0)
+            after_step.append(ls._w0)
         rec.close()
         df = open_run(tmp_path / name).layer_stats()
         return held, after_step, df.sort_values(["step", "module", "stat"])["value"].to_numpy()
