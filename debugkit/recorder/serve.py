@@ -142,7 +142,7 @@ class Request:
         self.fallback_error = error
 
     # The request thread's whole path is these two methods (further Python frames only for a
-    # memory reading when one is due, an input signature not seen before, an output that is
+    # memory reading on CUDA, an input signature not seen before, an output that is
     # not one tensor, or a failure): next to a model, each call and object touched costs
     # several times its tight-loop cost (docs/serving.md#what-it-costs).
     def __enter__(self):
@@ -385,7 +385,7 @@ class ServeRecorder:
         # clone of the generator (``Generator.clone_state``, torch >= 2.4; before, its state
         # tensor), as the training Recorder does: the clone skips the 5 KB state tensor and
         # its allocations (after the ~20 ms model 2.1 us less [1.8, 2.5]; after the ~1 ms
-        # one the same: docs/serving.md#sixth-round)
+        # one the same: docs/serving.md#sixth-round-the-rng-clone-the-inline-rss-read-the-20-ms-verdict)
         gen = torch.default_generator
         self._cpu_rng = None if self._cuda else getattr(gen, "clone_state", gen.get_state)
         # 0-based request numbers in the order requests start, over all threads: next() on
