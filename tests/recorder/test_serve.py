@@ -386,11 +386,15 @@ def test_the_signature_is_the_inputs_at_the_requests_start(tmp_path):
     assert open_run(tmp_path / "r").failure(r.failure_id)["signature"] == "input_ids:int64[1,3]"
 
 
-def test_after_the_model_one_dispatched_op_reads_the_finiteness_sum(tmp_path):
-    """After the model the recorder's finiteness check of one float tensor makes one
-    reduction and reads it with ``tolist()`` (no ``item()``: another dispatched op, ~4 us
-    more with the caches a model leaves); the element-wise check runs only for a sum that
-    is not finite. Counted with a TorchFunctionMode around the request's end."""
+def test_after_the_model_the_finiteness_check_dispatches_no_op_for_a_float32_output(tmp_path):
+    """After the model the recorder's finiteness check of a contiguous float32 CPU tensor
+    calls torch's BLAS ``sdot`` on it (ctypes; a sum of squares: no dispatched torch op,
+    ~6 us less than the sum after a ~1 ms model); other float tensors get one reduction
+    read with ``tolist()`` (no ``item()``: another dispatched op). The element-wise check
+    runs only for a result that is not finite. Counted with a TorchFunctionMode around the
+    request's end (it sees tensor methods too: ``is_contiguous``, ``numel``, ``data_ptr``)."""
+    import platform
+
     from torch.overrides import TorchFunctionMode
 
     calls: list[str] = []
@@ -403,8 +407,20 @@ def test_after_the_model_one_dispatched_op_reads_the_finiteness_sum(tmp_path):
             return func(*args, **(kwargs or {}))
 
     rec = debugkit.serve(_model(), tmp_path / "r", memory_every_s=1e9)
-    for out, want in ((torch.ones(4, 3), ["sum", "tolist"]),
-                      (torch.tensor([1.0, float("inf")]), ["sum", "tolist", "isfinite", "all", "__bool__"])):
+    if platform.system() == "Linux" and platform.machine() == "x86_64":
+        assert rec._sdot is not None  # torch's x86 Linux wheels export MKL's sdot
+    blas = ["is_contiguous", "numel", "data_ptr"] if rec._sdot is not None else ["sum", "tolist"]
+    confirm = ["isfinite", "all", "__bool__"]
+    big = torch.ones(4, 3)
+    big[1, 1] = 3e30  # finite, but its square overflows: confirmed element-wise, finite
+    cases = ((torch.ones(4, 3), blas, "ok"),
+             (torch.tensor([1.0, float("inf")]), blas + confirm, "nonfinite"),
+             (torch.tensor([1.0, float("nan")]), blas + confirm, "nonfinite"),
+             (big, blas + confirm, "ok"),
+             (torch.ones(4, 3, dtype=torch.float64), ["sum", "tolist"], "ok"),
+             (torch.ones(3, 4).t(), ["is_contiguous", "sum", "tolist"], "ok"),  # not contiguous
+             (torch.tensor([[1.0, float("nan")], [2.0, 3.0]]).t(), ["is_contiguous", "sum", "tolist"] + confirm, "nonfinite"))
+    for out, want, outcome in cases:
         r = rec.request({"input_ids": torch.ones(1, 3, dtype=torch.long)})
         r.__enter__()
         r.output(out)
@@ -412,7 +428,20 @@ def test_after_the_model_one_dispatched_op_reads_the_finiteness_sum(tmp_path):
         with Count():
             r.__exit__(None, None, None)
         assert calls == want, calls
+        assert r.outcome == outcome, (out, r.outcome)
     rec.close()
+
+
+def test_the_blas_check_is_off_without_it_and_the_sum_still_judges(tmp_path, monkeypatch):
+    monkeypatch.setenv("DEBUGKIT_SERVE_BLAS", "0")
+    rec = debugkit.serve(_model(), tmp_path / "r", memory_every_s=1e9)
+    assert rec._sdot is None
+    for out, outcome in ((torch.ones(4, 3), "ok"), (torch.tensor([1.0, float("nan")]), "nonfinite")):
+        with rec.request({"input_ids": torch.ones(1, 3, dtype=torch.long)}) as r:
+            r.output(out)
+        assert r.outcome == outcome
+    rec.close()
+    assert debugkit.serve(_model(), tmp_path / "s", check_finite=False)._sdot is None
 
 
 def test_a_cpu_requests_thread_path_is_enter_and_exit_and_c_calls(tmp_path):
