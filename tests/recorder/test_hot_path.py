@@ -228,9 +228,9 @@ def _debugkit_calls(fn) -> list[str]:
 def test_a_healthy_default_step_enters_recorder_code_in_few_python_calls(tmp_path):
     """Issue 32 item 1: the in-loop cost follows how often a step enters the Recorder's
     Python (it runs cold after backward), so the default (lean) path does the step's
-    bookkeeping inline: 9 calls into debugkit per healthy step (the forward hook and
-    the norms included), 11 before the optimizer post-hook and the norms' list
-    comprehension went, 20 before the lean path."""
+    bookkeeping inline: 8 calls into debugkit per healthy step (the forward hook and
+    the norms included), 11 before the optimizer post-hook, the norms' list
+    comprehension and the step's __init__ went, 20 before the lean path."""
     model, opt, x, y = _setup()
     with Recorder(tmp_path / "r", model, optimizer=opt) as rec:
         assert rec._lean
@@ -241,7 +241,7 @@ def test_a_healthy_default_step_enters_recorder_code_in_few_python_calls(tmp_pat
             s = rec._step_no
         rec._rss_next = float("inf")  # the RSS read is on a timer: not in this step
         calls = _debugkit_calls(lambda: _train(rec, model, opt, x, y, 1))
-    assert len(calls) <= 9, " ".join(calls)
+    assert len(calls) <= 8, " ".join(calls)
     assert "take_rng_state" not in calls and "_scalar_value" not in calls
 
 
@@ -301,7 +301,7 @@ def test_the_lean_path_records_what_the_full_path_records(tmp_path, plant):
 def test_an_unsampled_step_with_layer_stats_enters_debugkit_in_as_few_calls(tmp_path):
     """Issue 33 at its default: with layer_stats_every set, a healthy step that is not
     sampled takes the lean path (the trigger's band is checked inline in the optimizer
-    pre-hook): as few calls as without layer statistics (9), none into LayerStats (the old
+    pre-hook): as few calls as without layer statistics (8), none into LayerStats (the old
     path made ~20, five of them LayerStats')."""
     model, opt, x, y = _setup()
     with Recorder(tmp_path / "r", model, optimizer=opt, layer_stats_every=500) as rec:
@@ -317,7 +317,7 @@ def test_an_unsampled_step_with_layer_stats_enters_debugkit_in_as_few_calls(tmp_
         seen = ls._seen
         calls = _debugkit_calls(lambda: _train(rec, model, opt, x, y, 1))
         assert ls._seen == seen + 1  # the step's norms were checked against the band
-    assert len(calls) <= 9, " ".join(calls)
+    assert len(calls) <= 8, " ".join(calls)
     assert not {"observe_norms", "begin", "grads_ready", "end", "after_update",
                 "_take_grads", "_begin_step_full", "_end_step_full"} & set(calls), calls
 
@@ -511,7 +511,8 @@ def test_a_lean_step_runs_no_optimizer_post_hook_and_no_python_frame_for_the_gra
     Recorder registers no step post-hook (the pre-hook marks the step optimizer-stepped as
     it returns, the update ratio of a sampled step is taken as the step ends), so torch's
     loop after the update calls nothing of debugkit's; the norms gather the gradients with
-    ``map`` (no list comprehension frame). A framework's Recorder without the pre-hook
+    ``map`` (no list comprehension frame), and ``rec.step()`` builds the step without a
+    ``_Step.__init__`` frame. A framework's Recorder without the pre-hook
     (``grads_hook=False``) keeps the post-hook that marks its steps."""
     for kw in ({}, {"layer_stats_every": 500}, {"layer_stats_every": None}):
         model, opt, x, y = _setup()
@@ -527,7 +528,7 @@ def test_a_lean_step_runs_no_optimizer_post_hook_and_no_python_frame_for_the_gra
             calls = _debugkit_calls(lambda r=rec, m=model, o=opt, a=x, b=y: _train(r, m, o, a, b, 1))
             assert rec._opt_stepped  # marked by the pre-hook (reset as the next step begins)
         assert "_post_optimizer_step" not in calls and "<listcomp>" not in calls, calls
-        assert calls.count("compute") == 1
+        assert calls.count("compute") == 1 and calls[:2] == ["step", "__enter__"], calls
     model, opt, x, y = _setup()
     with Recorder(tmp_path / "framework", model, optimizer=opt, grads_hook=False) as rec:
         assert not opt._optimizer_step_pre_hooks and len(opt._optimizer_step_post_hooks) == 1
