@@ -10,10 +10,12 @@ import streamlit as st
 from pages import _auth, _routing, _share, _sidebar, _ui
 
 _routing.mark_routed()
-# The favicon is a file of the app (served by this server), not a Material icon, which the
-# browser would fetch from a font CDN: an offline install would have none.
+# The favicon is a file of the app, not a Material icon, which the browser would fetch
+# from a font CDN: an offline install would have none. It is sent as a data URL: a file
+# path makes Streamlit open and re-encode the image with PIL on each new session's first
+# run (60 ms of CPU before anything of the page is drawn; bench/pages.py's shell floor).
 FAVICON = Path(__file__).resolve().parent / "assets" / "favicon.png"
-st.set_page_config(page_title="debugkit", page_icon=str(FAVICON), layout="wide")
+st.set_page_config(page_title="debugkit", page_icon=_ui.data_url(FAVICON), layout="wide")
 # Narrow windows (800 px with the sidebar open leaves ~500 px): a row of columns wraps
 # instead of squeezing each column until its labels break letter by letter.
 st.html("""<style>
@@ -68,14 +70,19 @@ if share is not None:
         _routing.register_pages([])
     try:
         st.navigation(pages, position="hidden").run()
+    except _ui.PageEnd:  # the page ended early (an empty state or an error box)
+        pass
     except Exception as exc:  # noqa: BLE001 - as below: a box, never a traceback
         _ui.show_error(exc, where="the shared audit")
 elif _auth.auth_providers() is not None and not _auth.logged_in():
     # `[auth]` is configured in .streamlit/secrets.toml: everything but a valid share
     # link (above) needs a signed-in user. Every URL path lands on the sign-in page.
     _routing.register_pages([])
-    st.navigation([st.Page(_auth.login_page, title="Sign in", url_path="login", default=True)],
-                  position="hidden").run()
+    try:
+        st.navigation([st.Page(_auth.login_page, title="Sign in", url_path="login", default=True)],
+                      position="hidden").run()
+    except _ui.PageEnd:
+        pass
 else:
     if _auth.auth_providers() is not None:
         _auth.signed_in_badge()
@@ -92,10 +99,17 @@ else:
     # otherwise draw a fresh server's first sessions the pages/ folder's file list before
     # this router has run, even to visitors who have not signed in (docs/security.md).
     nav = st.navigation(pages + aliases, position="hidden")
-    _sidebar.menu(pages)
-    _sidebar.sidebar()
+    _sidebar.open_linked_run()  # ?run= opens its run before the page reads it
     try:
         nav.run()
+    except _ui.PageEnd:  # the page ended early (an empty state or an error box)
+        pass
     except Exception as exc:  # noqa: BLE001 - a page that broke on a run: a box, not a traceback
-        # (st.stop / st.rerun / st.switch_page raise BaseExceptions, which pass.)
+        # (st.rerun / st.switch_page raise BaseExceptions, which pass: the script reruns.)
         _ui.show_error(exc, where=nav.title)
+    # The sidebar (the page menu and the run picker) is drawn after the page: the page's
+    # first chart then reaches the browser after 6-8 websocket messages instead of ~27,
+    # and the server's work for the sidebar comes after it (bench/pages.py's shell floor).
+    # Pages end with _ui.end_page(), not st.stop(), so that the sidebar is still drawn.
+    _sidebar.menu(pages)
+    _sidebar.sidebar()

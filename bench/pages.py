@@ -189,8 +189,14 @@ def time_to_chart(browser, url: str, selector: str | None, pid: int | None = Non
     page = ctx.new_page()
     page.set_default_timeout(300_000)
     got = {"http_bytes": 0, "ws_bytes": 0, "figure_bytes": 0, "figures": 0, "runs": 0,
-           "ws_msgs": 0, "ws_sent": 0}
+           "ws_msgs": 0, "ws_sent": 0, "ws_before": 0, "ws_kb_before": 0.0,
+           "sidebar_before": 0}
     last = [time.perf_counter()]
+    # Chromium's own timestamps (one monotonic clock): the page's request, the websocket's
+    # first frame from the server and the frame that carries the first chart, so a visit's
+    # time splits into the front end's start, the server's script run until the chart, and
+    # the browser's drawing after it, whatever the machine's load does to each
+    stamps: dict[str, float] = {}
 
     def on_frame(ev):
         resp = ev["response"]
@@ -198,20 +204,32 @@ def time_to_chart(browser, url: str, selector: str | None, pid: int | None = Non
                 else resp["payloadData"].encode())
         got["ws_bytes"] += len(data)
         last[0] = time.perf_counter()
+        stamps.setdefault("ws_first", float(ev["timestamp"]))
         for m in _forward_msgs(data) if resp.get("opcode") == 2 else []:
             got["ws_msgs"] += 1
+            if "chart_msg" not in stamps:  # messages and bytes before the first chart's
+                got["ws_before"] += 1
+                got["ws_kb_before"] += len(data) / 1e3
+                # elements for the sidebar (root container 1) that came before the chart
+                if m.WhichOneof("type") == "delta" and list(m.metadata.delta_path[:1]) == [1]:
+                    got["sidebar_before"] += 1
             kind = m.WhichOneof("type")
             if kind == "script_finished":
                 got["runs"] += 1
             elif kind == "delta" and m.delta.WhichOneof("type") == "new_element":
                 el = m.delta.new_element
                 if el.WhichOneof("type") == "plotly_chart":
+                    stamps.setdefault("chart_msg", float(ev["timestamp"]))
                     got["figures"] += 1
                     got["figure_bytes"] += len(el.plotly_chart.spec.encode())
 
     scripts: dict[str, str] = {}  # request id -> file name, of the JavaScript responses
     got["js_before"] = {}  # file name -> bytes, of the scripts loaded before the first chart
     charted = [False]
+
+    def on_request(ev):
+        if ev.get("type") == "Document":
+            stamps.setdefault("document", float(ev["timestamp"]))
 
     def on_response(ev):
         if ev.get("type") == "Script":
@@ -229,6 +247,7 @@ def time_to_chart(browser, url: str, selector: str | None, pid: int | None = Non
     cdp.send("Performance.enable")
     cdp.on("Network.webSocketFrameReceived", on_frame)
     cdp.on("Network.responseReceived", on_response)
+    cdp.on("Network.requestWillBeSent", on_request)
     cdp.on("Network.webSocketFrameSent", lambda ev: got.__setitem__("ws_sent", got["ws_sent"] + 1))
     cdp.on("Network.loadingFinished", on_loaded)
     try:
@@ -243,6 +262,15 @@ def time_to_chart(browser, url: str, selector: str | None, pid: int | None = Non
             page.wait_for_selector(selector, state="visible")
         got["seconds"] = time.perf_counter() - t0
         charted[0] = True
+        doc = stamps.get("document")
+        # seconds from the page's request to the websocket's first frame (the front end's
+        # start), from there to the frame with the first chart (the server's script run
+        # until that chart), and from that frame to the chart on screen (the browser)
+        got["boot_s"] = stamps["ws_first"] - doc if doc and "ws_first" in stamps else float("nan")
+        got["script_s"] = (stamps["chart_msg"] - stamps["ws_first"]
+                           if "chart_msg" in stamps and "ws_first" in stamps else float("nan"))
+        got["draw_s"] = (got["seconds"] - (stamps["chart_msg"] - doc)
+                         if "chart_msg" in stamps and doc else float("nan"))
         got["browser_cpu_s"] = sum(v - br0.get(k, 0.0) for k, v in _renderer_cpu(browser).items())
         # the renderer's main thread until the first chart: seconds in tasks, in JavaScript,
         # in layout and in style recalculation (Chromium's Performance domain)
@@ -344,6 +372,16 @@ def _js(visits: list[dict]) -> dict[str, int]:
     return {n: int(statistics.median(v["js_before"][n] for v in visits)) for n in sorted(names)}
 
 
+def _phases(visits: list[dict]) -> str:
+    """Median seconds of a visit's three phases (``time_to_chart``): the front end's start,
+    the server's script run until the first chart's message, the browser's drawing after it."""
+    got = []
+    for key in ("boot_s", "script_s", "draw_s"):
+        vals = [v[key] for v in visits if v.get(key) == v.get(key) and key in v]  # not NaN
+        got.append(f"{statistics.median(vals):.2f}" if vals else "-")
+    return " / ".join(got)
+
+
 def print_split(rows, floor, shell) -> None:
     """Each page's gap split into the app shell's part (the shell floor over the floor)
     and the page's own (the page over the shell floor), with what a visit sends and loads
@@ -357,20 +395,30 @@ def print_split(rows, floor, shell) -> None:
           "floor; until the first chart (cold and warm visits): the CPU seconds of the browser's "
           "renderer processes and the seconds its main thread was busy (Chromium's SystemInfo and "
           "Performance domains); websocket messages from the server / from the browser (warm "
-          "visit); the JavaScript fetched before the first chart beyond the floor's\n")
+          "visit), and from the server up to the first chart's (their kB), elements drawn into "
+          "the sidebar before it; the visit's phases (Chromium's timestamps, cold and warm): the "
+          "front end's start (page request to the websocket's first frame), the server's script "
+          "run until the first chart's message, the browser's drawing after it; the JavaScript "
+          "fetched before the first chart beyond the floor's\n")
     print("| page | over the shell floor, cold | over the shell floor, warm | browser CPU s | "
-          "main thread busy s | messages in / out | JS before the chart kB | JS beyond the floor's (kB) |")
-    print("|---|---|---|---|---|---|---|---|")
-    for label, _run, cold_v, warm_v in rows:
-        if label.startswith("(TensorBoard"):
-            continue
+          "main thread busy s | messages in / out | messages (kB) to the chart | sidebar elements "
+          "before the chart | start / script / draw s | JS before the chart kB | "
+          "JS beyond the floor's (kB) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for label, _run, cold_v, warm_v in [("(floor)", "-", *floor), ("(shell floor)", "-", *shell),
+                                          *rows]:
+        if label.startswith("(") and label not in ("(floor)", "(shell floor)"):
+            continue  # TensorBoard (no Streamlit frames), and the floors' first rows
         js = _js(cold_v + warm_v)
         extra = ", ".join(f"{n} {b / 1e3:.0f}" for n, b in sorted(js.items(), key=lambda kv: -kv[1])
                           if n not in base) or "-"
         print(f"| {label} | {_med(cold_v, 'seconds') - s_cold:+.2f} | "
               f"{_med(warm_v, 'seconds') - s_warm:+.2f} | {_med(cold_v + warm_v, 'browser_cpu_s'):.2f} | "
               f"{_med(cold_v + warm_v, 'TaskDuration'):.2f} | {_med(warm_v, 'ws_msgs'):.0f} / "
-              f"{_med(warm_v, 'ws_sent'):.0f} | {sum(js.values()) / 1e3:.0f} | {extra} |")
+              f"{_med(warm_v, 'ws_sent'):.0f} | {_med(warm_v, 'ws_before'):.0f} "
+              f"({_med(warm_v, 'ws_kb_before'):.1f}) | {_med(warm_v, 'sidebar_before'):.0f} | "
+              f"{_phases(cold_v + warm_v)} | "
+              f"{sum(js.values()) / 1e3:.0f} | {extra} |")
 
 
 def main(argv=None):

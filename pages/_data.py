@@ -17,7 +17,7 @@ from __future__ import annotations
 import streamlit as st
 
 from debugkit.errors import DebugkitError
-from pages._ui import show_error
+from pages._ui import end_page, show_error
 
 CACHE = {"max_entries": 32, "ttl": 900}
 
@@ -253,7 +253,7 @@ def render_live(path: str, render, every_s: float) -> None:
         status_now = summary(path)["status"]
     except DebugkitError as exc:
         show_error(exc)
-        st.stop()
+        end_page()
     if status_now == "running":
         st.fragment(render, run_every=every_s)()
     else:

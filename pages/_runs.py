@@ -11,7 +11,7 @@ import streamlit as st
 from debugkit.errors import DebugkitError
 from debugkit.io import served_runs as run_store
 from debugkit.io.fs import as_path, is_url
-from pages._ui import md, visitor_text
+from pages._ui import end_page, md, visitor_text
 
 SESSION_RUN = "debugkit_run_path"
 
@@ -146,7 +146,7 @@ def require_run(what: str) -> str:
         st.info(f"Pick a run in the sidebar to see {what}: a sample run, one from the run "
                 f"store, a typed path, or an uploaded run directory or .zip.",
                 icon=":material/arrow_back:")
-        st.stop()
+        end_page()
     return path
 
 

@@ -69,9 +69,14 @@ def menu(pages) -> None:
         st.divider()
 
 
-def sidebar() -> None:
-    """The run picker: served runs, a typed path, or an upload."""
+def open_linked_run() -> None:
+    """Open the run a link names (``?run=``), before the page reads the selected run."""
     apply_query_params()
+
+
+def sidebar() -> None:
+    """The run picker: served runs, a typed path, or an upload. app.py draws it after the
+    page (:func:`open_linked_run` has opened a linked run before the page ran)."""
     with st.sidebar:
         st.markdown("### Run")
         if msg := st.session_state.pop("debugkit_link_error", None):
@@ -105,14 +110,24 @@ def sidebar() -> None:
 def _run_picker(listed, cur_id: str | None) -> None:
     """The select box of the served runs; picking one opens it."""
     ids = listed.ids
+    key = f"run_picker_{cur_id}"
+    # The pick opens its run in a callback, before the next script run: the page (drawn
+    # before this sidebar) then shows the picked run, not the old one and a rerun.
     choice = st.selectbox("Open a run", ["—"] + ids,
                           index=(ids.index(cur_id) + 1) if cur_id in ids else 0,
-                          key=f"run_picker_{cur_id}",
+                          key=key, on_change=_picked, args=(listed, key),
                           help="Runs in sample_runs/ and in the run store "
                                f"({visitor_text(store_dir())})")
     if choice != "—" and choice != cur_id:
         select_run(listed.path(choice), choice)
         st.rerun()
+
+
+def _picked(listed, key: str) -> None:
+    """The run picker's callback: open the picked run."""
+    choice = st.session_state.get(key)
+    if choice and choice != "—" and choice in listed.ids:
+        select_run(listed.path(choice), choice)
 
 
 def _open_path_form() -> None:

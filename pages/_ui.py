@@ -5,11 +5,13 @@ Every user or code string that goes into Markdown goes through :func:`md` or :fu
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
 import traceback
 from pathlib import Path
+from typing import NoReturn
 
 import streamlit as st
 
@@ -27,6 +29,32 @@ log = logging.getLogger("debugkit.pages")
 _MD_INLINE = re.compile(r"[\\`*~$]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\](?=[(\[])|\[(?=\^)"
                         r"|<(?=[A-Za-z/!?])|:(?=[A-Za-z0-9_+/-]+[:\[])")
 _MD_LINE_START = re.compile(r"^(\s*(?:\d+)?)([#>+=|.)-])", re.MULTILINE)
+
+
+class PageEnd(BaseException):
+    """Raised by :func:`end_page`: the page has said what it had to (an empty state, an
+    error box) and ends here. app.py catches it and then draws the sidebar, which comes
+    after the page's content (a BaseException, so a page's ``except Exception`` does not
+    swallow it)."""
+
+
+def end_page() -> NoReturn:
+    """End the page here, like ``st.stop()``, but let app.py draw the sidebar after it:
+    after ``st.stop()`` Streamlit draws nothing more in this script run, and the sidebar
+    (the page menu and the run picker) is drawn after the page, so that the page's first
+    chart reaches the browser before the sidebar's 20 or so messages."""
+    raise PageEnd
+
+
+@functools.lru_cache(maxsize=8)
+def data_url(file: Path, mime: str = "image/png") -> str:
+    """A small file of the app (the favicon) as a ``data:`` URL, read once per process.
+    Given a path, ``st.set_page_config(page_icon=...)`` opens and re-encodes the image with
+    PIL in every new session's first script run; a data URL is passed to the browser as
+    it is, and the browser fetches nothing more for it."""
+    import base64
+
+    return f"data:{mime};base64," + base64.b64encode(Path(file).read_bytes()).decode("ascii")
 
 
 def md(value) -> str:

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from pages import _routing, _runs
+from pages import _routing, _runs, _ui
 
 _routing.page_guard()
 
@@ -19,7 +19,7 @@ entries = _runs.run_entries()
 if not entries:
     st.info("No runs found. Record one with `debugkit.Recorder` (see the README's quick start) "
             "into the run store (`./runs`, or `$DEBUGKIT_STORE`), or upload a run in the sidebar.")
-    st.stop()
+    _ui.end_page()
 
 from debugkit.analysis.kinds import CATALOGUE  # noqa: E402
 from debugkit.diagnose import run_summaries as run_index  # noqa: E402

@@ -36,11 +36,41 @@ def test_quick_bench_prints_each_pages_gap_to_the_floor_and_the_target():
                      rf"\d+\.\d\d \| \d+\.\d\d \| {num} \| {num} \| - \|", text, re.M), text
     assert re.search(rf"^The gap split \(medians\): the app shell \(shell floor over the floor\) {num} s cold, "
                      rf"{num} s warm", text, re.M), text
-    for page in ("checkpoints", "gradients"):
-        row = re.search(rf"^\| {page} \| {num} \| {num} \| [\d.]+ \| [\d.]+ \| (\d+) / (\d+) \| (\d+) \| (.*) \|$", text, re.M)
-        assert row and int(row[1]) > 0 and int(row[3]) > 1000, text  # messages; JS kB before the chart
-        assert "PlotlyChart" not in row[4]  # the floor loads the chart's code too: not "beyond" it
+    phases = r"(\d+\.\d\d) / (\d+\.\d\d) / (\d+\.\d\d)"  # start / script / draw s
+    for page in ("(floor)", "(shell floor)", "checkpoints", "gradients"):
+        row = re.search(rf"^\| {re.escape(page)} \| {num} \| {num} \| [\d.]+ \| [\d.]+ \| (\d+) / (\d+) \| "
+                        rf"(\d+) \([\d.]+\) \| (\d+) \| {phases} \| (\d+) \| (.*) \|$", text, re.M)
+        assert row and int(row[1]) > 0 and int(row[7]) > 1000, text  # messages; JS kB before the chart
+        assert 0 < int(row[3]) <= int(row[1])  # messages up to the first chart's, of all of them
+        assert int(row[4]) == 0, text  # the sidebar is drawn after the page's first chart
+        assert float(row[5]) > 0 and float(row[7 - 1]) > 0  # the front end's start; the drawing
+        assert "PlotlyChart" not in row[8]  # the floor loads the chart's code too: not "beyond" it
     # the load-independent table: figures sent on the first visit (one: the open tab's
     # heatmap; the moved-most bars and Gradients' lines are drawn when opened), one script run
     for page in ("checkpoints", "gradients"):
         assert re.search(rf"^\| {page} \| \d+ \| \d+ \| [\d.]+ \| 1 \| [\d.]+ \| 1 \|", text, re.M), text
+
+
+def _bench():
+    """bench/pages.py as a module (its name would clash with the app's pages package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_pages", ROOT / "bench" / "pages.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("page, run", [("scalars", "digits-exploding"), ("overview", "digits-bad-label")])
+def test_a_chart_page_sends_its_first_chart_before_the_sidebar(server, browser, page, run):
+    """The sidebar (the page menu's 12 links, the run's expander, "Open a path", "Upload a
+    run") is drawn after the page: before, its ~20 messages and the server's work for them
+    came before every page's first chart (the shell floor's chart came after 25 of 27
+    messages; the plain Streamlit floor's after 4). Counted in the browser, as bench/pages.py
+    counts them: websocket frames from the server up to the one with the first chart."""
+    bench = _bench()
+    got = bench.time_to_chart(browser, f"{server.url}/{page}?run={run}", bench.PLOT, server.proc.pid)
+    assert got["figures"] >= 1
+    assert got["sidebar_before"] == 0, got
+    assert got["ws_before"] < got["ws_msgs"] - 15, got  # the sidebar's messages came after the chart
+    assert got["script_s"] >= 0 and got["draw_s"] > 0 and got["boot_s"] > 0, got
