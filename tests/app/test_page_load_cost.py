@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -466,3 +467,36 @@ def test_the_checkpoint_memory_profiler_and_audit_popovers_name_what_they_hold()
     at = open_page("profiler", run="digits-profiled")
     at.selectbox(key="sp_fold").set_value(0.005).run()
     assert "Fold under: 0\\.5 %" in _popovers(at) and at.query_params["fold"] == "0.005"
+
+
+def _sidebar_drawn(at) -> bool:
+    """The sidebar's page menu (one link per page) and its run section are there."""
+    links = at.sidebar.get("page_link")
+    return len(links) == 12 and "### Run" in [m.value for m in at.sidebar.markdown]
+
+
+def test_a_page_that_ends_early_still_draws_the_sidebar_after_it(tmp_path, monkeypatch):
+    """app.py draws the sidebar after the page (its ~20 messages came before every page's
+    first chart: tests/e2e/test_bench_pages.py counts them in the browser). A page that
+    stops early (no run picked, the run gone, its status unreadable, Home with no runs)
+    ends with ``_ui.end_page()``: after ``st.stop()`` Streamlit draws nothing more, and the
+    sidebar with the run picker, the one way on from there, would be missing."""
+    at = open_page("memory")  # no run: the empty state, then the open picker
+    assert [i.value for i in at.info][0].startswith("Pick a run in the sidebar to see its memory")
+    assert _sidebar_drawn(at) and [s.label for s in at.sidebar.selectbox] == ["Open a run"]
+
+    broken = tmp_path / "broken"
+    shutil.copytree(ROOT / "sample_runs" / "digits-bad-label", broken)
+    (broken / "manifest.json").write_text("{not json")
+    at = open_page("memory", check=False, run_path=broken)  # its status cannot be read
+    assert not at.exception and at.error, [e.value for e in at.exception]
+    assert _sidebar_drawn(at)
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("DEBUGKIT_ROOTS", str(empty))
+    monkeypatch.setenv("DEBUGKIT_STORE", str(tmp_path / "store"))
+    monkeypatch.setenv("DEBUGKIT_CACHE", str(tmp_path / "cache"))
+    at = open_page("home")
+    assert any(i.value.startswith("No runs found.") for i in at.info)
+    assert _sidebar_drawn(at)
