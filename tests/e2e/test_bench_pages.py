@@ -40,11 +40,11 @@ def test_quick_bench_prints_each_pages_gap_to_the_floor_and_the_target():
     for page in ("(floor)", "(shell floor)", "checkpoints", "gradients"):
         row = re.search(rf"^\| {re.escape(page)} \| {num} \| {num} \| [\d.]+ \| [\d.]+ \| (\d+) / (\d+) \| "
                         rf"(\d+) \([\d.]+\) \| (\d+) \| {phases} \| (\d+) \| (.*) \|$", text, re.M)
-        assert row and int(row[1]) > 0 and int(row[7]) > 1000, text  # messages; JS kB before the chart
+        assert row and int(row[1]) > 0 and int(row[8]) > 1000, text  # messages; JS kB before the chart
         assert 0 < int(row[3]) <= int(row[1])  # messages up to the first chart's, of all of them
         assert int(row[4]) == 0, text  # the sidebar is drawn after the page's first chart
-        assert float(row[5]) > 0 and float(row[7 - 1]) > 0  # the front end's start; the drawing
-        assert "PlotlyChart" not in row[8]  # the floor loads the chart's code too: not "beyond" it
+        assert float(row[5]) > 0 and float(row[7]) > 0  # the front end's start; the drawing
+        assert "PlotlyChart" not in row[9]  # the floor loads the chart's code too: not "beyond" it
     # the load-independent table: figures sent on the first visit (one: the open tab's
     # heatmap; the moved-most bars and Gradients' lines are drawn when opened), one script run
     for page in ("checkpoints", "gradients"):
