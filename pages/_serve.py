@@ -131,6 +131,23 @@ def _navigation_mode() -> None:
     PagesManager.uses_pages_directory = False
 
 
+def _no_direct_run_check() -> None:
+    """Skip Streamlit's check for a script run without ``streamlit run``.
+
+    The first element any session draws on a server makes Streamlit ask whether it runs
+    in a REPL (``inspect.stack()``, which resolves the source file of every module loaded:
+    with pandas, pyarrow, plotly and debugkit imported, 40-100 ms of CPU in the first
+    visit's script run before its first element, more while the preload thread holds the
+    GIL; ``bench/pages.py``'s cold shell floor). Its only outcome is a warning for a script
+    run directly with ``python``, which this launcher never is: it starts ``streamlit run``.
+    """
+    try:
+        import streamlit.delta_generator as dg
+    except ImportError:  # pragma: no cover - Streamlit is a dependency
+        return
+    dg._use_warning_has_been_displayed = True
+
+
 def main(argv: list[str] | None = None) -> int:
     # Run as a script, this folder is sys.path[0]: its page files (memory.py, audit.py,
     # ...) must not shadow modules of those names.
@@ -139,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     from streamlit.web import cli
 
     _navigation_mode()
+    _no_direct_run_check()
     if os.environ.get("DEBUGKIT_PRELOAD", "1") != "0":
         threading.Thread(target=preload, args=(preload_names(),), name="debugkit-preload",
                          daemon=True).start()

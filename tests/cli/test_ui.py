@@ -76,6 +76,29 @@ def test_launcher_routes_a_fresh_servers_first_request_through_app_py(monkeypatc
     assert PagesManager.uses_pages_directory is False
 
 
+def test_launcher_skips_streamlits_direct_run_check_before_the_first_element(monkeypatch):
+    """The first element drawn on a server made Streamlit walk the stack
+    (``inspect.stack()``, resolving the source file of every loaded module: 40-49 ms of
+    thread CPU in the cold shell floor's first script run, marks written by a copy of
+    app.py) to decide whether to warn about a script run without ``streamlit run``;
+    pages/_serve.py always runs ``streamlit run``, so it skips that check."""
+    import inspect
+
+    import streamlit as st
+    import streamlit.delta_generator as dg
+
+    from pages._serve import _no_direct_run_check
+
+    def walked(*a, **k):
+        raise AssertionError("inspect.stack() walked before the first element")
+
+    monkeypatch.setattr(dg, "_use_warning_has_been_displayed", False)
+    monkeypatch.setattr(inspect, "stack", walked)
+    _no_direct_run_check()
+    st.markdown("first element")  # bare mode: the element is dropped, the check is not run
+    assert dg._use_warning_has_been_displayed is True
+
+
 def test_ui_serves_through_the_preloading_launcher(tmp_path, monkeypatch):
     """`debugkit ui` execs `python <checkout>/pages/_serve.py run <app.py> ...` with the store
     and roots in its environment."""
