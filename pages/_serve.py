@@ -24,6 +24,10 @@ import threading
 
 PRELOAD = (
     "numpy",
+    # st.set_page_config imports PIL for any page icon that is not an emoji or a Material
+    # icon (app.py's favicon is a data URL), in each new server's first script run
+    "PIL.Image",
+    "PIL.ImageFile",
     "pandas",
     "pyarrow.ipc",
     "plotly.graph_objects",

@@ -99,6 +99,34 @@ def test_launcher_skips_streamlits_direct_run_check_before_the_first_element(mon
     assert dg._use_warning_has_been_displayed is True
 
 
+def test_the_favicon_imports_nothing_the_preload_has_not(tmp_path):
+    """app.py's ``st.set_page_config(page_icon=...)`` runs in each new session's first
+    script run: with the favicon as a data URL it neither re-encodes the PNG nor (after
+    the launcher's preload) imports anything, PIL included (16 ms on a quiet machine).
+    Checked in a new process, so nothing another test imported hides an import."""
+    import os
+    import subprocess
+    import sys
+
+    code = """
+import sys
+from pages._serve import PRELOAD, preload
+assert preload(PRELOAD) == []
+from pathlib import Path
+from streamlit.commands.page_config import _get_favicon_string
+from pages import _ui
+before = set(sys.modules)
+icon = _get_favicon_string(_ui.data_url(Path("assets/favicon.png")))
+assert icon.startswith("data:image/png;base64,"), icon[:40]
+print(sorted(set(sys.modules) - before))
+"""
+    root = Path(app_path()).parent
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "PYTHONPATH": str(root)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
+
+
 def test_ui_serves_through_the_preloading_launcher(tmp_path, monkeypatch):
     """`debugkit ui` execs `python <checkout>/pages/_serve.py run <app.py> ...` with the store
     and roots in its environment."""
