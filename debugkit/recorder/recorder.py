@@ -224,6 +224,36 @@ def _resumed(manifest: dict, old: dict | None, now: float) -> dict:
         manifest.setdefault(k, v)
     return manifest
 
+class _CopiedHooks:
+    """What a Recorder's hooks are bound to in a copy of the object they hang on:
+    ``copy.deepcopy(model)`` (an EMA or SWA copy, ``torch.optim.swa_utils.AveragedModel``)
+    and ``torch.save(model)`` / pickle of a whole model copy its hooks, and a bound
+    method copies its Recorder, whose locks and open files cannot be copied
+    (``TypeError: cannot pickle '_thread.lock' object``). The copy's hooks are bound to
+    this instead: they record nothing (the copy's forwards and optimizer steps are not the
+    recorded run's) and accept every attribute the hooks set."""
+
+    __slots__ = ()
+    _cur = None
+    _closed = True
+
+    def __setattr__(self, name, value):
+        pass
+
+    def __reduce__(self):
+        return (_CopiedHooks, ())
+
+    def _check_skipped_body(self):
+        pass
+
+    def _hook(self, *args, **kwargs):
+        return None
+
+    # an unpickled copy's hooks are looked up by name (a copy.deepcopy's keep the
+    # Recorder's functions, which read _cur and set attributes: both nothing here)
+    _keep_output = _pre_optimizer_step = _post_optimizer_step = _hook
+
+
 class Recorder:
     """Record a training run into a debugkit run directory.
 
@@ -685,6 +715,14 @@ class Recorder:
         self._writer.event("checkpoint", step=step, dir=entry["dir"],
                            bytes=sum(m["bytes"] for m in entry["files"].values()))
         return entry
+
+    def __deepcopy__(self, memo):
+        # a copy of a recorded model or optimizer (its hooks are this Recorder's bound
+        # methods): the copy's hooks do nothing (see _CopiedHooks)
+        return _CopiedHooks()
+
+    def __reduce__(self):
+        return (_CopiedHooks, ())
 
     def close(self, *, failed: bool = False) -> None:
         """Flush everything and mark the run finished (or failed). Idempotent."""

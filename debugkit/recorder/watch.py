@@ -95,6 +95,15 @@ class Watch:
             self._prev_excepthook = sys.excepthook
             sys.excepthook = self._excepthook
 
+    def __deepcopy__(self, memo):
+        # a copy of a watched model or optimizer (an EMA copy, torch.save of the whole
+        # model) copies the hooks bound to this Watch: the copy's hooks do nothing
+        # (see debugkit.recorder.recorder._CopiedHooks)
+        return _CopiedWatch()
+
+    def __reduce__(self):
+        return (_CopiedWatch, ())
+
     # ------------------------------------------------------------------ hooks
     def _before_forward(self, module, args, kwargs):
         import torch
@@ -243,3 +252,26 @@ def watch(model, optimizer, run_dir, *, capture_uncaught: bool = True, **recorde
         an exception leaving the block.
     """
     return Watch(model, optimizer, run_dir, capture_uncaught=capture_uncaught, **recorder_kwargs)
+
+
+class _CopiedWatch:
+    """What a Watch's hooks are bound to in a copy of the watched model or optimizer: a
+    closed Watch, so the copy's hooks return at once and record nothing (as
+    ``debugkit.recorder.recorder._CopiedHooks`` for a Recorder's own hooks)."""
+
+    __slots__ = ()
+    _closed = True
+    _index_sink = None
+
+    def __setattr__(self, name, value):
+        pass
+
+    def __reduce__(self):
+        return (_CopiedWatch, ())
+
+    def _hook(self, *args, **kwargs):
+        return None
+
+    # an unpickled copy's hooks are looked up by name (a copy.deepcopy's keep the
+    # Watch's functions, which return at once on a closed Watch)
+    _before_forward = _after_forward = _after_optimizer_step = _hook
