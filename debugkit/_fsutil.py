@@ -394,3 +394,19 @@ def process_start_ticks(pid: int) -> int | None:
         return int(rest[19])
     except (OSError, ValueError, IndexError):
         return None
+
+
+#: The entries of this package's folder (its modules and subpackages), by name.
+_OWN_ENTRIES = frozenset(p.name for p in Path(__file__).resolve().parent.iterdir()
+                         if not p.name.startswith(".") and (p.is_dir() or p.suffix == ".py"))
+
+
+def in_debugkit(path: str) -> bool:
+    """Whether a stack frame's file is debugkit's own code, on this machine or the one that
+    wrote the stack: the path's last ``debugkit/`` folder holds one of this package's
+    modules or subpackages (``.../debugkit/recorder/writer.py``). A program in a folder
+    that is merely named ``debugkit`` (a clone of this repository: ``.../debugkit/tests/
+    jobs/train.py``, ``.../debugkit/examples/...``) is the user's code, not debugkit's."""
+    p = "/" + str(path).replace("\\", "/").lstrip("/")
+    i = p.rfind("/debugkit/")
+    return i >= 0 and p[i + 10:].split("/", 1)[0] in _OWN_ENTRIES

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import re
 
+from .._fsutil import in_debugkit
 from .findings import Finding
 
 #: (kind, regex) for the error texts of torch.distributed's backends, most specific first.
@@ -134,7 +135,7 @@ def describe_collective_error(info: dict) -> str:
 def _is_library(path: str) -> bool:
     p = str(path).replace("\\", "/")
     return ("site-packages/" in p or "dist-packages/" in p or "/lib/python3" in p
-            or "/debugkit/" in p or p.startswith("<"))
+            or in_debugkit(p) or p.startswith("<"))
 
 
 def summarize_stack(fatal: dict | None) -> dict | None:

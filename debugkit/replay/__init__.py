@@ -16,6 +16,7 @@ import contextlib
 import os
 from collections.abc import Callable
 
+from .._fsutil import in_debugkit
 from ..child_harness import DEFAULT_TIMEOUT_S, cuda_possible, default_memory_cap, run_child
 from ..errors import CodeRefusedError, InvalidInputError, ReplayError
 from ..location import as_path, local_copy
@@ -114,7 +115,7 @@ def _one(run, record, idents, parts, *, device, allow_code, timeout_s, cap, prog
         import re
 
         frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', outcome.traceback or "")
-        user = [f for f in frames if "/debugkit/" not in f[0]]
+        user = [f for f in frames if not in_debugkit(f[0])]
         where = f" (at {user[-1][0]}:{user[-1][1]} in {user[-1][2]})" if user else ""
         raise ReplayError(MSG_SETUP_FAILED.format(fid=record["id"], type=outcome.error_type,
                                                   message=(outcome.message or "").splitlines()[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from debugkit.analysis.findings import Finding, sort_findings
-from debugkit.analysis.lost_ranks import detect_lost_ranks
+from debugkit.analysis.lost_ranks import detect_lost_ranks, summarize_stack
 from debugkit.diagnose import causes_first
 
 
@@ -49,3 +49,27 @@ def test_a_missing_rank_folder_and_healthy_ranks():
     assert detect_lost_ranks(ok, _times({0: 9, 1: 9})) == []
     (f,) = detect_lost_ranks(_info([(0, "failed", 3, 100.0, 11, 2, None)]), _times({0: 3}))
     assert (f.kind, f.rank, f.evidence["reason"]) == ("rank_lost", 1, "no rank folder")
+
+
+def test_a_program_in_a_folder_named_debugkit_is_the_users_code_in_a_fatal_stack():
+    # the dead rank's dump as faulthandler wrote it in CI, where the clone of this
+    # repository is a folder named debugkit: the training thread's frames are the
+    # program's (tests/scenarios/jobs/dead_rank.py), blocked in an all_reduce; the thread
+    # that raised SIGABRT is a timer with none of the program's frames
+    lib = "/usr/lib/python3.11"
+    c10d = f"{lib}/site-packages/torch/distributed/distributed_c10d.py"
+    job = "/tmp/tmp.7K/debugkit/tests/scenarios/jobs/dead_rank.py"
+    fatal = {"signal": "Aborted", "file": "ranks/1/fatal-000.txt", "threads": [
+        {"id": "0x1", "current": True, "frames": [
+            {"file": f"{lib}/threading.py", "line": 1401, "function": "run"}]},
+        {"id": "0x2", "current": False, "frames": [
+            {"file": f"{lib}/threading.py", "line": 331, "function": "wait"},
+            {"file": "/tmp/tmp.7K/debugkit/debugkit/recorder/writer.py", "line": 215, "function": "_loop"}]},
+        {"id": "0x3", "current": False, "frames": [
+            {"file": c10d, "line": 3252, "function": "all_reduce"},
+            {"file": f"{lib}/site-packages/torch/distributed/c10d_logger.py", "line": 83, "function": "wrapper"},
+            {"file": job, "line": 70, "function": "main"},
+            {"file": job, "line": 79, "function": "<module>"}]},
+    ]}
+    s = summarize_stack(fatal)
+    assert (s["thread"], s["collective"], s["where_line"]) == ("0x3", "all_reduce", "dead_rank.py:70")

@@ -178,6 +178,12 @@ def test_frame_package():
     assert ap.frame_package("<frozen importlib._bootstrap>") == "importlib"
     assert ap.frame_package("/home/me/train.py") == "your code"
     assert ap.frame_package("train.py") == "your code"
+    # debugkit's own modules, installed or in a checkout; a program in a folder that is
+    # only named debugkit (a clone of this repository) is the user's code
+    assert ap.frame_package("/usr/lib/python3.11/site-packages/debugkit/recorder/writer.py") == "debugkit"
+    assert ap.frame_package("/src/debugkit/debugkit/recorder/writer.py") == "debugkit"
+    assert ap.frame_package("debugkit/recorder/writer.py") == "debugkit"
+    assert ap.frame_package("/tmp/tmp.x/debugkit/examples/digits.py") == "your code"
 
 
 def test_summary_contract(prof):

@@ -8,6 +8,7 @@ import re
 
 import numpy as np
 
+from ..._fsutil import in_debugkit
 from .selection import _stack_of_pos, _unique, select
 
 DEFAULT_FOLD = 0.001  # frames under 0.1 % of the samples are folded
@@ -161,7 +162,7 @@ def frame_package(file: str) -> str:
     m = _SITE.search(file)
     if m:
         return m.group(1).split(".", 1)[0]
-    if "/debugkit/" in file or file.startswith("debugkit/"):
+    if in_debugkit(file):
         return "debugkit"
     if _STDLIB.search(file):
         return "python"
