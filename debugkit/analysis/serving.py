@@ -147,13 +147,42 @@ def own_changes_by_group(requests: pd.DataFrame, keys: pd.Series, min_isolated: 
     count when every group has ``min_isolated`` of them. Biased where the heap grows in
     steps (the request that touches the new pages is charged for what another kept): the
     fallback of :func:`retained_by_group` when the traffic's mix cannot tell groups apart."""
+    d, k = _own_changes(requests, keys, min_isolated)
+    means = d.groupby(k).mean().sort_values(ascending=False)
+    return {str(g): float(v) for g, v in means.items()}
+
+
+def _own_changes(requests: pd.DataFrame, keys: pd.Series, min_isolated: int = 30) -> tuple[pd.Series, pd.Series]:
+    """The memory changes :func:`own_changes_by_group` averages, and their groups."""
     d = (requests["mem_after_bytes"].astype("float64") - requests["mem_before_bytes"].astype("float64"))
     ok = d.notna()
     alone = ok & pd.Series(isolated(requests), index=requests.index)
     if alone.any() and keys[alone].value_counts().reindex(keys[ok].unique()).fillna(0).min() >= min_isolated:
         ok = alone
-    means = d[ok].groupby(keys[ok]).mean().sort_values(ascending=False)
-    return {str(k): float(v) for k, v in means.items()}
+    return d[ok], keys[ok]
+
+
+def _own_change_stats(requests: pd.DataFrame, keys: pd.Series, kept: dict[str, float], stats: dict) -> None:
+    """The standard errors of the own changes' means (None for a group with fewer than two
+    readings; at least one byte, the readings' resolution), and ``t_top`` / ``t_gap`` as
+    the regression gives them (the top group's mean over its standard error; the gap to
+    the second over the standard error of that gap), so that a group is named by either
+    method only when the readings tell it apart (``culprit_t``)."""
+    d, k = _own_changes(requests, keys)
+    grouped = d.groupby(k)
+    se = grouped.std(ddof=1) / np.sqrt(grouped.count())
+    stats["se"] = {str(g): (max(float(v), 1.0) if np.isfinite(v) else None) for g, v in se.items()}
+    stats["t_top"] = stats["t_gap"] = stats["se_gap"] = None
+    names = list(kept)
+    if not names or stats["se"].get(names[0]) is None:
+        return
+    top, se_top = names[0], stats["se"][names[0]]
+    stats["t_top"] = kept[top] / se_top
+    if len(names) > 1:
+        se_sec = stats["se"].get(names[1])
+        if se_sec is not None:
+            stats["se_gap"] = math.sqrt(se_top ** 2 + se_sec ** 2)
+            stats["t_gap"] = (kept[top] - kept[names[1]]) / stats["se_gap"]
 
 
 def _reading_points(requests: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -266,19 +295,20 @@ def retained_by_group(requests: pd.DataFrame, rate: float | None = None) -> tupl
         stats["method"] = "regression"
         return by, coef, stats
     stats["method"] = "own_changes"
-    return by, own_changes_by_group(requests, keys), stats
+    kept = own_changes_by_group(requests, keys)
+    _own_change_stats(requests, keys, kept, stats)
+    return by, kept, stats
 
 
 def _culprit(kept: dict[str, float], stats: dict, growth: float, cfg: dict) -> str | None:
-    """The group that keeps the memory. By regression: its bytes per request are
-    ``culprit_t`` standard errors above zero and above the next group's. Either way: it
-    keeps ``culprit_ratio`` times what the next group keeps, and its requests account for
+    """The group that keeps the memory: its bytes per request are ``culprit_t`` standard
+    errors above zero and above the next group's (by regression, or by the spread of each
+    group's own changes), it keeps ``culprit_ratio`` times what the next group keeps, and its requests account for
     ``culprit_share`` of the growth."""
     if len(kept) < 2:
         return None
     (top, v0), (_, v1) = list(kept.items())[:2]
-    if stats["method"] == "regression" and not (
-            stats["t_top"] is not None and stats["t_top"] >= cfg["culprit_t"]
+    if not (stats["t_top"] is not None and stats["t_top"] >= cfg["culprit_t"]
             and stats["t_gap"] is not None and stats["t_gap"] >= cfg["culprit_t"]):
         return None
     if v0 > 0 and v0 >= cfg["culprit_ratio"] * max(v1, 0.0) and \
