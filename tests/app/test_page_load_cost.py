@@ -263,6 +263,39 @@ def test_the_profiler_says_the_step_breakdown_in_words_before_its_chart_is_opene
     assert "backward **48 %**" in shares and shares.count(" %**") == 5  # every phase of the bar
 
 
+def test_the_profiler_builds_only_the_flame_tree_it_draws(monkeypatch):
+    """The flamegraph opens at the training loop; a page load also built the whole
+    profile's tree (a third of the page's script run before its first chart, cold) and
+    threw it away. It is built when "the whole profile" is picked."""
+    import streamlit as st
+
+    from debugkit.analysis import profile as ap
+
+    built = {"all": 0, "loop": 0}
+    real_all, real_loop = ap.compute_flame_tree, ap.compute_loop_flame_tree
+
+    def count_all(*a, **k):
+        built["all"] += 1
+        return real_all(*a, **k)
+
+    def count_loop(*a, **k):
+        built["loop"] += 1
+        return real_loop(*a, **k)
+
+    monkeypatch.setattr(ap, "compute_flame_tree", count_all)
+    monkeypatch.setattr(ap, "compute_loop_flame_tree", count_loop)
+    st.cache_data.clear()
+    at = open_page("profiler", run="digits-profiled", timeout=240)
+    assert [c.key for c in at.get("plotly_chart")] == ["flamegraph"]
+    flame = json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]
+    assert flame["labels"][0].startswith("training loop: ")
+    assert built == {"all": 0, "loop": 1}
+    at.segmented_control(key="sp_scope").set_value("all").run()
+    assert built == {"all": 1, "loop": 1}
+    flame = json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]
+    assert flame["values"][0] == 12307  # every main-thread sample
+
+
 #: Streamlit's front end (StreamlitMarkdown): a Markdown text that matches this loads the
 #: emoji plugin (remark-emoji and a 259 kB library) before it is drawn.
 FRONT_END_SHORTCODE = r":(?!material/|streamlit:)[A-Za-z0-9_+-][A-Za-z0-9_+-]*:"
