@@ -14,7 +14,8 @@ a ~1 ms and a ~20 ms MLP. Variants of the handler, all run on the same model and
 - ``no capture`` ``request`` on a recorder with ``capture=False`` (no failure captures, so
                  no copy of the RNG state at each request's start: that copy's share)
 - ``no memory``  ``request`` on a recorder that never reads memory (``memory_every_s`` of
-                 1e9 s: the share of the readings taken every ``memory_every_s``, 5 ms)
+                 1e9 s: the share of the readings taken every ``memory_every_s``, debugkit.serve's
+                 default, 50 ms: the line ``memory read by ...`` prints the interval used)
 - ``timer``      the least instrumentation a service writes by hand: two
                  ``time.perf_counter()`` calls around the model and an append of the
                  latency to a list (a reference for what any per-request code costs here)
@@ -145,7 +146,7 @@ def median_ci(values: list[float]) -> tuple[float, float, float]:
 class MemoryClock:
     """Each recorder's memory-reading schedule as if its requests ran back to back.
 
-    A recorder reads memory when ``memory_every_s`` (5 ms) has passed since its last
+    A recorder reads memory when ``memory_every_s`` (50 ms; 5 ms until the seventh round) has passed since its last
     reading. In the bench a recorder's requests come in runs of a few, with the other
     variants' runs between them (tens of ms): every run's first request (the discarded
     switch) found a reading due and took it, and the counted ones (a ~1 ms model: 4 in
@@ -295,7 +296,8 @@ def bench_model(label: str, models: list, xs: list, *, run: int, blocks: int, ou
     for r in recs:
         r.close()
     res = {"label": label, "writer_s": writer_s, "models": len(models), "variants": {},
-           "mem_reads": (reads, counted), "recorders": len(recs)}
+           "mem_reads": (reads, counted), "recorders": len(recs),
+           "memory_every_s": per_model[0][1]["rec"]._mem_every}
     # the baseline of each block: the mean of its two bare twins (half the baseline's noise
     # variance of one twin; the twins' difference is the A/A row)
     base_cpu = [(a + b) / 2 for a, b in zip(cpu["bare"], cpu["bare again"])]
@@ -391,6 +393,16 @@ def verdict(m: float, lo: float, hi: float, target: float) -> str:
     return "NOT met" if m > target else "undecided (the interval reaches over the target)"
 
 
+def default_note(every: float) -> str:
+    """Says whether the recorders' interval is debugkit.serve's default."""
+    from debugkit.recorder.serve import DEFAULT_MEMORY_EVERY_S, MEMORY_EVERY_ENV
+
+    if every == DEFAULT_MEMORY_EVERY_S:
+        return ", debugkit.serve's default"
+    env = os.environ.get(MEMORY_EVERY_ENV)
+    return f", NOT the default {DEFAULT_MEMORY_EVERY_S * 1e3:g} ms" + (f": {MEMORY_EVERY_ENV}={env}" if env else "")
+
+
 def models_line(variants: dict, bare_cpu: float) -> str:
     """Each model's own median of ``request`` and of the A/A twin (the spread between
     identical models is what one model per run leaves to chance)."""
@@ -482,7 +494,8 @@ def main(argv=None) -> int:
               f"with its own writer and its fixed cost per flush)")
         reads, counted = r["mem_reads"]
         print(f"{r['label']:6} memory read by {reads} of {counted} counted `request` requests "
-              f"({reads / max(counted, 1):.1%}; each recorder's schedule as if its requests ran back to back)")
+              f"({reads / max(counted, 1):.1%}; memory_every_s {r['memory_every_s'] * 1e3:g} ms"
+              f"{default_note(r['memory_every_s'])}; each recorder's schedule as if its requests ran back to back)")
         if r["label"] != "noop":
             print(f"{r['label']:6} models: " + models_line(r["variants"], bare_cpu))
         il = r.get("interleaved")

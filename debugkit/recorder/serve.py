@@ -58,11 +58,18 @@ DROPPED_EVENT_EVERY_S = 60.0
 MAX_PENDING_CAPTURES = 64
 
 #: Memory is read before and after a request when at least this long has passed since the
-#: last reading (every request of a service slower than this; about one in five of a 1 ms
-#: one): each reading is a system call (``/proc/self/statm``) or a walk of the CUDA
-#: allocator's statistics, ~9 us with the caches a model leaves behind. The leak findings
-#: work on the readings there are (docs/serving.md#request_memory_leak).
-DEFAULT_MEMORY_EVERY_S = 0.005
+#: last reading: 20 readings a second (every request of a service slower than 50 ms, about
+#: one in fifty of a 1 ms one; the training Recorder samples RSS every 100 ms). Each reading
+#: is a system call (``/proc/self/statm``) or a walk of the CUDA allocator's statistics,
+#: ~9 us with the caches a model leaves behind: at 5 ms (before) every ~20 ms request paid
+#: two (~0.4 % of it) and a ~1 ms one read in one request of five (~1.3 %). A leak over
+#: hours still gets 72,000 readings an hour; the leak findings work on the readings there
+#: are (docs/serving.md#request_memory_leak).
+DEFAULT_MEMORY_EVERY_S = 0.05
+#: The environment variable that sets ``memory_every_s`` where the code does not pass it
+#: (a deployment choosing its own interval without a code change; a test's short service)
+MEMORY_EVERY_ENV = "DEBUGKIT_SERVE_MEMORY_EVERY_S"
+MSG_MEMORY_EVERY = "{where}={value!r}: expected a number of seconds >= 0 (0: every request)"
 
 MSG_THRESHOLD = "{name}={value!r}: expected a share of memory in (0, 1]"
 MSG_BUDGET = ("capture_budget={value!r}: expected a dict with 'per_kind' and/or 'per_minute' "
@@ -119,6 +126,24 @@ def _blas_sdot(torch):
 def _check_threshold(name: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
         raise InvalidInputError(MSG_THRESHOLD.format(name=name, value=value))
+    return float(value)
+
+
+def _memory_every(value) -> float:
+    """``memory_every_s`` checked; None: the environment's :data:`MEMORY_EVERY_ENV`, else
+    :data:`DEFAULT_MEMORY_EVERY_S`."""
+    where = "memory_every_s"
+    if value is None:
+        text = os.environ.get(MEMORY_EVERY_ENV, "").strip()
+        if not text:
+            return DEFAULT_MEMORY_EVERY_S
+        where = MEMORY_EVERY_ENV
+        try:
+            value = float(text)
+        except ValueError:
+            raise InvalidInputError(MSG_MEMORY_EVERY.format(where=where, value=text)) from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        raise InvalidInputError(MSG_MEMORY_EVERY.format(where=where, value=value))
     return float(value)
 
 
@@ -350,7 +375,7 @@ class ServeRecorder:
                  gpu_mem_threshold: float = 0.8, host_mem_threshold: float = 0.75,
                  check_finite: bool = True, capture: bool = True,
                  hash_weights: bool | None = None, device=None, rank: int = 0,
-                 flush_every_s: float = 2.0, memory_every_s: float = DEFAULT_MEMORY_EVERY_S,
+                 flush_every_s: float = 2.0, memory_every_s: float | None = None,
                  tags=None):
         import torch
 
@@ -362,10 +387,7 @@ class ServeRecorder:
         budget = _check_budget(capture_budget)
         if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
             raise InvalidInputError(f"rank={rank!r}: expected an integer >= 0")
-        if (isinstance(memory_every_s, bool) or not isinstance(memory_every_s, (int, float))
-                or not 0 <= memory_every_s < math.inf):
-            raise InvalidInputError(f"memory_every_s={memory_every_s!r}: expected a number of "
-                                    "seconds >= 0 (0: every request)")
+        memory_every_s = _memory_every(memory_every_s)
         tags = fmt.check_tags(tags) if tags is not None else None
         self.model = model
         self._module = _unwrap(model) if isinstance(model, torch.nn.Module) else model
@@ -666,8 +688,9 @@ def serve(model, run_dir, **kwargs) -> ServeRecorder:
         How often the background writer appends to disk.
     memory_every_s : float
         Read memory before and after a request when at least this long has passed since
-        the last reading (0.005 s: every request of a service slower than 5 ms, about one
-        in five of a 1 ms one; 0: every request). The other requests' ``mem_before_bytes``
+        the last reading (0.05 s, 20 readings a second: every request of a service slower
+        than 50 ms, about one in fifty of a 1 ms one; 0: every request). Not given: the
+        environment variable ``DEBUGKIT_SERVE_MEMORY_EVERY_S`` if set, else 0.05. The other requests' ``mem_before_bytes``
         and ``mem_after_bytes`` are null: a reading is a system call or, on CUDA, a walk
         of the allocator's statistics.
 

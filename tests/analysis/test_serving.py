@@ -139,6 +139,24 @@ def test_the_leaking_route_of_three_is_named_where_own_changes_blame_another(see
 
 
 @pytest.mark.parametrize("seed", range(4))
+def test_a_1ms_service_at_the_default_memory_interval_names_its_leaking_route(seed):
+    """debugkit.serve reads memory every 50 ms by default (DEFAULT_MEMORY_EVERY_S): a service
+    answering a request a millisecond has one request in 50 read. Ten seconds of its traffic
+    (200 readings) name the leak and its route; three seconds (60 readings, fewer than the
+    60 needed after warm-up) judge nothing yet rather than guess."""
+    from debugkit.recorder.serve import DEFAULT_MEMORY_EVERY_S
+
+    every = round(DEFAULT_MEMORY_EVERY_S / 1e-3)  # lumpy_service: one request a millisecond
+    assert every == 50
+    (f,) = detect_request_memory(lumpy_service(10_000, seed=seed, read_every=every), CAPACITY)
+    ev = f.evidence
+    assert f.kind == "request_memory_leak" and ev["leaking_group"] == "/b", ev
+    assert ev["retained_bytes_per_request"]["/b"] == pytest.approx(48 << 10, rel=0.15)
+    assert ev["bytes_per_1000_requests"] == pytest.approx(0.3 * (48 << 10) * 1000, rel=0.25)
+    assert detect_request_memory(lumpy_service(3_000, seed=seed, read_every=every), CAPACITY) == []
+
+
+@pytest.mark.parametrize("seed", range(4))
 def test_no_route_is_named_without_a_leak_or_when_all_keep_alike(seed):
     assert detect_request_memory(lumpy_service(seed=seed, leak_bytes=0), CAPACITY) == []
     n = 3000

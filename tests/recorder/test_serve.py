@@ -14,7 +14,16 @@ import debugkit
 from debugkit import InvalidInputError, open_run
 from debugkit import format as fmt
 from debugkit.recorder.capture import state_dict_sha256
-from debugkit.recorder.serve import MSG_BUDGET, MSG_CLOSED, MSG_ROUTE, MSG_THRESHOLD, describe_inputs
+from debugkit.recorder.serve import (
+    DEFAULT_MEMORY_EVERY_S,
+    MEMORY_EVERY_ENV,
+    MSG_BUDGET,
+    MSG_CLOSED,
+    MSG_MEMORY_EVERY,
+    MSG_ROUTE,
+    MSG_THRESHOLD,
+    describe_inputs,
+)
 from debugkit.tensortree import load_tree
 
 
@@ -169,7 +178,7 @@ def test_factory_identity_and_a_live_reader(tmp_path):
     m = run.manifest
     assert m["model_factory"] == "tests.recorder.test_serve:_model" and m["weights_sha256"] is None
     assert len(m["code"]["model_factory"]["sha256"]) == 64 and m["serve"]["gpu_mem_threshold"] == 0.9
-    assert m["serve"]["memory_every_s"] == 0.005  # the default
+    assert m["serve"]["memory_every_s"] == 0.05  # the default
     rec.close()
     with pytest.raises(InvalidInputError, match=MSG_CLOSED):
         rec.request(torch.ones(1)).__enter__()
@@ -207,6 +216,28 @@ def test_bad_settings_are_refused_before_anything_is_written(tmp_path, kwargs, m
     with pytest.raises(InvalidInputError, match=re.escape(match)):
         debugkit.serve(_model(), tmp_path / "r", **kwargs)
     assert not (tmp_path / "r").exists()
+
+
+def test_the_memory_interval_comes_from_the_environment_when_the_code_gives_none(tmp_path, monkeypatch):
+    """DEBUGKIT_SERVE_MEMORY_EVERY_S sets the interval of a recorder created without one (a
+    deployment's choice without a code change); an explicit argument wins; a bad value is
+    refused naming the variable, before anything is written."""
+    import re
+
+    monkeypatch.setenv(MEMORY_EVERY_ENV, "0.25")
+    with debugkit.serve(_model(), tmp_path / "env") as rec:
+        assert rec._mem_every == 0.25
+    assert open_run(tmp_path / "env").manifest["serve"]["memory_every_s"] == 0.25
+    with debugkit.serve(_model(), tmp_path / "arg", memory_every_s=0) as rec:
+        assert rec._mem_every == 0.0
+    monkeypatch.setenv(MEMORY_EVERY_ENV, "often")
+    with pytest.raises(InvalidInputError, match=re.escape(
+            MSG_MEMORY_EVERY.format(where=MEMORY_EVERY_ENV, value="often"))):
+        debugkit.serve(_model(), tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()
+    monkeypatch.delenv(MEMORY_EVERY_ENV)
+    with debugkit.serve(_model(), tmp_path / "default") as rec:
+        assert rec._mem_every == DEFAULT_MEMORY_EVERY_S == 0.05
 
 
 def test_a_bad_route_is_refused_by_request_and_by_wrap_and_writes_no_row(tmp_path):
