@@ -85,6 +85,18 @@ _byref = ctypes.byref
 #: word on a little-endian machine; whole by an ILP64 one)
 _ONE = ctypes.c_int64(1)
 _INT32_MAX = 2**31 - 1
+#: the address of the stride above (passed as an int: no ``byref`` object per call)
+_ONE_P = ctypes.addressof(_ONE)
+#: output lengths -> (c_int64 holding it, its address): the BLAS call's length argument
+#: without building a c_int64 and three ``byref`` objects per request (each object
+#: touched costs next to a model). The values are never written after creation, so threads
+#: share them; a length not seen before gets its own, kept while the table is under
+#: :data:`_LEN_MAX` lengths
+_LENGTHS: dict[int, tuple[Any, int]] = {}
+_LEN_MAX = 4096
+_new = object.__new__
+#: Request.out before output() is called (an output of None is an output)
+_NO_OUTPUT: Any = object()
 _F32: Any = None  # torch.float32 (set by the first recorder: torch is imported lazily)
 
 
@@ -167,7 +179,11 @@ class Request:
     """
 
     # the defaults are class attributes: a request sets only what it changes (each
-    # attribute written costs on the request thread)
+    # attribute written costs on the request thread); rec.request() and wrap() build it
+    # without calling __init__ (one Python frame less per request)
+    call: str | None = None
+    route: str | None = None
+    inputs: Any = None
     request = -1
     wall_time = 0.0
     t0 = 0.0
@@ -177,8 +193,8 @@ class Request:
     rng: Any = None
     fallback_name: str | None = None
     fallback_error: BaseException | None = None
-    out: Any = None
-    has_output = False
+    #: the output given to output() (the class's _NO_OUTPUT: none given)
+    out: Any = _NO_OUTPUT
     outcome: str | None = None
     failure_id: str | None = None
     latency_ms: float | None = None
@@ -195,7 +211,6 @@ class Request:
         """Record the model's output (its floating tensors are checked for NaN/Inf);
         returns it unchanged."""
         self.out = out
-        self.has_output = True
         return out
 
     def fallback(self, name: str, error: BaseException | None = None) -> None:
@@ -225,15 +240,19 @@ class Request:
         # the inputs as the request got them
         inputs = self.inputs
         try:
-            # a dict of one tensor or one tensor (most services): one cache lookup by its
-            # key, dtype and shape (see describe_inputs)
-            if type(inputs) is dict and len(inputs) == 1:
-                T = rec._Tensor
+            # one tensor (wrap(model)(x)) or a dict of one tensor (most services): one
+            # cache lookup by its (key,) dtype and shape, without describe_inputs' frames
+            # (see describe_inputs; a first sighting goes there and fills the cache)
+            T = rec._Tensor
+            t = type(inputs)
+            if t is T:
+                hit = _INPUTS_CACHE.get((inputs.dtype, inputs.shape))
+            elif t is dict and len(inputs) == 1:
                 for k, v in inputs.items():
                     hit = _INPUTS_CACHE.get((k, v.dtype, v.shape)) if type(v) is T else None
-                self.signature = hit if hit is not None else describe_inputs(inputs, T)
             else:
-                self.signature = describe_inputs(inputs, rec._Tensor)
+                hit = None
+            self.signature = hit if hit is not None else describe_inputs(inputs, T)
         except Exception:  # noqa: BLE001 - an odd input never breaks the request
             self.signature = (f"input:{type(inputs).__name__}", 0)
         if rec.capture:  # a CPU model: a clone of the CPU generator (a dict at capture)
@@ -261,6 +280,7 @@ class Request:
         # caches the model's own last operation left (measured: docs/serving.md#benchmark)
         etype = None
         bad: list[str] = []
+        out = self.out
         if exc is not None:
             outcome, etype = "error", type(exc).__name__
         elif self.fallback_name is not None:
@@ -269,8 +289,7 @@ class Request:
                 etype = type(self.fallback_error).__name__
         else:
             outcome = "ok"
-            if self.has_output and rec.check_finite:
-                out = self.out
+            if out is not _NO_OUTPUT and rec.check_finite:
                 try:
                     if type(out) is T and not out.requires_grad:
                         # one tensor (the usual case): its sum is finite iff every element
@@ -279,10 +298,17 @@ class Request:
                         if dtype is _F32 and rec._sdot is not None and out.is_cpu and out.is_contiguous() \
                                 and (n := out.numel()) <= _INT32_MAX:
                             # a contiguous float32 CPU tensor: torch's BLAS dot of it with
-                            # itself, without torch's dispatcher (see _blas_sdot); a new
-                            # length object per call, as threads may check at once
+                            # itself, without torch's dispatcher (see _blas_sdot); the
+                            # length and stride by the addresses of c_int64s that are never
+                            # written (threads share them; see _LENGTHS)
                             p = out.data_ptr()
-                            total = rec._sdot(_byref(_c_int64(n)), p, _byref(_ONE), p, _byref(_ONE))
+                            entry = _LENGTHS.get(n)
+                            if entry is None:  # a length not seen before (entry keeps it alive)
+                                c = _c_int64(n)
+                                entry = (c, ctypes.addressof(c))
+                                if len(_LENGTHS) < _LEN_MAX:
+                                    _LENGTHS[n] = entry
+                            total = rec._sdot(entry[1], p, _ONE_P, p, _ONE_P)
                             if total - total != 0 and not bool(rec._torch.isfinite(out).all()):
                                 bad = ["output"]
                         elif dtype in rec._float_dtypes:
@@ -297,7 +323,8 @@ class Request:
                     bad = []
                 if bad:
                     outcome = "nonfinite"
-        self.out = None  # the output is not kept past the request
+        if out is not _NO_OUTPUT:
+            self.out = None  # the output is not kept past the request
         mem_before = self.mem_before
         if mem_before is None:
             mem_after = None
@@ -334,10 +361,14 @@ class _Wrapped:
             inputs, call = tuple(args), "args"
         else:
             inputs, call = {"args": tuple(args), "kwargs": kwargs}, "args_kwargs"
-        r = Request(self._rec, inputs, call, self._route)
+        r = _new(Request)  # no __init__ frame (see Request)
+        r.rec = self._rec
+        r.inputs = inputs
+        r.call = call
+        if self._route is not None:
+            r.route = self._route
         with r:
             out = r.out = self._fn(*args, **kwargs)
-            r.has_output = True
         return out
 
     def __getattr__(self, name):
@@ -500,11 +531,18 @@ class ServeRecorder:
             The handler or endpoint serving it (``"/v1/generate"``): stored in the row,
             so findings can name the handler that leaks or fails.
         """
-        if call is not None and call not in CALLS:
-            raise InvalidInputError(MSG_CALL.format(value=call))
-        if route is not None and not isinstance(route, str):
-            raise InvalidInputError(MSG_ROUTE.format(value=route))
-        return Request(self, inputs, call, route)
+        r = _new(Request)  # no __init__ frame: the defaults are Request's class attributes
+        r.rec = self
+        r.inputs = inputs
+        if call is not None:
+            if call not in CALLS:
+                raise InvalidInputError(MSG_CALL.format(value=call))
+            r.call = call
+        if route is not None:
+            if not isinstance(route, str):
+                raise InvalidInputError(MSG_ROUTE.format(value=route))
+            r.route = route
+        return r
 
     def wrap(self, fn=None, *, route: str | None = None):
         """A callable that records every call of ``fn`` (default: the model) as a request:

@@ -475,6 +475,57 @@ def test_the_blas_check_is_off_without_it_and_the_sum_still_judges(tmp_path, mon
     assert debugkit.serve(_model(), tmp_path / "s", check_finite=False)._sdot is None
 
 
+def test_a_requests_path_builds_no_init_frame_no_ctypes_objects_and_writes_few_attributes(tmp_path):
+    """What one ok request with a float32 output touches on the request thread, counted
+    (never timed): next to a model each frame, object and attribute written costs several
+    times its tight-loop cost. ``rec.request()`` and ``wrap()`` build the Request without an
+    ``__init__`` frame (its defaults are class attributes), ``output()`` writes one
+    attribute, and the BLAS finiteness call passes its length and stride as addresses of
+    c_int64s kept per output length (no ``c_int64`` and three ``byref`` objects per call).
+    The request writes only these attributes (before: also call, route and has_output)."""
+    import sys
+
+    from debugkit.recorder import serve as serve_mod
+
+    rec = debugkit.serve(_model(), tmp_path / "r", memory_every_s=1e9)
+    x = {"input_ids": torch.ones(1, 3, dtype=torch.long)}
+    out = torch.ones(2, 5)
+    wrapped = rec.wrap(torch.neg)  # a C function: the model adds no Python frame
+    with rec.request(x) as r:  # the signature cache, the first memory reading
+        r.output(out)
+    wrapped(out)
+    events: list[tuple[str, str]] = []
+
+    def prof(frame, event, arg):
+        if event == "call":
+            events.append(("py", frame.f_code.co_qualname))
+        elif event == "c_call":
+            events.append(("c", getattr(arg, "__qualname__", getattr(arg, "__name__", "?"))))
+
+    sys.setprofile(prof)
+    try:
+        with rec.request(x) as r:
+            r.output(out)
+        mark = len(events)
+        wrapped(out)
+    finally:
+        sys.setprofile(None)
+    rec.close()
+    python = [name for kind, name in events[:mark] if kind == "py"]
+    assert python == ["ServeRecorder.request", "Request.__enter__", "Request.output", "Request.__exit__"], events
+    python = [name for kind, name in events[mark:] if kind == "py"]
+    assert python == ["_Wrapped.__call__", "Request.__enter__", "Request.__exit__"], events
+    c_calls = [name for kind, name in events if kind == "c"]
+    if rec._sdot is not None:  # the BLAS path ran for the float32 outputs
+        assert "byref" not in c_calls and "addressof" not in c_calls, events
+        assert serve_mod._LENGTHS[out.numel()][0].value == out.numel()
+    assert set(vars(r)) == {"rec", "inputs", "request", "signature", "rng", "t0", "out", "latency_ms",
+                            "outcome", "wall_time"}, vars(r)
+    assert r.out is None and r.outcome == "ok"  # the output is not kept past the request
+    df = open_run(tmp_path / "r").requests()
+    assert df["outcome"].tolist() == ["ok"] * 4
+
+
 def test_a_cpu_requests_thread_path_is_enter_and_exit_and_c_calls(tmp_path):
     """The request thread's Python path of a CPU request that reads memory and may be
     captured: ``__enter__`` and ``__exit__`` and C calls only. The RSS is read inline from
@@ -501,7 +552,7 @@ def test_a_cpu_requests_thread_path_is_enter_and_exit_and_c_calls(tmp_path):
     sys.setprofile(prof)
     try:
         r.__enter__()
-        r.out, r.has_output = out, True
+        r.out = out
         r.__exit__(None, None, None)
     finally:
         sys.setprofile(None)
