@@ -18,11 +18,8 @@ def render_dump(entry: dict, dump, roots: tuple = ()):
     """``roots``: the recording machine's folders (:func:`pages._data.recorded_roots`); a
     frame's file is shown relative to them, never with that machine's folders."""
     t = dump.threads
-    c = st.columns(4)
-    c[0].metric("Threads", len(t))
-    c[1].metric("Processes", int(t["pid"].nunique()))
-    c[2].metric("Running", int(t["active"].sum()))
-    c[3].metric("Holding the GIL", int(t["owns_gil"].sum()))
+    _ui.figures([("Threads", len(t)), ("Processes", int(t["pid"].nunique())),
+                 ("Running", int(t["active"].sum())), ("Holding the GIL", int(t["owns_gil"].sum()))])
     waiting = t[~t["active"] & (t["waiting_in"] != "")]
     if len(t) and not t["active"].any():
         top = waiting["waiting_in"].value_counts()

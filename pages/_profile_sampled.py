@@ -153,13 +153,14 @@ def render_sampled(path: str, entry: dict, prof):
     sig = _data.signature(path)
     meta = prof.meta
     opts = entry.get("pyspy") or {}
-    c = st.columns(5)
-    c[0].metric("Samples", f"{prof.total_samples:,}")
-    c[1].metric("Duration", _fmt_secs(meta.get("duration_s")))
-    c[2].metric("Threads", len(prof.threads))
-    c[3].metric("Rate", f"{meta['rate_hz']:.0f} Hz" if meta.get("rate_hz") else "—")
     tool = (entry.get("tool") or meta.get("exporter") or entry["format"]).replace("@", " ")
-    c[4].metric("Recorded by", tool.split(" ")[0], help=tool)
+    _ui.figures([
+        ("Samples", f"{prof.total_samples:,}"),
+        ("Duration", _fmt_secs(meta.get("duration_s"))),
+        ("Threads", len(prof.threads)),
+        ("Rate", f"{meta['rate_hz']:.0f} Hz" if meta.get("rate_hz") else "—"),
+        ("Recorded by", tool.split(" ")[0], tool),
+    ])
     count = ap.explain_sample_count(opts.get("samples_reported"), prof, opts.get("errors_reported"))
     if count and (count["launcher"] or count["unexplained"]):
         st.caption(count["note"])  # numbers and our own words only

@@ -37,14 +37,15 @@ def render_trace(path: str, entry: dict, trace):
     v = _trace_views(path, sig, entry["id"])
     gpu = v["gpu"]
     w0, w1 = v["window"]
-    c = st.columns(5)
-    c[0].metric("Events", f"{trace.n_events:,}")
-    c[1].metric("Window", f"{(w1 - w0) / 1e3:,.1f} ms")
-    c[2].metric("Threads / streams", len(v["threads"]))
-    c[3].metric("Steps", len(v["steps"]) or "—")
-    c[4].metric("GPU idle", f"{gpu['idle_fraction'].mean():.0%}" if len(gpu) else "no GPU",
-                help="Holistic Trace Analysis' idle share: of the span from the first to the last GPU "
-                     "event, the time the GPU ran nothing (last ProfilerStep left out; per device: see below).")
+    _ui.figures([
+        ("Events", f"{trace.n_events:,}"),
+        ("Window", f"{(w1 - w0) / 1e3:,.1f} ms"),
+        ("Threads / streams", len(v["threads"])),
+        ("Steps", len(v["steps"]) or "—"),
+        ("GPU idle", f"{gpu['idle_fraction'].mean():.0%}" if len(gpu) else "no GPU",
+         "Holistic Trace Analysis' idle share: of the span from the first to the last GPU event, the "
+         "time the GPU ran nothing (last ProfilerStep left out; per device: see below)."),
+    ])
     if entry.get("label"):
         st.caption(_ui.md(entry["label"]))
     if len(v["annotated"]):

@@ -311,6 +311,51 @@ def chart(fig, *, key: str | None = None, csv_name: str = "chart", **kwargs):
     return event
 
 
+#: The figures' look (:func:`figures`): a label over a large value, like ``st.metric``'s
+#: cards, in the page's own font and colours (light and dark themes alike).
+_FIGURES_CSS = (
+    "<style>"
+    ".dk-figures{display:flex;flex-wrap:wrap;gap:1rem;margin:0 0 .25rem}"
+    ".dk-figure{flex:1 1 8rem;min-width:0}"
+    ".dk-figure-label{font-size:.875rem;opacity:.8;margin:0;white-space:nowrap;overflow:hidden;"
+    "text-overflow:ellipsis}"
+    ".dk-figure-label[title]{text-decoration:underline dotted;text-underline-offset:3px;cursor:help}"
+    ".dk-figure-value{font-size:2.25rem;line-height:1.3;margin:0;white-space:nowrap;overflow:hidden;"
+    "text-overflow:ellipsis}"
+    ".dk-figure-note{font-size:.875rem;opacity:.7;margin:0}"
+    ".dk-figure-note.bad{color:#ff4b4b;opacity:1}"
+    "</style>")
+
+
+def figures(items) -> None:
+    """A row of figures, each a label over a large value (the look of ``st.metric``), as
+    one ``st.html`` block.
+
+    ``items``: ``(label, value)``, ``(label, value, help)`` or ``(label, value, help,
+    note)`` tuples (``help``: the label's tooltip; ``note``: a small line under the value,
+    given as ``"!text"`` to draw it in red). Every piece is escaped as HTML text.
+
+    ``st.metric`` makes the browser fetch and run its own code and a number-formatting
+    library (Metric, numbro: ~60 kB of JavaScript) before the page's first chart, even
+    drawn after it (the browser mounts every element of a script run at once); the app
+    shell's ``st.html`` code is loaded on every page already (issue 35 item 9).
+    """
+    import html
+
+    cells = []
+    for item in items:
+        label, value, help_, note = (*item, None, None)[:4]
+        tip = f' title="{html.escape(str(help_))}"' if help_ else ""
+        cell = (f'<div class="dk-figure"><p class="dk-figure-label"{tip}>{html.escape(str(label))}</p>'
+                f'<p class="dk-figure-value">{html.escape(str(value))}</p>')
+        if note:
+            bad = str(note).startswith("!")
+            cell += (f'<p class="dk-figure-note{" bad" if bad else ""}">'
+                     f"{html.escape(str(note)[1:] if bad else str(note))}</p>")
+        cells.append(cell + "</div>")
+    st.html(_FIGURES_CSS + '<div class="dk-figures">' + "".join(cells) + "</div>")
+
+
 def controls(label: str, shown=None, *, none: str = "none", most: int = 3, **kwargs):
     """A popover for a page's select boxes, multiselects and sliders, its button naming
     what they are set to (``Scalars: loss, lr``; ``shown``: a value, a list of values, or

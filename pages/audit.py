@@ -171,11 +171,11 @@ def _group_section(doc, figs, view):
             ci = f"{round(a.get('ci_level', 0.95) * 100)} %"
             notes.append(f"intervals: {ci} percentile bootstrap, {a.get('n_boot')} resamples")
             st.caption(" · ".join(notes))
-            cols = st.columns(4)
-            for c, r in zip(cols, rep.summary_rows(a)):
-                c.metric(r["metric"], rep.fmt_num(r["value"]), help=f"CI {r['ci']}; {r['judgement']}",
-                         delta=r["judgement"] or None, delta_color="off" if r["judgement"] == "within" else "inverse",
-                         delta_arrow="off")
+            # a judgement other than "within" in red, as st.metric's inverse delta drew it
+            _ui.figures([(r["metric"], rep.fmt_num(r["value"]), f"CI {r['ci']}; {r['judgement']}",
+                          (r["judgement"] if r["judgement"] == "within" else f"!{r['judgement']}")
+                          if r["judgement"] else None)
+                         for r in rep.summary_rows(a)[:4]])
             rows = [{"group": r["group"], "rows": r["count"],
                      **{rep.METRIC_LABELS[m]: r[m] for m in GROUP_COLUMNS},
                      **{rep.METRIC_LABELS[m] + " CI": r[m + "_ci"] for m in ("selection_rate", "tpr", "fpr")}}

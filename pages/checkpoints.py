@@ -243,12 +243,13 @@ def _compare_section(listing, sig, folder_sig) -> None:
         return
     from debugkit.charts.checkpoints import build_movement_figure
 
-    cols = st.columns(4)
     total = mv["total_rel_change"]
-    cols[0].metric("Total relative change", "—" if total != total else f"{total:.3g}")
-    cols[1].metric("Tensors that moved", f"{len(mv['moved'])} / {len(diff)}")
-    cols[2].metric("Never moved", str(len(mv["never_moved"])))
-    cols[3].metric("NaN/Inf in B", str(len(mv["nonfinite"])))
+    _ui.figures([
+        ("Total relative change", "—" if total != total else f"{total:.3g}"),
+        ("Tensors that moved", f"{len(mv['moved'])} / {len(diff)}"),
+        ("Never moved", str(len(mv["never_moved"]))),
+        ("NaN/Inf in B", str(len(mv["nonfinite"]))),
+    ])
     left, right = st.columns([3, 2])
     with left:
         if len(mv["moved"]):

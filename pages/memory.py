@@ -138,13 +138,13 @@ def _leak_metrics(f):
     from debugkit.analysis.memory import fmt_bytes
 
     ev = f.evidence
-    c = st.columns(4)
-    c[0].metric("Growth per step", fmt_bytes(ev["bytes_per_step"]))
-    c[1].metric("Started at step", f"{ev['start_step']:,}")
-    c[2].metric("Grown by", fmt_bytes(ev["growth_bytes"]),
-                help="Over the steps after warm-up, on each window's minimum.")
-    c[3].metric("Runs out at step", f"{ev['oom_step']:,}" if ev.get("oom_step") is not None else "—",
-                help="Where the fitted level reaches the capacity at this rate.")
+    _ui.figures([
+        ("Growth per step", fmt_bytes(ev["bytes_per_step"])),
+        ("Started at step", f"{ev['start_step']:,}"),
+        ("Grown by", fmt_bytes(ev["growth_bytes"]), "Over the steps after warm-up, on each window's minimum."),
+        ("Runs out at step", f"{ev['oom_step']:,}" if ev.get("oom_step") is not None else "—",
+         "Where the fitted level reaches the capacity at this rate."),
+    ])
 
 
 def _oom_section(ooms, snapshots, run_id):
@@ -269,14 +269,14 @@ def _snapshot_section(snapshots):
         _ui.show_error(exc, "the memory snapshot")
         return
     s = v["summary"]
-    m = st.columns(3) + st.columns(3)
-    m[0].metric("Reserved", fmt_bytes(s["reserved_bytes"]), help="Held by the caching allocator.")
-    m[1].metric("Allocated", fmt_bytes(s["allocated_bytes"]), help="In live tensors at the snapshot.")
-    m[2].metric("Peak active", fmt_bytes(v["peak"]["bytes"]) if v["peak"] else "—",
-                help="The highest active memory in the recorded history.")
-    m[3].metric("Segments", f"{s['segments']:,}")
-    m[4].metric("Trace events", f"{v['n_events']:,}")
-    m[5].metric("OOM events", f"{len(v['oom'])}")
+    _ui.figures([
+        ("Reserved", fmt_bytes(s["reserved_bytes"]), "Held by the caching allocator."),
+        ("Allocated", fmt_bytes(s["allocated_bytes"]), "In live tensors at the snapshot."),
+        ("Peak active", fmt_bytes(v["peak"]["bytes"]) if v["peak"] else "—",
+         "The highest active memory in the recorded history."),
+    ])
+    _ui.figures([("Segments", f"{s['segments']:,}"), ("Trace events", f"{v['n_events']:,}"),
+                 ("OOM events", f"{len(v['oom'])}")])
     if rec.get("failure"):
         st.caption(f"Written for the failure capture {_ui.code(rec['failure'])}"
                    + (f" at step {rec['step']}" if isinstance(rec.get("step"), int) else "") + ".")

@@ -102,15 +102,15 @@ def render():
                    "machine died). Everything flushed before that is shown.")
     start, end = info["time_span"]
     n_steps = int(steps["step"].nunique()) if len(steps) else 0
-    c = st.columns(5)
-    c[0].metric("Steps", f"{n_steps:,}")
-    c[1].metric("Ranks", len(info["ranks"]) or 1)
-    c[2].metric("Failures", len(failures))
-    c[3].metric("Started", _fmt_time(start),
-                help=dt.datetime.fromtimestamp(start).isoformat(" ", "seconds") if start else None,
-                delta=dt.datetime.fromtimestamp(start).strftime("%Y-%m-%d") if start else None,
-                delta_color="off", delta_arrow="off")
-    c[4].metric("Duration", _duration(start, end))
+    _ui.figures([
+        ("Steps", f"{n_steps:,}"),
+        ("Ranks", len(info["ranks"]) or 1),
+        ("Failures", len(failures)),
+        ("Started", _fmt_time(start),
+         dt.datetime.fromtimestamp(start).isoformat(" ", "seconds") if start else None,
+         dt.datetime.fromtimestamp(start).strftime("%Y-%m-%d") if start else None),
+        ("Duration", _duration(start, end)),
+    ])
 
     loss_keys = sorted(k for k in scalars["key"].unique() if "loss" in k.rsplit("/", 1)[-1].lower())
     if loss_keys:

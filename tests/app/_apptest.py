@@ -43,3 +43,37 @@ def open_page(page: str | None = None, *, check: bool = True, **kwargs) -> AppTe
     if check:
         assert not at.exception, [e.value for e in at.exception]
     return at
+
+
+def figures(at) -> dict[str, str]:
+    """The figures a page draws with ``pages._ui.figures`` (label over value, the look of
+    ``st.metric``), label -> value, in the order drawn; ``st.metric`` cards are included."""
+    from html.parser import HTMLParser
+
+    got: dict[str, str] = {}
+
+    class Cells(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.part, self.label = None, None
+
+        def handle_starttag(self, tag, attrs):
+            cls = dict(attrs).get("class") or ""
+            self.part = ("label" if "dk-figure-label" in cls else
+                         "value" if "dk-figure-value" in cls else None)
+
+        def handle_endtag(self, tag):
+            self.part = None
+
+        def handle_data(self, data):
+            if self.part == "label":
+                self.label = data
+            elif self.part == "value" and self.label is not None:
+                got[self.label] = data
+
+    for el in at.get("html"):
+        if 'class="dk-figures"' in el.proto.body:
+            Cells().feed(el.proto.body)
+    for m in at.metric:
+        got[m.label] = m.value
+    return got

@@ -15,7 +15,7 @@ from debugkit.io.served_runs import default_store
 from pages import _auth
 
 from ..conftest import SAMPLE_RUNS
-from ._apptest import open_page
+from ._apptest import figures, open_page
 
 OIDC = {"redirect_uri": "http://localhost:8501/oauth2callback", "cookie_secret": "not-a-real-secret",
         "client_id": "debugkit-test", "client_secret": "s3cret",
@@ -31,12 +31,12 @@ def shows_only_sign_in(at):
     assert "requires you to sign in" in at.markdown[0].value
     assert at.session_state["debugkit_pages"] == set()
     assert "Open a run" not in [s.label for s in at.selectbox]  # no run picker
-    assert not at.metric and not at.get("plotly_chart") and not at.dataframe
+    assert not figures(at) and not at.get("plotly_chart") and not at.dataframe
 
 
 def test_without_auth_section_the_app_is_open():
     at = app(run="digits-bad-label", page="pages/overview.py")
-    assert "Steps" in [m.label for m in at.metric]
+    assert "Steps" in figures(at)
     assert "Sign out" not in [b.label for b in at.button]
 
 
@@ -68,7 +68,7 @@ def test_signed_in_user_sees_the_app_and_can_sign_out(monkeypatch):
     out = []
     monkeypatch.setattr(streamlit, "logout", lambda: out.append(1))
     at = app(OIDC, run="digits-bad-label", page="pages/overview.py")
-    assert "Steps" in [m.label for m in at.metric]
+    assert "Steps" in figures(at)
     assert any("Signed in as" in c.value for c in at.sidebar.caption)
     at.button(key="logout").click().run()
     assert out == [1]

@@ -12,7 +12,7 @@ from tests.checkpoint_factory import train_with_checkpoints
 from tests.conftest import ROOT
 from tests.replay.conftest import project  # noqa: F401  (fixture)
 
-from ._apptest import open_page
+from ._apptest import figures, open_page
 
 
 def _open(run: str, **query) -> AppTest:
@@ -48,7 +48,7 @@ def test_resumed_sample_lists_verified_checkpoints_and_draws_the_heatmap():
     # compare: first and last by default, and the choice goes into the URL
     assert at.selectbox(key="ckpt_a").value == 0 and at.selectbox(key="ckpt_b").value == 4
     assert at.query_params["a"] == "30" and at.query_params["b"] == "150"
-    metrics = {m.label: m.value for m in at.metric}
+    metrics = figures(at)
     assert metrics["Tensors that moved"] == "6 / 6" and metrics["Never moved"] == "0"
 
 
@@ -70,7 +70,7 @@ def test_nonfinite_and_frozen_weights_are_flagged(tmp_path):
     train_with_checkpoints(tmp_path / "frozen", freeze_first=True)
     at = _open_path(tmp_path / "frozen")
     assert any("**frozen_layer**" in m.value and "`0.weight`" in m.value for m in at.markdown)
-    assert at.metric[2].label == "Never moved" and at.metric[2].value == "2"
+    assert list(figures(at).items())[2] == ("Never moved", "2")
 
 
 def test_a_corrupted_checkpoint_is_flagged_and_skipped(tmp_path):

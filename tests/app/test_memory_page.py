@@ -18,7 +18,7 @@ from debugkit.recorder.memhistory import write_snapshot
 from tests.conftest import SAMPLE_RUNS
 from tests.memsnap_factory import USER, MiB, leaky_training
 
-from ._apptest import open_page
+from ._apptest import figures, open_page
 
 
 def _app(run_id: str, **params) -> AppTest:
@@ -69,7 +69,7 @@ def test_leaking_run_shows_the_leak_its_rate_and_the_trend():
     # the finding card every page draws (pages._ui.show_findings)
     assert any(m.startswith(":material/warning: **memory_leak** · step 0 · rank 0") for m in _texts(at.markdown))
     assert any(c.startswith("Rank 0: host RSS keeps growing by") for c in _texts(at.caption))
-    metrics = {m.label: m.value for m in at.metric}
+    metrics = figures(at)
     assert metrics["Started at step"] == "0"
     assert metrics["Growth per step"].endswith("MiB")
     assert metrics["Runs out at step"] != "—"
@@ -147,7 +147,7 @@ def test_oom_capture_is_linked_and_its_snapshot_opens(oom_run):
     open_btn[0].click().run()
     assert not at.exception
     assert at.query_params["snapshot"] == "r0-s0000003-oom"
-    metrics = {m.label: m.value for m in at.metric}
+    metrics = figures(at)
     assert metrics["OOM events"] == "1"
     assert metrics["Peak active"] == "120.0 MiB"  # 32 MiB weights + 20 x 3 MiB kept + 28 MiB of a step
     assert any(e.startswith("Out of memory at event") and "asked for 64.0 MiB with 3.0 MiB free"

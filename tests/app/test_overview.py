@@ -10,6 +10,7 @@ import pytest
 from debugkit.io.served_runs import MSG_UNKNOWN_RUN
 
 from ..conftest import ROOT
+from ._apptest import figures
 
 SAMPLES = ROOT / "sample_runs"
 
@@ -78,7 +79,7 @@ def test_overview_of_each_sample(app, run_id, status, failure):
         assert "dataset indices" in text
     else:
         assert "No failure captured." in text
-    metrics = {m.label: m.value for m in at.metric}
+    metrics = figures(at)
     assert metrics["Failures"] == ("1" if failure else "0")
     assert metrics["Steps"] == ("76" if failure else "159")
     assert len(at.get("plotly_chart")) == 1

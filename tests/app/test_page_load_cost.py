@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-from ._apptest import open_page
+from ._apptest import figures, open_page
 
 PROBE = """
 import json, sys
@@ -294,6 +294,43 @@ def test_the_profiler_builds_only_the_flame_tree_it_draws(monkeypatch):
     assert built == {"all": 1, "loop": 1}
     flame = json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]
     assert flame["values"][0] == 12307  # every main-thread sample
+
+
+@pytest.mark.parametrize("page, run, first, labels", [
+    ("overview", "digits-bad-label", "loss_curve", ["Steps", "Ranks", "Failures", "Started", "Duration"]),
+    ("memory", "memory-leak", "mem_timeline",
+     ["Growth per step", "Started at step", "Grown by", "Runs out at step"]),
+    ("profiler", "digits-profiled", "flamegraph", ["Samples", "Duration", "Threads", "Rate", "Recorded by"]),
+    ("checkpoints", "digits-resumed", "ckpt_heatmap",
+     ["Total relative change", "Tensors that moved", "Never moved", "NaN/Inf in B"]),
+    ("audit", "credit-audit", "disp_age_in_years",
+     ["demographic parity difference", "demographic parity ratio", "equalized odds difference",
+      "equal opportunity difference"]),
+])
+def test_a_chart_page_draws_its_figures_without_st_metric(page, run, first, labels):
+    """``st.metric`` makes the browser fetch and run the Metric and numbro code (8 files,
+    ~68 kB) before a page's first chart, wherever the cards are drawn in the script run:
+    the pages draw the same figures with ``_ui.figures`` (one st.html block, whose code
+    the app shell loads anyway). Every figure is still there, with its label."""
+    at = open_page(page, run=run, timeout=240)
+    assert not at.metric
+    assert list(figures(at)) == labels
+    assert [c.key for c in at.get("plotly_chart")][:1] == [first]
+
+
+def test_figures_escape_what_they_show():
+    """A run's name or a metric's label is text, never HTML."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_string(
+        "from pages import _ui\n"
+        "_ui.figures([('<b>x</b>', '<img src=x onerror=alert(1)>', 'a \"tip\"', '!<i>bad</i>')])\n")
+    at.run()
+    body = next(e.proto.body for e in at.get("html") if "dk-figures" in e.proto.body)
+    assert "<img" not in body and "<b>x" not in body and "<i>" not in body
+    assert "&lt;img src=x onerror=alert(1)&gt;" in body and 'title="a &quot;tip&quot;"' in body
+    assert 'class="dk-figure-note bad">&lt;i&gt;bad&lt;/i&gt;' in body
+    assert figures(at) == {"<b>x</b>": "<img src=x onerror=alert(1)>"}
 
 
 #: Streamlit's front end (StreamlitMarkdown): a Markdown text that matches this loads the

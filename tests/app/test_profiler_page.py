@@ -15,7 +15,7 @@ from pages._profile_sampled import VIEWS
 
 from .._polling import announce_blocked, wait_for
 from ..conftest import ROOT, SAMPLE_RUNS
-from ._apptest import open_page
+from ._apptest import figures, open_page
 
 
 def app(run="digits-profiled", **params):
@@ -30,7 +30,7 @@ def figure(at, i):
 
 
 def metrics(at):
-    return {m.label: m.value for m in at.metric}
+    return figures(at)
 
 
 def open_view(at, label):
