@@ -385,6 +385,27 @@ print(build_disparity_figure(a, metrics=("selection_rate",)).layout.template.lay
     assert out.stdout.strip() == "white"
 
 
+def test_a_new_server_lists_plotlys_array_plugins_before_the_first_visit():
+    """plotly passes every array of a figure to narwhals, which on the first one reads the
+    entry points of every installed package (its plugins); ``warm_plotly`` does that while
+    the server starts, so the first chart page does not."""
+    code = """
+import importlib.metadata
+import numpy as np
+from pages._serve import warm_plotly
+warm_plotly()
+def refuse(*a, **k):
+    raise AssertionError("listed the entry points on the first visit")
+importlib.metadata.entry_points = refuse
+import plotly.graph_objects as go
+print(len(go.Figure(go.Heatmap(z=np.ones((2, 3)), x=np.arange(3))).data))
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "1"
+
+
 def test_the_audit_draws_its_compute_form_when_opened():
     """"Compute a new audit" (collapsed on a run that has audits) drew its form, eight number
     inputs, a text area and text inputs, on every visit; now when it is opened (it opens by
