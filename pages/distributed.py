@@ -26,19 +26,27 @@ def _analysis(path: str, sig: tuple):
     run = open_run(path)
     times = ad.compute_rank_step_times(run.steps())
     windows = ad.compute_straggler_windows(times)
-    grad_norms = run.grad_norms()
-    divergence = ad.compute_grad_divergence(grad_norms)
     # The findings from diagnose (its order), over what this page has read and computed already.
+    # The gradient divergence is not computed here: its tab computes it when opened
+    # (_divergence), and diagnose when the run list's index does not hold the findings; a
+    # new server's page load reached its first chart 40 ms of CPU later for it (issue 35 item 9).
     findings = _data.findings(path, sources=("distributed",), inputs={"distributed": {
-        "times": times, "grad_norms": grad_norms, "windows": windows, "divergence": divergence}})
+        "times": times, "windows": windows}})
     return {
         "ranks": run.ranks, "manifest": run.manifest, "info": read_rank_info(run),
         "times": times, "summary": ad.compute_rank_summary(times), "windows": windows,
-        "divergence": divergence,
         "hangs": read_hangs(run), "events": run.events(), "failures": run.failures(),
         "findings": findings,
         "trace_files": len(find_rank_traces(run)),
     }
+
+
+@st.cache_data(**_data.CACHE, show_spinner=False)
+def _divergence(path: str, sig: tuple):
+    from debugkit.analysis import distributed as ad
+    from debugkit.io.run import open_run
+
+    return ad.compute_grad_divergence(open_run(path).grad_norms())
 
 
 @st.cache_data(**_data.CACHE, show_spinner=False)
@@ -202,11 +210,11 @@ def _hang_tab(a, sig):
                 st.caption(f"py-spy: {_ui.md(_ui.recorded_text(d['pyspy_error'], roots))}")
 
 
-def _divergence_tab(a):
+def _divergence_tab(sig):
     from debugkit.analysis.distributed import DIVERGENCE_RTOL
     from debugkit.charts.distributed import build_grad_divergence_figure
 
-    div = a["divergence"]
+    div = _divergence(path, sig)
     if div.empty:
         st.info("Gradient norms of two or more ranks are needed (the Recorder logs them on every rank).")
         return
@@ -313,7 +321,7 @@ def render():
     # Only the open tab is built and sent (a click on another reruns the page): its charts
     # are the page's first, not the last of six. A closed tab's widgets keep their values.
     draw = (lambda: _step_time_tab(a, stragglers), lambda: _split_tab(a, stragglers),
-            lambda: _hang_tab(a, sig), lambda: _divergence_tab(a), lambda: _trace_tab(sig))
+            lambda: _hang_tab(a, sig), lambda: _divergence_tab(sig), lambda: _trace_tab(sig))
     for tab, widgets, fn in zip(tabs, (("dist_metric",), (), ("dist_incident",), (), ()), draw):
         if tab.open is False:
             if widgets:
