@@ -5,9 +5,9 @@ does; two identical models differ by up to ~80 us a step (their tensors' address
 its figure carries that draw. Here every variant trains the same model (24 x Linear(128)
 +ReLU, batch 32, CPU, one thread): each variant has its own SGD optimizer over the same
 parameters, the variants are swapped between interleaved rounds in rotating order, the
-Recorder's forward hook is on the model only during its own rounds, and each round's
-median of the training thread's CPU per step (``time.thread_time``) is paired with the
-same round's ``norms`` (bare + the fused norm of every gradient). Variants:
+Recorder's forward hook (or its model class) is on the model only during its own rounds,
+and each round's median of the training thread's CPU per step (``time.thread_time``) is
+paired with the same round's ``norms`` (bare + the fused norm of every gradient). Variants:
 
 - bare, norms:   as in recorder_overhead.py
 - debugkit:      this checkout's Recorder, ``rec.step`` + ``rec.log(loss=...)``, without
@@ -100,6 +100,7 @@ def main(argv=None):
         a.rounds, a.steps, a.warmup = 3, 10, 20
     torch.set_num_threads(1)
     m = build(128)
+    base = type(m)
     x, y = torch.randn(32, 128), torch.randint(0, 10, (32,))
     params = list(m.parameters())
     tmp = Path(tempfile.mkdtemp(prefix="dk-paired-"))
@@ -122,8 +123,11 @@ def main(argv=None):
         o = torch.optim.SGD(params, lr=1e-3)
         rec = cls(tmp / name, m, optimizer=o, **kw)
         recs.append(rec)
-        hooks[name] = dict(m._forward_hooks)  # its forward hook: on the model in its rounds only
+        # its forward hook (an older Recorder) or its model class (.keep_output): on the
+        # model in its rounds only
+        hooks[name] = (dict(m._forward_hooks), type(m))
         m._forward_hooks.clear()
+        m.__class__ = base
 
         def f():
             with rec.step((x, y)):
@@ -143,8 +147,10 @@ def main(argv=None):
     names = list(fns)
 
     def use(k):
+        hk, cls = hooks.get(k, ({}, base))
         m._forward_hooks.clear()
-        m._forward_hooks.update(hooks.get(k, {}))
+        m._forward_hooks.update(hk)
+        m.__class__ = cls
 
     for k in names:
         use(k)
@@ -162,6 +168,7 @@ def main(argv=None):
                 ts.append(time.thread_time() - c0)
             per[k].append(statistics.median(ts))
     m._forward_hooks.clear()
+    m.__class__ = base
     for rec in recs:
         rec.close()
     bare = statistics.median(per["bare"])

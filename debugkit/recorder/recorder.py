@@ -32,6 +32,7 @@ from .comm import CommTimer
 from .dist import process_group_info
 from .env import collect_env
 from .fatal import FatalStackFile
+from .keep_output import can_keep, keep_outputs, release
 from .memhistory import MemoryHistory, memory_capacity
 from .memhistory import parse_option as parse_memory_option
 from .nonfinite import NonFiniteMonitor, describe_outputs, is_loss_key
@@ -511,10 +512,17 @@ class Recorder:
                 self._opt_step_code = code
         # The model's last output, held until the step ends, so that a non-finite loss can
         # be told apart from a non-finite model output (one attribute store per forward;
-        # not on compiled models, whose graphs a Python hook would break).
+        # not on compiled models, whose graphs a Python hook would break). A plain model
+        # given as it is keeps it through a class of its own (.keep_output: no forward
+        # hook, so its forward does not take nn.Module's hook path); the others (wrapped,
+        # FSDP, a framework's module) through a forward hook.
         self._last_output = None
+        self._keep_class = None
         if (not self._cuda or self.halt_on_nonfinite) and getattr(model, "_orig_mod", None) is None:
-            self._hooks.append(self._module.register_forward_hook(self._keep_output))
+            if model is self._module and grads_hook and can_keep(model):
+                self._keep_class = keep_outputs(model, self)
+            else:
+                self._hooks.append(self._module.register_forward_hook(self._keep_output))
         self._layer_stats = None
         if layer_stats_every is not None:
             from .layerstats import LayerStats
@@ -742,6 +750,8 @@ class Recorder:
                 self._writer.event("capture_error", step=st.step, message=str(err)[:2000])
         for h in self._hooks:
             h.remove()
+        if self._keep_class is not None:
+            release(self._module, self._keep_class)
         if self._layer_stats is not None:
             self._layer_stats.close()
         if self._watchdog is not None:

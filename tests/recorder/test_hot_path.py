@@ -607,3 +607,45 @@ def test_a_capture_says_whether_the_optimizer_stepped_without_a_post_hook(
     (cap,) = open_run(tmp_path / "r").failures()
     assert cap["step"] == 2 and cap["kind"] == "exception"
     assert cap["optimizer_stepped"] is stepped
+
+
+@pytest.mark.parametrize("layer_stats", [500, None])
+def test_a_healthy_step_calls_the_model_without_torchs_forward_hook_path(tmp_path, layer_stats):
+    """Issue 32 item 1: the model's output (for a non-finite capture's ``model_outputs``)
+    is kept by the model's own class (recorder/keep_output.py), not a forward hook: the
+    step's forward does not take nn.Module's hook path (``inner``, ``is_compiling``,
+    ``is_scripting``, then the hook: 4 Python frames and a tuple of the hooks per forward),
+    and calls torch's ``_call_impl`` once per module, as the bare model does."""
+    import sys
+
+    model, opt, x, y = _setup()
+
+    def frames(fn):
+        names: list[tuple[str, str]] = []
+
+        def prof(frame, event, arg):
+            if event == "call":
+                names.append((frame.f_code.co_filename.rsplit("/", 1)[-1], frame.f_code.co_name))
+
+        sys.setprofile(prof)
+        try:
+            fn()
+        finally:
+            sys.setprofile(None)
+        return names
+
+    bare = frames(lambda: model(x))
+    with Recorder(tmp_path / "r", model, optimizer=opt, layer_stats_every=layer_stats) as rec:
+        _train(rec, model, opt, x, y, 300)
+        s = rec._step_no
+        while s % rec._specs.every == 0 or (layer_stats and s % layer_stats == 0):
+            _train(rec, model, opt, x, y, 1)
+            s = rec._step_no
+        assert not model._forward_hooks
+        step = frames(lambda: _train(rec, model, opt, x, y, 1))
+        fwd = frames(lambda: model(x))
+        assert rec._last_output is not None
+    assert ("module.py", "inner") not in step and ("recorder.py", "_keep_output") not in step
+    assert step.count(("module.py", "_call_impl")) == bare.count(("module.py", "_call_impl")) == 4
+    # the recorded model's forward: its class's __call__ in place of _wrapped_call_impl
+    assert len(fwd) == len(bare) and fwd[1] == ("keep_output.py", "__call__")
