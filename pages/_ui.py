@@ -311,14 +311,14 @@ def chart(fig, *, key: str | None = None, csv_name: str = "chart", **kwargs):
     return event
 
 
-#: The figures' look (:func:`figures`): a label over a large value, like ``st.metric``'s
+#: The figures' look (:func:`figures`): a label (wrapped between words in a narrow window) over a large value, like ``st.metric``'s
 #: cards, in the page's own font and colours (light and dark themes alike).
 _FIGURES_CSS = (
     "<style>"
     ".dk-figures{display:flex;flex-wrap:wrap;gap:1rem;margin:0 0 .25rem}"
-    ".dk-figure{flex:1 1 8rem;min-width:0}"
-    ".dk-figure-label{font-size:.875rem;opacity:.8;margin:0;white-space:nowrap;overflow:hidden;"
-    "text-overflow:ellipsis}"
+    # a label wrapped to two lines keeps its value level with the others' in the row
+    ".dk-figure{flex:1 1 8rem;min-width:0;display:flex;flex-direction:column}"
+    ".dk-figure-label{font-size:.875rem;opacity:.8;margin:0;flex-grow:1}"
     ".dk-figure-label[title]{text-decoration:underline dotted;text-underline-offset:3px;cursor:help}"
     ".dk-figure-value{font-size:2.25rem;line-height:1.3;margin:0;white-space:nowrap;overflow:hidden;"
     "text-overflow:ellipsis}"
