@@ -1061,20 +1061,22 @@ class Recorder:
         ls = self._layer_stats
         if type(values) is list and values[-1] - values[-1] == 0.0:
             if ls is not None:
-                # LayerStats.observe_norms of a step between two band updates, inline:
-                # each layer's floored norm within its band (``_quick`` once the band is
-                # past its dense start and small enough for the plain loop); otherwise, or
-                # when a norm left the band, the full observation (it samples the step).
-                seen = ls._seen + 1
-                if ls._quick and seen % ls.update_every:
+                # LayerStats.observe_norms, inline: each layer's floored norm within its
+                # band (``_quick`` once the band is past its dense start and small enough
+                # for the plain loop), then on every ``update_every``-th observation the
+                # band's update in plain Python; otherwise, or when a norm left the band,
+                # the full observation (it samples the step).
+                if ls._quick:
                     floor = ls.share * values[-1] + 1e-30  # the total is finite and >= 0
                     for a, b, c in zip(values, ls._lo, ls._hi):
                         if not b <= a + floor <= c:
                             self._observe_norms(st, values)
                             break
                     else:
-                        ls._seen = seen
+                        seen = ls._seen = ls._seen + 1
                         ls._floor = floor
+                        if not seen % ls.update_every:
+                            ls._update_band_py(values, floor)
                 else:
                     self._observe_norms(st, values)
             for row in rows:

@@ -322,6 +322,32 @@ def test_an_unsampled_step_with_layer_stats_enters_debugkit_in_as_few_calls(tmp_
                 "_take_grads", "_begin_step_full", "_end_step_full"} & set(calls), calls
 
 
+def test_a_band_update_step_updates_the_layer_stats_band_in_one_call(tmp_path):
+    """Issue 33 at its default: on every ``update_every``-th unsampled step the trigger's
+    band is updated; the lean pre-hook checks the norms inline, then calls the band's
+    plain-Python update directly: one call into LayerStats, where the path through
+    ``_observe_norms`` -> ``observe_norms`` -> ``_update_band`` made four (and checked the
+    band a second time on the way)."""
+    model, opt, x, y = _setup()
+    with Recorder(tmp_path / "r", model, optimizer=opt, layer_stats_every=500) as rec:
+        ls = rec._layer_stats
+        _train(rec, model, opt, x, y, 300)
+        assert ls._quick
+        s = rec._step_no
+        while (s % rec._specs.every == 0 or s % ls.every == 0 or s in ls._forced
+               or (ls._seen + 1) % ls.update_every):  # a band update, nothing else due
+            _train(rec, model, opt, x, y, 1)
+            s = rec._step_no
+        rec._rss_next = float("inf")
+        seen, lo = ls._seen, ls._lo
+        calls = _debugkit_calls(lambda: _train(rec, model, opt, x, y, 1))
+        assert ls._seen == seen + 1 and ls._lo is not lo  # the band was updated
+    assert calls.count("_update_band_py") == 1, calls
+    assert not {"observe_norms", "_observe_norms", "_update_band", "_take_grads",
+                "_end_step_full"} & set(calls), calls
+    assert len(calls) <= 9, " ".join(calls)
+
+
 def _layer_job(run, *, lean, plant, steps=96, every=40):
     """A small MLP trained ``steps`` steps with ``layer_stats_every=every``, through the
     lean path (where it applies) or the full one; ``plant`` at step 75 (an unsampled step
