@@ -215,12 +215,12 @@ def test_lightning_collate_failure_is_a_capture_naming_the_long_sequence(lit_tok
 
 @pytest.mark.slow
 def test_collate_failure_shows_and_replays_on_the_dashboard(audio_run, monkeypatch):
-    from tests.app._apptest import open_page
+    from tests.app._apptest import figures, open_page
 
     monkeypatch.setenv("DEBUGKIT_ROOTS", str(audio_run))
     over = open_page("overview", run="run")
     assert not over.exception
-    assert {m.label: m.value for m in over.metric}.get("Failures") == "1"
+    assert figures(over).get("Failures") == "1"
     at = open_page("replay", timeout=240, run="run")
     assert not at.exception
     at.button(key="replay_button").click().run()
