@@ -18,7 +18,8 @@ so ``from debugkit.analysis.profile import compute_flame_tree`` keeps working):
 - :mod:`.idle` -- ``IDLE_LEAVES``, ``idle_keys``, ``idle_stacks``: samples of waiting threads
 - :mod:`.functions` -- ``compute_function_table``: self/total samples per frame or function
 - :mod:`.flame` -- ``compute_flame_tree`` (small frames folded), ``frame_package``, search
-- :mod:`.steps` -- ``STEP_RULES``, ``compute_step_breakdown``, ``compute_loop_flame_tree``
+- :mod:`.steps` -- ``STEP_RULES``, ``compute_step_breakdown``, ``compute_step_phases``,
+  ``compute_loop_flame_tree``
 - :mod:`.workers` -- ``compute_worker_hotspots``: what DataLoader workers spend time in
 - :mod:`.paths` -- ``display_path``: file paths as a reader wants them shown
 - :mod:`.data_wait` -- ``describe_breakdown``, ``detect_data_wait`` (the data_wait finding)
@@ -67,6 +68,7 @@ from .steps import (
     STEP_RULES,
     compute_loop_flame_tree,
     compute_step_breakdown,
+    compute_step_phases,
 )
 from .summary import (
     MSG_COUNT_AGREES,

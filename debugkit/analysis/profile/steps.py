@@ -48,6 +48,20 @@ def compute_step_breakdown(profile, thread_ids=None):
     return _step_breakdown(profile, thread_ids)[:2]
 
 
+def compute_step_phases(profile, thread_ids=None):
+    """:func:`compute_step_breakdown`'s table and info, with what
+    :func:`compute_loop_flame_tree` needs of them, so a caller that wants both computes
+    the breakdown once (``phases=``).
+
+    Returns
+    -------
+    (DataFrame, dict, ndarray of bool, (str, str) or None)
+        The breakdown table and info; per stack of the threads' selection, whether it is
+        inside the training loop; the loop function's ``(name, file)`` (None: no loop).
+    """
+    return _step_breakdown(profile, thread_ids)
+
+
 compute_step_breakdown.__doc__ = None  # set below from _step_breakdown's
 
 
@@ -173,7 +187,8 @@ def _step_breakdown(profile, thread_ids=None):
 compute_step_breakdown.__doc__ = _step_breakdown.__doc__
 
 
-def compute_loop_flame_tree(profile, thread_ids=None, by: str = "function", min_fraction: float = DEFAULT_FOLD):
+def compute_loop_flame_tree(profile, thread_ids=None, by: str = "function", min_fraction: float = DEFAULT_FOLD,
+                            phases=None):
     """The flame tree of the training loop only (see :func:`compute_step_breakdown`):
     the samples the breakdown counts as inside the loop, each stack cut to start at the
     loop function's frame, so imports and set-up around the loop are not drawn.
@@ -185,8 +200,11 @@ def compute_loop_flame_tree(profile, thread_ids=None, by: str = "function", min_
         ``info["loop"]``), or None when no loop was found; and the breakdown's ``info``.
         Phase samples outside the loop function (an evaluation loop elsewhere) are not in
         this tree.
+
+    ``phases``: :func:`compute_step_phases` of the same profile and threads, when the
+    caller has it (the breakdown is not computed again).
     """
-    _, info, inside, loop_fn = _step_breakdown(profile, thread_ids)
+    _, info, inside, loop_fn = _step_breakdown(profile, thread_ids) if phases is None else phases
     if loop_fn is None:
         return None, info
     t = profile.threads
