@@ -37,7 +37,10 @@ def _audits(path: str, sig: tuple):
 
 
 @st.cache_data(**_data.CACHE, show_spinner="Reading the audit…")
-def _audit(path: str, sig: tuple, audit_id: str, shared: bool = False):
+def _audit(path: str, sig: tuple, audit_id: str, shared: bool):
+    """The stored audit. ``shared`` has no default: Streamlit keys a cached call on the
+    arguments as passed, so ``_audit(p, s, a)`` and ``_audit(p, s, a, False)`` each read
+    the audit (twice per cold page load before its first chart: 0.05 s each)."""
     from debugkit.audit.stored_audits import load_audit
 
     a = load_audit(path, audit_id)
@@ -50,13 +53,13 @@ def _audit(path: str, sig: tuple, audit_id: str, shared: bool = False):
 
 @st.cache_data(max_entries=16, ttl=900, show_spinner=False)
 def _figure_keys(path: str, sig: tuple, audit_id: str) -> list[str]:
-    a = _audit(path, sig, audit_id)
+    a = _audit(path, sig, audit_id, False)
     return rep.figure_keys(a["doc"], a["rows"])
 
 
 @st.cache_data(max_entries=64, ttl=900, show_spinner="Drawing the chart…")
 def _figure(path: str, sig: tuple, audit_id: str, key: str):
-    a = _audit(path, sig, audit_id)
+    a = _audit(path, sig, audit_id, False)
     return rep.figure(a["doc"], a["rows"], key)
 
 

@@ -118,14 +118,20 @@ def build_disparity_figure(attr: dict, band=(0.8, 1.25), metrics=("selection_rat
             hovertemplate=f"{g} / {ref}<br>%{{customdata}}<br>ratio %{{x:.2f}}<extra></extra>"))
     fig.update_yaxes(tickvals=list(range(len(metrics))), ticktext=list(reversed(labels)),
                      range=[-0.6, len(metrics) - 0.4], showgrid=False, zeroline=False)
-    for yi in range(len(metrics) - 1):
-        fig.add_hline(y=yi + 0.5, line={"color": "#eee", "width": 1})
     lo_x = max(min(xs_all) * 0.8, 0.05)
     hi_x = min(max(xs_all) * 1.25, 20)
-    fig.add_vrect(x0=band[0], x1=band[1], fillcolor=BAND_COLOR, line_width=0, layer="below",
-                  annotation_text=f"band {band[0]:g}–{band[1]:g}", annotation_position="top left",
-                  annotation_font_size=11)
-    fig.add_vline(x=1.0, line={"color": "#555", "width": 1, "dash": "dot"})
+    # The row separators, the band and parity as layout shapes in one update: plotly's
+    # add_hline / add_vrect / add_vline re-validate the layout's shapes on each call
+    # (0.14 s of a new server's first Bias audit visit, before its first chart)
+    rows = [{"type": "line", "xref": "x domain", "x0": 0, "x1": 1, "yref": "y", "y0": yi + 0.5,
+             "y1": yi + 0.5, "line": {"color": "#eee", "width": 1}} for yi in range(len(metrics) - 1)]
+    fig.update_layout(shapes=rows + [
+        {"type": "rect", "xref": "x", "x0": band[0], "x1": band[1], "yref": "y domain", "y0": 0, "y1": 1,
+         "fillcolor": BAND_COLOR, "line": {"width": 0}, "layer": "below"},
+        {"type": "line", "xref": "x", "x0": 1.0, "x1": 1.0, "yref": "y domain", "y0": 0, "y1": 1,
+         "line": {"color": "#555", "width": 1, "dash": "dot"}},
+    ], annotations=[{"text": f"band {band[0]:g}–{band[1]:g}", "xref": "x", "x": band[0], "yref": "y domain",
+                     "y": 1, "xanchor": "left", "yanchor": "top", "showarrow": False, "font": {"size": 11}}])
     ticks = [t for t in (0.05, 0.1, 0.2, 0.5, band[0], 1.0, band[1], 2, 5, 10, 20) if lo_x <= t <= hi_x]
     fig.update_xaxes(type="log", range=[np.log10(lo_x), np.log10(hi_x)], tickvals=ticks,
                      ticktext=[f"{t:g}" for t in ticks], title=f"ratio to the reference group ({ref})")

@@ -296,6 +296,82 @@ def test_the_profiler_builds_only_the_flame_tree_it_draws(monkeypatch):
     assert flame["values"][0] == 12307  # every main-thread sample
 
 
+def test_the_profiler_computes_its_step_breakdown_once(monkeypatch):
+    """The breakdown's words and the training loop's flamegraph both need the step
+    breakdown; the page computed it twice (0.03-0.06 s each of a cold page load before
+    the first chart). The loop's tree now takes the page's (``phases=``)."""
+    import streamlit as st
+
+    from debugkit.analysis.profile import steps
+
+    calls = []
+    real = steps._step_breakdown
+
+    def counting(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(steps, "_step_breakdown", counting)
+    st.cache_data.clear()
+    at = open_page("profiler", run="digits-profiled", timeout=240)
+    flame = json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]
+    assert flame["labels"][0].startswith("training loop: ")
+    assert any(m.value.startswith("data loading **") for m in at.markdown)
+    assert len(calls) == 1
+
+
+def test_the_audits_first_chart_draws_its_band_and_rows_in_one_layout_update(monkeypatch):
+    """plotly's ``add_hline`` / ``add_vrect`` / ``add_vline`` re-validate every shape of
+    the layout on each call: six calls were 0.14 s of a new server's first Bias audit
+    visit before its chart. The disparity figure sets its shapes at once, the same ones."""
+    import plotly.graph_objects as go
+    import streamlit as st
+
+    def refuse(*a, **k):
+        raise AssertionError("shape added one at a time")
+
+    for name in ("add_hline", "add_vline", "add_vrect", "add_hrect", "add_shape"):
+        monkeypatch.setattr(go.Figure, name, refuse)
+    st.cache_data.clear()
+    at = open_page("audit", run="credit-audit", timeout=240)
+    chart = at.get("plotly_chart")[0]
+    assert chart.key == "disp_age_in_years"
+    layout = json.loads(chart.proto.spec)["layout"]
+    band = next(s for s in layout["shapes"] if s["type"] == "rect")
+    assert (band["x0"], band["x1"], band["yref"], band["layer"]) == (0.8, 1.25, "y domain", "below")
+    parity = [s for s in layout["shapes"] if s["type"] == "line" and s["xref"] == "x"]
+    assert [(s["x0"], s["line"]["dash"]) for s in parity] == [(1.0, "dot")]
+    rows = [s["y0"] for s in layout["shapes"] if s["type"] == "line" and s["xref"] == "x domain"]
+    assert rows == [0.5, 1.5, 2.5, 3.5]  # between the five metrics' rows
+    assert [a["text"] for a in layout["annotations"] if a["text"].startswith("band ")] == ["band 0.8–1.25"]
+
+
+def test_the_audit_reads_its_stored_audit_once(monkeypatch):
+    """The page's data and its figures each read the stored audit through one cached call,
+    but with its arguments written two ways (``shared`` passed, and left to its default),
+    which Streamlit keys apart: the audit (JSON, rows' Parquet) was read twice before the
+    first chart on a new server."""
+    import streamlit as st
+
+    from debugkit.audit import stored_audits
+
+    read = []
+    real = stored_audits.load_audit
+
+    def counting(*a, **k):
+        read.append(a[1])
+        return real(*a, **k)
+
+    monkeypatch.setattr(stored_audits, "load_audit", counting)
+    st.cache_data.clear()
+    at = open_page("audit", run="credit-audit", timeout=240)
+    assert [c.key for c in at.get("plotly_chart")] == ["disp_age_in_years"]
+    assert len(read) == 1
+    at.session_state["audit_attr_tab"] = "sex · Needs review"
+    at.run()
+    assert [c.key for c in at.get("plotly_chart")] == ["disp_sex"] and len(read) == 1
+
+
 @pytest.mark.parametrize("page, run, first, labels", [
     ("overview", "digits-bad-label", "loss_curve", ["Steps", "Ranks", "Failures", "Started", "Duration"]),
     ("memory", "memory-leak", "mem_timeline",
