@@ -488,6 +488,35 @@ print(build_disparity_figure(a, metrics=("selection_rate",)).layout.template.lay
     assert out.stdout.strip() == "white"
 
 
+PRELOADED_PROBE = """
+import sys
+from pages._serve import PRELOAD, preload
+assert preload(PRELOAD) == []
+from streamlit.testing.v1 import AppTest
+before = set(sys.modules)
+at = AppTest.from_file({app!r}, default_timeout=120)
+at.query_params["run"] = {run!r}
+at.switch_page({page!r})
+at.run()
+assert len(at.get("plotly_chart")) == 1 and not at.exception, at.exception
+print(" ".join(sorted(m for m in set(sys.modules) - before
+                      if m.startswith("pyarrow") or m == "streamlit.material_icon_names")))
+"""
+
+
+@pytest.mark.parametrize("page, run", [("audit", "credit-audit"), ("profiler", "digits-profiled")])
+def test_a_new_servers_first_visit_imports_no_pyarrow_module_or_the_icon_names(page, run, tmp_path):
+    """After ``debugkit ui``'s preload, the Bias audit's first visit imported pyarrow's
+    Parquet reader (its dataset, filesystem and substrait modules with it) and
+    ``pandas_compat``, and the Profiler ``pandas_compat`` and Streamlit's Material icon
+    names: 16-25 ms of CPU before the first chart on a new server. The preload imports them."""
+    code = PRELOADED_PROBE.format(app=str(ROOT / "app.py"), run=run, page=f"pages/{page}.py")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT), "DEBUGKIT_CACHE": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1:] in ([], [""]), out.stdout
+
+
 def test_a_new_server_lists_plotlys_array_plugins_before_the_first_visit():
     """plotly passes every array of a figure to narwhals, which on the first one reads the
     entry points of every installed package (its plugins); ``warm_plotly`` does that while
