@@ -363,10 +363,20 @@ class Run:
         DataFrame with columns ``step`` (int64), ``rank`` (int32), ``layer``
         (categorical; categories in model order, ``__total__`` last) and ``grad_norm``
         (float64).
+
+        Ranks that recorded the norms of their shards of DTensor parameters (FSDP2; the
+        rank metadata's ``grad_shards``) are given the whole layer's norm, the root of the
+        sum of their shards' squares at each step (:func:`_add_shards`), as DDP's replicas
+        hold it; so ``rank`` asks for every sharded rank's rows.
         """
         import numpy as np
         import pandas as pd
 
+        sharded = [r for r in self.ranks if any(
+            self.rank_meta(r, seg).get("grad_shards") is True for seg in self._meta_segments(r))]
+        if rank is not None and rank in sharded:
+            df = self.grad_norms()
+            return df[df["rank"].to_numpy() == rank].reset_index(drop=True)
         categories: list[str] = []
         index: dict[str, int] = {}
         steps, ranks, codes, values = [], [], [], []
@@ -397,11 +407,15 @@ class Run:
                                  "grad_norm": np.zeros(0, np.float64)})
         code = np.concatenate(codes)
         code[code == -2] = len(categories) - 1
+        step_a, rank_a, value_a = np.concatenate(steps), np.concatenate(ranks), np.concatenate(values)
+        if rank is None and sharded:
+            step_a, rank_a, code, value_a = _add_shards(step_a, rank_a, code, value_a, sharded,
+                                                        len(categories))
         return pd.DataFrame({
-            "step": np.concatenate(steps),
-            "rank": np.concatenate(ranks),
+            "step": step_a,
+            "rank": rank_a,
             "layer": pd.Categorical.from_codes(code, categories=categories),
-            "grad_norm": np.concatenate(values),
+            "grad_norm": value_a,
         }, copy=False)  # fresh arrays: no need for pandas to copy 10M rows again
 
     def requests(self, rank: int | None = None):
@@ -659,6 +673,49 @@ class Run:
         start = self.manifest.get("created_at")
         end = max(hbs) if hbs else None
         return start, end
+
+
+def _add_shards(step, rank, code, value, sharded: list[int], n_layers: int):
+    """The rows of the ``sharded`` ranks replaced by their layers' whole norms.
+
+    At each step a layer's norm is ``sqrt(sum over ranks of shard_norm ** 2)``, summed
+    scaled by the largest so that large finite norms do not overflow; NaN when a shard's
+    is, else inf when one is. Each sharded rank gets that row, at the steps every sharded
+    rank logged (a rank that died before a step leaves the step out: a partial sum is not
+    the layer's norm). A step logged twice by a rank (a resumed segment) counts its last row.
+    """
+    import numpy as np
+
+    mask = np.isin(rank, np.asarray(sharded, dtype=rank.dtype))
+    keep = ~mask
+    s, r, c, v = step[mask], rank[mask], code[mask].astype(np.int64), value[mask]
+    # the last row of each (step, rank, layer)
+    key3 = (s * len(sharded) + np.searchsorted(sharded, r)) * n_layers + c
+    _, last = np.unique(key3[::-1], return_index=True)
+    pick = len(key3) - 1 - last
+    s, r, c, v = s[pick], r[pick], c[pick], v[pick]
+    key = s * n_layers + c
+    order = np.argsort(key, kind="stable")
+    ks, vs = key[order], v[order]
+    if not len(ks):
+        return step[keep], rank[keep], code[keep], value[keep]
+    starts = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]])
+    count = np.diff(np.r_[starts, len(ks)])
+    a = np.where(np.isfinite(vs), np.abs(vs), 0.0)
+    top = np.maximum.reduceat(a, starts)
+    scale = np.where(top > 0, top, 1.0)
+    whole = np.sqrt(np.add.reduceat((a / np.repeat(scale, count)) ** 2, starts)) * scale
+    whole[np.logical_or.reduceat(np.isinf(vs), starts)] = np.inf
+    whole[np.logical_or.reduceat(np.isnan(vs), starts)] = np.nan
+    full = count == len(sharded)
+    gkey, whole = ks[starts][full], whole[full]
+    gstep, gcode = np.divmod(gkey, n_layers)
+    n = len(gkey)
+    out_step = np.concatenate([step[keep]] + [gstep] * len(sharded))
+    out_rank = np.concatenate([rank[keep]] + [np.full(n, x, dtype=rank.dtype) for x in sharded])
+    out_code = np.concatenate([code[keep]] + [gcode.astype(code.dtype)] * len(sharded))
+    out_value = np.concatenate([value[keep]] + [whole] * len(sharded))
+    return out_step, out_rank, out_code, out_value
 
 
 def open_run(path: str | os.PathLike) -> Run:

@@ -29,6 +29,40 @@ from .writer import PendingTensor
 _grad = attrgetter("grad")  # map(_grad, params): the gradients without a Python frame
 
 
+def is_sharded(t) -> bool:
+    """Whether ``t`` is a ``DTensor`` (FSDP2's ``fully_shard``, tensor parallelism): its
+    ``grad`` is a DTensor too, whose local shard is what this rank holds."""
+    import sys
+
+    mod = sys.modules.get("torch.distributed.tensor")  # imported by whoever made a DTensor
+    cls = getattr(mod, "DTensor", None) if mod is not None else None
+    return cls is not None and isinstance(t, cls)
+
+
+class _LocalGrad:
+    """A DTensor parameter seen through its local shard: ``.grad`` is the local shard of
+    its gradient (no collective: each rank takes the norms of what it holds, and the
+    reader adds the ranks' squares up, :meth:`debugkit.io.run.Run.grad_norms`)."""
+
+    __slots__ = ("p",)
+
+    def __init__(self, p):
+        self.p = p
+
+    @property
+    def grad(self):
+        g = self.p.grad
+        return None if g is None else g.to_local()
+
+    @property
+    def device(self):
+        return self.p.device
+
+    @property
+    def dtype(self):
+        return self.p.dtype
+
+
 def safe_norm(g) -> float:
     """The L2 norm of one tensor as a Python float, without intermediate overflow.
 
@@ -83,6 +117,10 @@ class GradNormComputer:
         import torch
 
         self.params = list(params)
+        #: some parameters are DTensors (FSDP2): the norms are of this rank's shards
+        self.sharded = any(is_sharded(p) for p in self.params)
+        if self.sharded:
+            self.params = [_LocalGrad(p) if is_sharded(p) else p for p in self.params]
         groups: dict = {}
         for i, p in enumerate(self.params):
             groups.setdefault((p.device, p.dtype), []).append(i)

@@ -55,6 +55,10 @@ MSG_LAYER_STATS = ("layer_stats_every={value!r}: expected an integer >= 1 (steps
 #: few ms spread over 500 steps: ~1 % of the small CPU bench step, quietly, under issue 33's
 #: 2 % (docs/benchmarks.md, "Layer statistics on the lean path, then on by default").
 LAYER_STATS_EVERY = 500
+MSG_SHARDED_LAYER_STATS = (
+    "layer statistics are not taken for DTensor (FSDP2) parameters: each rank holds a shard, "
+    "and a shard's quantiles are not its layer's; the gradient norms are recorded per shard "
+    "and added up across ranks by the reader (pass layer_stats_every=None to silence this)")
 MSG_HANG_TIMEOUT = "hang_timeout_s={value!r}: expected a number of seconds > 0"
 MSG_NOT_DDP = ("rec.watch_ddp(): expected a torch.nn.parallel.DistributedDataParallel model, "
                "got {type}")
@@ -443,6 +447,9 @@ class Recorder:
             "local_world_size": dist["local_world_size"], "node_rank": dist["node_rank"],
             "backend": dist["backend"], "layers": self.layers, "started_at": now,
             "segment": self._writer.segment, **memory_capacity(self.device),
+            # the grads table holds the norms of this rank's shards of DTensor parameters
+            # (FSDP2): the reader adds the ranks' squares up (format 1.3)
+            **({"grad_shards": True} if self._norms.sharded else {}),
         })
         self._writer.event("start", segment=self._writer.segment, pid=os.getpid())
         if self._uploader is not None:
@@ -524,7 +531,11 @@ class Recorder:
             else:
                 self._hooks.append(self._module.register_forward_hook(self._keep_output))
         self._layer_stats = None
-        if layer_stats_every is not None:
+        if layer_stats_every is not None and self._norms.sharded:
+            # a rank holds a shard of each DTensor parameter (FSDP2): quantiles of a shard
+            # are not the layer's, and shards can be empty; the norms are taken per shard
+            warnings.warn(MSG_SHARDED_LAYER_STATS, DebugkitWarning, stacklevel=2)
+        elif layer_stats_every is not None:
             from .layerstats import LayerStats
 
             self._layer_stats = LayerStats(

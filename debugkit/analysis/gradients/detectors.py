@@ -35,16 +35,30 @@ def detect_nonfinite_grad(m: GradMatrix, scalars=None, config: dict | None = Non
     layers = [m.names[i] for i in rows] or [TOTAL]
     first = layers[0]
     loss_finite, loss_value, loss_key = None, None, None
+    from_rank = None  # another rank whose loss was non-finite at this step
     if scalars is not None and len(scalars):
-        lk = _loss_lookup(scalars, cfg).get(m.rank)
+        lookup = _loss_lookup(scalars, cfg)
+        lk = lookup.get(m.rank)
         if lk is not None:
             loss_key, ls, lv = lk
             hit = np.flatnonzero(ls == step)
             if len(hit):
                 loss_value = float(lv[hit[-1]])
                 loss_finite = bool(math.isfinite(loss_value))
+        if loss_finite:
+            for r in sorted(lookup):
+                _, ls, lv = lookup[r]
+                hit = np.flatnonzero(ls == step)
+                if r != m.rank and len(hit) and not math.isfinite(float(lv[hit[-1]])):
+                    from_rank = r
+                    break
     vals = {m.names[i]: _jsonable(m.values[i, j]) for i in (rows if len(rows) else [len(m.names) - 1])}
-    if loss_finite:
+    if from_rank is not None:
+        why = (f"while this rank's loss was still finite ({_fmt(loss_value)}) and rank {from_rank}'s "
+               f"was already non-finite at this step: the gradient all-reduce (DDP) or reduce-scatter "
+               f"(FSDP) carried rank {from_rank}'s non-finite gradients to this rank; look at rank "
+               f"{from_rank}'s batch and finding")
+    elif loss_finite:
         why = (f"while the loss was still finite ({_fmt(loss_value)}): the backward pass made it; look "
                "for log/sqrt/division of zero or an overflowing custom op in those layers, and replay "
                "the step with torch.autograd.detect_anomaly")
@@ -62,7 +76,7 @@ def detect_nonfinite_grad(m: GradMatrix, scalars=None, config: dict | None = Non
         message=message,
         evidence={"layers": layers, "values": vals, "loss_finite": loss_finite,
                   "loss": _jsonable(loss_value) if loss_value is not None else None,
-                  "loss_key": loss_key,
+                  "loss_key": loss_key, "from_rank": from_rank,
                   "last_finite_step": int(m.steps[j - 1]) if j > 0 else None,
                   "nonfinite_steps": int(len(cols))},
     )]
