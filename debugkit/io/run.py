@@ -372,17 +372,20 @@ class Run:
         import numpy as np
         import pandas as pd
 
-        sharded = [r for r in self.ranks if any(
-            self.rank_meta(r, seg).get("grad_shards") is True for seg in self._meta_segments(r))]
-        if rank is not None and rank in sharded:
+        if rank is not None and any(self.rank_meta(rank, seg).get("grad_shards") is True
+                                    for seg in self._meta_segments(rank)):
             df = self.grad_norms()
             return df[df["rank"].to_numpy() == rank].reset_index(drop=True)
+        sharded: set[int] = set()
         categories: list[str] = []
         index: dict[str, int] = {}
         steps, ranks, codes, values = [], [], [], []
         for r in self.ranks if rank is None else [rank]:
             for seg, t in self._read_table("grads", r):
-                layers = list(self.rank_meta(r, seg).get("layers") or []) + [fmt.TOTAL_LAYER]
+                meta = self.rank_meta(r, seg)
+                if meta.get("grad_shards") is True:
+                    sharded.add(r)
+                layers = list(meta.get("layers") or []) + [fmt.TOTAL_LAYER]
                 for name in layers:
                     if name not in index and name != fmt.TOTAL_LAYER:
                         index[name] = len(categories)
@@ -409,7 +412,7 @@ class Run:
         code[code == -2] = len(categories) - 1
         step_a, rank_a, value_a = np.concatenate(steps), np.concatenate(ranks), np.concatenate(values)
         if rank is None and sharded:
-            step_a, rank_a, code, value_a = _add_shards(step_a, rank_a, code, value_a, sharded,
+            step_a, rank_a, code, value_a = _add_shards(step_a, rank_a, code, value_a, sorted(sharded),
                                                         len(categories))
         return pd.DataFrame({
             "step": step_a,
