@@ -475,6 +475,17 @@ def test_the_blas_check_is_off_without_it_and_the_sum_still_judges(tmp_path, mon
     assert debugkit.serve(_model(), tmp_path / "s", check_finite=False)._sdot is None
 
 
+def _call_log(events: list[tuple[str, str]]):
+    """A ``sys.setprofile`` function appending ``("py", qualname)`` for each Python call and
+    ``("c", name)`` for each C call to ``events``."""
+    def prof(frame, event, arg):
+        if event == "call":
+            events.append(("py", frame.f_code.co_qualname))
+        elif event == "c_call":
+            events.append(("c", getattr(arg, "__qualname__", getattr(arg, "__name__", "?"))))
+    return prof
+
+
 def test_a_requests_path_builds_no_init_frame_no_ctypes_objects_and_writes_few_attributes(tmp_path):
     """What one ok request with a float32 output touches on the request thread, counted
     (never timed): next to a model each frame, object and attribute written costs several
@@ -495,12 +506,7 @@ def test_a_requests_path_builds_no_init_frame_no_ctypes_objects_and_writes_few_a
         r.output(out)
     wrapped(out)
     events: list[tuple[str, str]] = []
-
-    def prof(frame, event, arg):
-        if event == "call":
-            events.append(("py", frame.f_code.co_qualname))
-        elif event == "c_call":
-            events.append(("c", getattr(arg, "__qualname__", getattr(arg, "__name__", "?"))))
+    prof = _call_log(events)
 
     sys.setprofile(prof)
     try:
@@ -541,12 +547,7 @@ def test_a_cpu_requests_thread_path_is_enter_and_exit_and_c_calls(tmp_path):
     with rec.request(x) as r:  # the signature cache and the first reading
         r.output(out)
     events: list[tuple[str, str]] = []
-
-    def prof(frame, event, arg):
-        if event == "call":
-            events.append(("py", frame.f_code.co_qualname))
-        elif event == "c_call":
-            events.append(("c", getattr(arg, "__qualname__", getattr(arg, "__name__", "?"))))
+    prof = _call_log(events)
 
     r = rec.request(x)
     sys.setprofile(prof)
