@@ -412,8 +412,7 @@ class Run:
         code[code == -2] = len(categories) - 1
         step_a, rank_a, value_a = np.concatenate(steps), np.concatenate(ranks), np.concatenate(values)
         if rank is None and sharded:
-            step_a, rank_a, code, value_a = _add_shards(step_a, rank_a, code, value_a, sorted(sharded),
-                                                        len(categories))
+            step_a, rank_a, code, value_a = _add_shards(step_a, rank_a, code, value_a, sorted(sharded))
         return pd.DataFrame({
             "step": step_a,
             "rank": rank_a,
@@ -678,7 +677,7 @@ class Run:
         return start, end
 
 
-def _add_shards(step, rank, code, value, sharded: list[int], n_layers: int):
+def _add_shards(step, rank, code, value, sharded: list[int]):
     """The rows of the ``sharded`` ranks replaced by their layers' whole norms.
 
     At each step a layer's norm is ``sqrt(sum over ranks of shard_norm ** 2)``, summed
@@ -692,18 +691,17 @@ def _add_shards(step, rank, code, value, sharded: list[int], n_layers: int):
     mask = np.isin(rank, np.asarray(sharded, dtype=rank.dtype))
     keep = ~mask
     s, r, c, v = step[mask], rank[mask], code[mask].astype(np.int64), value[mask]
-    # the last row of each (step, rank, layer)
-    key3 = (s * len(sharded) + np.searchsorted(sharded, r)) * n_layers + c
-    _, last = np.unique(key3[::-1], return_index=True)
-    pick = len(key3) - 1 - last
-    s, r, c, v = s[pick], r[pick], c[pick], v[pick]
-    key = s * n_layers + c
-    order = np.argsort(key, kind="stable")
-    ks, vs = key[order], v[order]
-    if not len(ks):
+    if not len(s):
         return step[keep], rank[keep], code[keep], value[keep]
-    starts = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]])
-    count = np.diff(np.r_[starts, len(ks)])
+    # the last row of each (step, rank, layer), by sorting (no arithmetic key to overflow)
+    o = np.lexsort((np.arange(len(s)), c, r, s))
+    s, r, c, v = s[o], r[o], c[o], v[o]
+    last = np.r_[(s[1:] != s[:-1]) | (r[1:] != r[:-1]) | (c[1:] != c[:-1]), True]
+    s, c, v = s[last], c[last], v[last]
+    o = np.lexsort((c, s))
+    gs, gc, vs = s[o], c[o], v[o]
+    starts = np.flatnonzero(np.r_[True, (gs[1:] != gs[:-1]) | (gc[1:] != gc[:-1])])
+    count = np.diff(np.r_[starts, len(gs)])
     a = np.where(np.isfinite(vs), np.abs(vs), 0.0)
     top = np.maximum.reduceat(a, starts)
     scale = np.where(top > 0, top, 1.0)
@@ -711,9 +709,8 @@ def _add_shards(step, rank, code, value, sharded: list[int], n_layers: int):
     whole[np.logical_or.reduceat(np.isinf(vs), starts)] = np.inf
     whole[np.logical_or.reduceat(np.isnan(vs), starts)] = np.nan
     full = count == len(sharded)
-    gkey, whole = ks[starts][full], whole[full]
-    gstep, gcode = np.divmod(gkey, n_layers)
-    n = len(gkey)
+    gstep, gcode, whole = gs[starts][full], gc[starts][full], whole[full]
+    n = len(gstep)
     out_step = np.concatenate([step[keep]] + [gstep] * len(sharded))
     out_rank = np.concatenate([rank[keep]] + [np.full(n, x, dtype=rank.dtype) for x in sharded])
     out_code = np.concatenate([code[keep]] + [gcode.astype(code.dtype)] * len(sharded))

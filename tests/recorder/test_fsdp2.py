@@ -71,7 +71,7 @@ def test_shards_add_up_as_squares_and_a_partial_step_is_left_out():
     rank = np.array([0, 0, 1, 1, 0, 0, 1, 2, 2, 0, 1], dtype=np.int32)
     code = np.array([0, 1, 0, 1, 0, 1, 0, 0, 1, 0, 0], dtype=np.int16)
     value = np.array([3.0, 3.0, 4.0, 4.0, 1e200, 1.0, 1e200, 7.0, 7.0, np.inf, np.nan])
-    s, r, c, v = _add_shards(step, rank, code, value, [0, 1], 2)
+    s, r, c, v = _add_shards(step, rank, code, value, [0, 1])
     got = {(int(a), int(b), int(x)): float(y) for a, b, x, y in zip(s, r, c, v)}
     assert got[(0, 0, 0)] == got[(0, 1, 0)] == 5.0 and got[(0, 0, 1)] == 5.0
     assert got[(1, 0, 0)] == pytest.approx(math.sqrt(2) * 1e200)  # no overflow of the squares
@@ -85,8 +85,19 @@ def test_a_step_logged_twice_by_a_rank_counts_its_last_row():
     rank = np.array([0, 0, 1], dtype=np.int32)
     code = np.array([0, 0, 0], dtype=np.int16)
     value = np.array([100.0, 3.0, 4.0])
-    s, r, c, v = _add_shards(step, rank, code, value, [0, 1], 1)
+    s, r, c, v = _add_shards(step, rank, code, value, [0, 1])
     assert sorted(zip(r.tolist(), v.tolist())) == [(0, 5.0), (1, 5.0)]
+
+
+def test_steps_far_apart_are_not_mixed_up():
+    # a hostile or merely long run: steps near int64's end stay apart (no arithmetic key)
+    big = np.iinfo(np.int64).max - 1
+    step = np.array([big, big, 0, 0], dtype=np.int64)
+    rank = np.array([0, 1, 0, 1], dtype=np.int32)
+    code = np.array([0, 0, 0, 0], dtype=np.int16)
+    value = np.array([3.0, 4.0, 6.0, 8.0])
+    s, r, c, v = _add_shards(step, rank, code, value, [0, 1])
+    assert sorted(set(zip(s.tolist(), v.tolist()))) == [(0, 10.0), (big, 5.0)]
 
 
 @pytest.fixture(scope="module")
