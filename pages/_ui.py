@@ -343,8 +343,11 @@ def figures(items) -> None:
     import html
 
     cells = []
-    for item in items:
-        label, value, help_, note = (*item, None, None)[:4]
+    items = [(*item, None, None)[:4] for item in items]
+    # a row where some figure has a note gives the others an empty one, so that every
+    # value sits on one line (the labels take the rest: see _FIGURES_CSS)
+    noted = any(note for *_, note in items)
+    for label, value, help_, note in items:
         tip = f' title="{html.escape(str(help_))}"' if help_ else ""
         cell = (f'<div class="dk-figure"><p class="dk-figure-label"{tip}>{html.escape(str(label))}</p>'
                 f'<p class="dk-figure-value">{html.escape(str(value))}</p>')
@@ -352,6 +355,8 @@ def figures(items) -> None:
             bad = str(note).startswith("!")
             cell += (f'<p class="dk-figure-note{" bad" if bad else ""}">'
                      f"{html.escape(str(note)[1:] if bad else str(note))}</p>")
+        elif noted:
+            cell += '<p class="dk-figure-note" aria-hidden="true">&nbsp;</p>'
         cells.append(cell + "</div>")
     st.html(_FIGURES_CSS + '<div class="dk-figures">' + "".join(cells) + "</div>")
 

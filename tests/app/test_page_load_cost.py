@@ -723,3 +723,20 @@ def test_a_page_that_ends_early_still_draws_the_sidebar_after_it(tmp_path, monke
     at = open_page("home")
     assert any(i.value.startswith("No runs found.") for i in at.info)
     assert _sidebar_drawn(at)
+
+
+def test_a_row_of_figures_with_one_note_keeps_every_value_on_one_line():
+    """The Overview's "Started" figure has a date under its value; the other figures get an
+    empty note, so that in the browser every value sits at the same height (the label
+    takes the rest of the cell) instead of the noted one standing higher."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_string(
+        "from pages import _ui\n"
+        "_ui.figures([('Steps', '76'), ('Started', '04:53', 'tip', '2026-12-04'), ('Ranks', '1')])\n"
+        "_ui.figures([('Steps', '76'), ('Ranks', '1')])\n")
+    at.run()
+    rows = [e.proto.body for e in at.get("html") if "dk-figures" in e.proto.body]
+    assert [r.count('class="dk-figure-note') for r in rows] == [3, 0]
+    assert rows[0].count('aria-hidden="true">&nbsp;</p>') == 2
+    assert figures(at) == {"Steps": "76", "Started": "04:53", "Ranks": "1"}
