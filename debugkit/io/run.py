@@ -21,6 +21,7 @@ from ..runschema import read_run_json
 from .arrowio import read_stream
 from .fs import child_names, files_signature
 from .resolve import resolve_run_path
+from .shards import add_shards
 
 
 def _pid_alive(pid: int, start_ticks: int | None) -> bool:
@@ -366,7 +367,7 @@ class Run:
 
         Ranks that recorded the norms of their shards of DTensor parameters (FSDP2; the
         rank metadata's ``grad_shards``) are given the whole layer's norm, the root of the
-        sum of their shards' squares at each step (:func:`_add_shards`), as DDP's replicas
+        sum of their shards' squares at each step (:func:`debugkit.io.shards.add_shards`), as DDP's replicas
         hold it; so ``rank`` asks for every sharded rank's rows.
         """
         import numpy as np
@@ -412,7 +413,7 @@ class Run:
         code[code == -2] = len(categories) - 1
         step_a, rank_a, value_a = np.concatenate(steps), np.concatenate(ranks), np.concatenate(values)
         if rank is None and sharded:
-            step_a, rank_a, code, value_a = _add_shards(step_a, rank_a, code, value_a, sorted(sharded))
+            step_a, rank_a, code, value_a = add_shards(step_a, rank_a, code, value_a, sorted(sharded))
         return pd.DataFrame({
             "step": step_a,
             "rank": rank_a,
@@ -675,47 +676,6 @@ class Run:
         start = self.manifest.get("created_at")
         end = max(hbs) if hbs else None
         return start, end
-
-
-def _add_shards(step, rank, code, value, sharded: list[int]):
-    """The rows of the ``sharded`` ranks replaced by their layers' whole norms.
-
-    At each step a layer's norm is ``sqrt(sum over ranks of shard_norm ** 2)``, summed
-    scaled by the largest so that large finite norms do not overflow; NaN when a shard's
-    is, else inf when one is. Each sharded rank gets that row, at the steps every sharded
-    rank logged (a rank that died before a step leaves the step out: a partial sum is not
-    the layer's norm). A step logged twice by a rank (a resumed segment) counts its last row.
-    """
-    import numpy as np
-
-    mask = np.isin(rank, np.asarray(sharded, dtype=rank.dtype))
-    keep = ~mask
-    s, r, c, v = step[mask], rank[mask], code[mask].astype(np.int64), value[mask]
-    if not len(s):
-        return step[keep], rank[keep], code[keep], value[keep]
-    # the last row of each (step, rank, layer), by sorting (no arithmetic key to overflow)
-    o = np.lexsort((np.arange(len(s)), c, r, s))
-    s, r, c, v = s[o], r[o], c[o], v[o]
-    last = np.r_[(s[1:] != s[:-1]) | (r[1:] != r[:-1]) | (c[1:] != c[:-1]), True]
-    s, c, v = s[last], c[last], v[last]
-    o = np.lexsort((c, s))
-    gs, gc, vs = s[o], c[o], v[o]
-    starts = np.flatnonzero(np.r_[True, (gs[1:] != gs[:-1]) | (gc[1:] != gc[:-1])])
-    count = np.diff(np.r_[starts, len(gs)])
-    a = np.where(np.isfinite(vs), np.abs(vs), 0.0)
-    top = np.maximum.reduceat(a, starts)
-    scale = np.where(top > 0, top, 1.0)
-    whole = np.sqrt(np.add.reduceat((a / np.repeat(scale, count)) ** 2, starts)) * scale
-    whole[np.logical_or.reduceat(np.isinf(vs), starts)] = np.inf
-    whole[np.logical_or.reduceat(np.isnan(vs), starts)] = np.nan
-    full = count == len(sharded)
-    gstep, gcode, whole = gs[starts][full], gc[starts][full], whole[full]
-    n = len(gstep)
-    out_step = np.concatenate([step[keep]] + [gstep] * len(sharded))
-    out_rank = np.concatenate([rank[keep]] + [np.full(n, x, dtype=rank.dtype) for x in sharded])
-    out_code = np.concatenate([code[keep]] + [gcode.astype(code.dtype)] * len(sharded))
-    out_value = np.concatenate([value[keep]] + [whole] * len(sharded))
-    return out_step, out_rank, out_code, out_value
 
 
 def open_run(path: str | os.PathLike) -> Run:

@@ -40,6 +40,11 @@ from .. import format as fmt
 from .._fsutil import atomic_write_json
 from ..errors import DebugkitWarning, InvalidInputError
 from ..location import as_path, is_url
+from .blas import INT32_MAX as _INT32_MAX
+from .blas import LEN_MAX as _LEN_MAX
+from .blas import LENGTHS as _LENGTHS
+from .blas import ONE_P as _ONE_P
+from .blas import blas_sdot as _blas_sdot
 from .capture import describe_callable, state_dict_sha256, take_rng_state, write_capture
 from .env import collect_env
 from .memhistory import memory_capacity
@@ -80,59 +85,10 @@ MSG_ROUTE = "route={value!r}: expected a string or None"
 CALLS = ("kwargs", "args", "single", "args_kwargs")
 _pread = os.pread
 _c_int64 = ctypes.c_int64
-_byref = ctypes.byref
-#: a stride of 1 for the BLAS dot below (read as a 32-bit int by an LP64 BLAS: the low
-#: word on a little-endian machine; whole by an ILP64 one)
-_ONE = ctypes.c_int64(1)
-_INT32_MAX = 2**31 - 1
-#: the address of the stride above (passed as an int: no ``byref`` object per call)
-_ONE_P = ctypes.addressof(_ONE)
-#: output lengths -> (c_int64 holding it, its address): the BLAS call's length argument
-#: without building a c_int64 and three ``byref`` objects per request (each object
-#: touched costs next to a model). The values are never written after creation, so threads
-#: share them; a length not seen before gets its own, kept while the table is under
-#: :data:`_LEN_MAX` lengths
-_LENGTHS: dict[int, tuple[Any, int]] = {}
-_LEN_MAX = 4096
 _new = object.__new__
 #: Request.out before output() is called (an output of None is an output)
 _NO_OUTPUT: Any = object()
 _F32: Any = None  # torch.float32 (set by the first recorder: torch is imported lazily)
-
-
-def _blas_sdot(torch):
-    """torch's own BLAS ``sdot`` (its CPU library exports the Fortran symbol: MKL on x86
-    builds) as a ctypes function, or None where it is not there or does not answer a
-    check right. The finiteness check of a contiguous float32 CPU output calls it on the
-    output with itself: a sum of squares, finite exactly when every element is (no
-    cancellation: inf and NaN stay; a finite value over ~1.8e19 overflows to inf and is
-    confirmed element-wise). It skips torch's dispatcher: after the ~1 ms model 6.1 us
-    less than ``sum().tolist()`` [5.6, 6.7], after the ~20 ms one 8.6 us less
-    (docs/serving.md#sixth-round-the-rng-clone-the-inline-rss-read-the-20-ms-verdict)."""
-    if os.environ.get("DEBUGKIT_SERVE_BLAS", "1") == "0":
-        return None
-    lib_dir = os.path.join(os.path.dirname(torch.__file__), "lib")
-    for name in ("libtorch_cpu.so", "libtorch_cpu.dylib", "torch_cpu.dll"):
-        path = os.path.join(lib_dir, name)
-        if not os.path.exists(path):
-            continue
-        try:
-            fn = ctypes.CDLL(path).sdot_
-        except (OSError, AttributeError):
-            return None
-        fn.restype = ctypes.c_float
-        fn.argtypes = [ctypes.c_void_p] * 5
-        try:
-            x = torch.tensor([1.0, 2.0, 3.0, 0.5], dtype=torch.float32)
-            ok = fn(_byref(_c_int64(3)), x.data_ptr(), _byref(_ONE), x.data_ptr(), _byref(_ONE)) == 14.0
-            bad = torch.tensor([1.0, float("nan"), float("inf")], dtype=torch.float32)
-            for k in (2, 3):
-                t = fn(_byref(_c_int64(k)), bad.data_ptr(), _byref(_ONE), bad.data_ptr(), _byref(_ONE))
-                ok = ok and not t - t == 0
-        except Exception:  # noqa: BLE001 - no usable BLAS: the torch sum does it
-            return None
-        return fn if ok else None
-    return None
 
 
 def _check_threshold(name: str, value) -> float:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from debugkit import open_run
-from debugkit.io.run import _add_shards
+from debugkit.io.shards import add_shards
 from tests.distributed.harness import ROOT, torchrun
 
 JOB = str(ROOT / "tests/distributed/fsdp2_job.py")
@@ -71,7 +71,7 @@ def test_shards_add_up_as_squares_and_a_partial_step_is_left_out():
     rank = np.array([0, 0, 1, 1, 0, 0, 1, 2, 2, 0, 1], dtype=np.int32)
     code = np.array([0, 1, 0, 1, 0, 1, 0, 0, 1, 0, 0], dtype=np.int16)
     value = np.array([3.0, 3.0, 4.0, 4.0, 1e200, 1.0, 1e200, 7.0, 7.0, np.inf, np.nan])
-    s, r, c, v = _add_shards(step, rank, code, value, [0, 1])
+    s, r, c, v = add_shards(step, rank, code, value, [0, 1])
     got = {(int(a), int(b), int(x)): float(y) for a, b, x, y in zip(s, r, c, v)}
     assert got[(0, 0, 0)] == got[(0, 1, 0)] == 5.0 and got[(0, 0, 1)] == 5.0
     assert got[(1, 0, 0)] == pytest.approx(math.sqrt(2) * 1e200)  # no overflow of the squares
@@ -85,7 +85,7 @@ def test_a_step_logged_twice_by_a_rank_counts_its_last_row():
     rank = np.array([0, 0, 1], dtype=np.int32)
     code = np.array([0, 0, 0], dtype=np.int16)
     value = np.array([100.0, 3.0, 4.0])
-    s, r, c, v = _add_shards(step, rank, code, value, [0, 1])
+    s, r, c, v = add_shards(step, rank, code, value, [0, 1])
     assert sorted(zip(r.tolist(), v.tolist())) == [(0, 5.0), (1, 5.0)]
 
 
@@ -96,7 +96,7 @@ def test_steps_far_apart_are_not_mixed_up():
     rank = np.array([0, 1, 0, 1], dtype=np.int32)
     code = np.array([0, 0, 0, 0], dtype=np.int16)
     value = np.array([3.0, 4.0, 6.0, 8.0])
-    s, r, c, v = _add_shards(step, rank, code, value, [0, 1])
+    s, r, c, v = add_shards(step, rank, code, value, [0, 1])
     assert sorted(set(zip(s.tolist(), v.tolist()))) == [(0, 10.0), (big, 5.0)]
 
 
