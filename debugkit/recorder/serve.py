@@ -25,7 +25,6 @@ from __future__ import annotations
 import atexit
 import ctypes
 import itertools
-import math
 import os
 import queue
 import threading
@@ -49,36 +48,22 @@ from .capture import describe_callable, state_dict_sha256, take_rng_state, write
 from .env import collect_env
 from .memhistory import memory_capacity
 from .recorder import _PAGE, _RSS, _resumed, _unwrap
+from .serve_args import DEFAULT_CAPTURE_BUDGET as DEFAULT_CAPTURE_BUDGET
+from .serve_args import DEFAULT_MEMORY_EVERY_S as DEFAULT_MEMORY_EVERY_S
+from .serve_args import MEMORY_EVERY_ENV as MEMORY_EVERY_ENV
+from .serve_args import MSG_BUDGET as MSG_BUDGET
+from .serve_args import MSG_MEMORY_EVERY as MSG_MEMORY_EVERY
+from .serve_args import MSG_THRESHOLD as MSG_THRESHOLD
+from .serve_args import check_budget, check_threshold, memory_every
 from .serve_inputs import _INPUTS_CACHE, _call_of, _float_dtypes, _nonfinite_outputs, describe_inputs
 from .writer import RankWriter
 
-#: Default capture budget: the first ``per_kind`` failing requests of each (outcome,
-#: error type) are captured, and at most ``per_minute`` captures are written in any
-#: 60 seconds; the rest are counted in ``capture_dropped`` events.
-DEFAULT_CAPTURE_BUDGET = {"per_kind": 10, "per_minute": 30}
 #: A ``capture_dropped`` event is written at most this often (and at close).
 DROPPED_EVENT_EVERY_S = 60.0
 #: Captures waiting for the capture thread; beyond this a failure storm's captures are
 #: dropped (and counted) rather than held in memory.
 MAX_PENDING_CAPTURES = 64
 
-#: Memory is read before and after a request when at least this long has passed since the
-#: last reading: 20 readings a second (every request of a service slower than 50 ms, about
-#: one in fifty of a 1 ms one; the training Recorder samples RSS every 100 ms). Each reading
-#: is a system call (``/proc/self/statm``) or a walk of the CUDA allocator's statistics,
-#: ~9 us with the caches a model leaves behind: at 5 ms (before) every ~20 ms request paid
-#: two (~0.4 % of it) and a ~1 ms one read in one request of five (~1.3 %). A leak over
-#: hours still gets 72,000 readings an hour; the leak findings work on the readings there
-#: are (docs/serving.md#request_memory_leak).
-DEFAULT_MEMORY_EVERY_S = 0.05
-#: The environment variable that sets ``memory_every_s`` where the code does not pass it
-#: (a deployment choosing its own interval without a code change; a test's short service)
-MEMORY_EVERY_ENV = "DEBUGKIT_SERVE_MEMORY_EVERY_S"
-MSG_MEMORY_EVERY = "{where}={value!r}: expected a number of seconds >= 0 (0: every request)"
-
-MSG_THRESHOLD = "{name}={value!r}: expected a share of memory in (0, 1]"
-MSG_BUDGET = ("capture_budget={value!r}: expected a dict with 'per_kind' and/or 'per_minute' "
-              "(integers >= 0)")
 MSG_CLOSED = "debugkit.serve: the recorder is closed; no more requests can be recorded"
 MSG_CALL = "call={value!r}: expected one of 'kwargs', 'args', 'single'"
 MSG_ROUTE = "route={value!r}: expected a string or None"
@@ -90,38 +75,6 @@ _new = object.__new__
 _NO_OUTPUT: Any = object()
 _F32: Any = None  # torch.float32 (set by the first recorder: torch is imported lazily)
 
-
-def _check_threshold(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise InvalidInputError(MSG_THRESHOLD.format(name=name, value=value))
-    return float(value)
-
-
-def _memory_every(value) -> float:
-    """``memory_every_s`` checked; None: the environment's :data:`MEMORY_EVERY_ENV`, else
-    :data:`DEFAULT_MEMORY_EVERY_S`."""
-    where = "memory_every_s"
-    if value is None:
-        text = os.environ.get(MEMORY_EVERY_ENV, "").strip()
-        if not text:
-            return DEFAULT_MEMORY_EVERY_S
-        where = MEMORY_EVERY_ENV
-        try:
-            value = float(text)
-        except ValueError:
-            raise InvalidInputError(MSG_MEMORY_EVERY.format(where=where, value=text)) from None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
-        raise InvalidInputError(MSG_MEMORY_EVERY.format(where=where, value=value))
-    return float(value)
-
-
-def _check_budget(value) -> dict[str, int]:
-    if value is None:
-        return dict(DEFAULT_CAPTURE_BUDGET)
-    if not isinstance(value, dict) or not set(value) <= set(DEFAULT_CAPTURE_BUDGET) or any(
-            isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in value.values()):
-        raise InvalidInputError(MSG_BUDGET.format(value=value))
-    return {**DEFAULT_CAPTURE_BUDGET, **value}
 
 
 # ---------------------------------------------------------------------------- request
@@ -369,12 +322,12 @@ class ServeRecorder:
         if is_url(run_dir) and not str(run_dir).lower().startswith("file://"):
             raise InvalidInputError(f"debugkit.serve: run_dir={str(run_dir)!r}: record to a local "
                                     "folder (upload it with `debugkit sync`)")
-        gpu_mem_threshold = _check_threshold("gpu_mem_threshold", gpu_mem_threshold)
-        host_mem_threshold = _check_threshold("host_mem_threshold", host_mem_threshold)
-        budget = _check_budget(capture_budget)
+        gpu_mem_threshold = check_threshold("gpu_mem_threshold", gpu_mem_threshold)
+        host_mem_threshold = check_threshold("host_mem_threshold", host_mem_threshold)
+        budget = check_budget(capture_budget)
         if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
             raise InvalidInputError(f"rank={rank!r}: expected an integer >= 0")
-        memory_every_s = _memory_every(memory_every_s)
+        memory_every_s = memory_every(memory_every_s)
         tags = fmt.check_tags(tags) if tags is not None else None
         self.model = model
         self._module = _unwrap(model) if isinstance(model, torch.nn.Module) else model
