@@ -205,12 +205,12 @@ class Request:
                         # is, confirmed element-wise only when it is not (see _nonfinite_outputs)
                         dtype = out.dtype
                         if dtype is _F32 and rec._sdot is not None and out.is_cpu and out.is_contiguous() \
-                                and (n := out.numel()) <= _INT32_MAX:
-                            # a contiguous float32 CPU tensor: torch's BLAS dot of it with
-                            # itself, without torch's dispatcher (see _blas_sdot); the
+                                and (n := out.numel()) <= _INT32_MAX and (p := out.data_ptr()):
+                            # a contiguous float32 CPU tensor with memory (not an empty one
+                            # nor a ZeroTensor, whose data pointer is 0): torch's BLAS dot of
+                            # it with itself, without torch's dispatcher (see _blas_sdot); the
                             # length and stride by the addresses of c_int64s that are never
                             # written (threads share them; see _LENGTHS)
-                            p = out.data_ptr()
                             entry = _LENGTHS.get(n)
                             if entry is None:  # a length not seen before (entry keeps it alive)
                                 c = _c_int64(n)

@@ -567,3 +567,26 @@ def test_a_cpu_requests_thread_path_is_enter_and_exit_and_c_calls(tmp_path):
     df = open_run(tmp_path / "r").requests()
     assert df["mem_before_bytes"].notna().all() and df["mem_after_bytes"].notna().all()
     assert (df["mem_before_bytes"] > 0).all()
+
+
+def test_a_float32_output_without_memory_is_judged_without_a_blas_call(tmp_path):
+    """A contiguous float32 CPU tensor whose data pointer is 0 (a ZeroTensor, as autograd
+    makes for a gradient known to be zero; an empty tensor) is judged by the torch sum, not
+    handed to BLAS: sdot on it read address 0 and killed the service (SIGSEGV) before this
+    was checked. Run in a child process, so a crash fails this test, not the whole run."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch, debugkit\n"
+        "rec = debugkit.serve(torch.nn.Linear(2, 2), sys.argv[1], memory_every_s=1e9)\n"
+        "for out in (torch._efficientzerotensor(100000), torch.ones(0), torch.ones(3)):\n"
+        "    assert out.data_ptr() == 0 or out.numel() == 3\n"
+        "    with rec.request({'x': torch.ones(2)}) as r:\n"
+        "        r.output(out)\n"
+        "    print(r.outcome)\n"
+        "rec.close()\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "r")], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    assert proc.stdout.split() == ["ok", "ok", "ok"]
