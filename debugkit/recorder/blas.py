@@ -58,3 +58,27 @@ def blas_sdot(torch):
             return None
         return fn if ok else None
     return None
+
+
+def tensor_guards(torch):
+    """torch's C++ tensor guard (``torch._C._dynamo.guards.TensorGuards``, what
+    ``torch.compile`` checks a compiled graph's inputs with), or None where it is missing or
+    does not answer a probe right. ``TensorGuards(t, ...).check(out)`` is one C call, True
+    only when ``out`` has ``t``'s exact Python type, dispatch keys (backend and layout: CPU,
+    dense; no ZeroTensor, conjugate or negative bit), dtype, device index, ``requires_grad``,
+    sizes and strides. The finiteness check keeps one built from an output it judged a
+    contiguous float32 CPU tensor with memory: an output that passes it is one too, of the
+    same length, so its BLAS call needs only its data pointer (one C call instead of the
+    five property and method calls that establish it)."""
+    try:
+        guards = torch._C._dynamo.guards.TensorGuards
+        check = guards(torch.zeros(4, 3), dynamic_dims_sizes=None, dynamic_dims_strides=None).check
+        ok = check(torch.ones(4, 3)) and not any(check(t) for t in (
+            torch.zeros(4, 3, dtype=torch.float64), torch.zeros(4, 3, dtype=torch.int32),
+            torch.zeros(3, 4).t(), torch.zeros(4, 4)[:, :3], torch.zeros(3, 4), torch.zeros(12),
+            torch.zeros(4, 3, requires_grad=True), torch.nn.Parameter(torch.zeros(4, 3)),
+            torch._efficientzerotensor(4, 3), torch.zeros(4, 3, device="meta"),
+            torch.zeros(4, 3).to_sparse(), torch.zeros(4, 3)._neg_view(), 0.0, None))
+    except Exception:  # noqa: BLE001 - no usable guard: the property calls do it
+        return None
+    return guards if ok else None

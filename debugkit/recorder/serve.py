@@ -44,6 +44,7 @@ from .blas import LEN_MAX as _LEN_MAX
 from .blas import LENGTHS as _LENGTHS
 from .blas import ONE_P as _ONE_P
 from .blas import blas_sdot as _blas_sdot
+from .blas import tensor_guards as _tensor_guards
 from .capture import describe_callable, state_dict_sha256, take_rng_state, write_capture
 from .env import collect_env
 from .memhistory import memory_capacity
@@ -200,7 +201,16 @@ class Request:
             outcome = "ok"
             if out is not _NO_OUTPUT and rec.check_finite:
                 try:
-                    if type(out) is T and not out.requires_grad:
+                    fast = rec._fin_fast
+                    if fast is not None and fast[0](out):
+                        # one C call (see tensor_guards): the type, dispatch keys, dtype,
+                        # sizes and strides of an output judged below a contiguous float32
+                        # CPU tensor with memory, so one too, of fast[1]'s length
+                        p = out.data_ptr()
+                        total = rec._sdot(fast[1], p, _ONE_P, p, _ONE_P)
+                        if total - total != 0 and not bool(rec._torch.isfinite(out).all()):
+                            bad = ["output"]
+                    elif type(out) is T and not out.requires_grad:
                         # one tensor (the usual case): its sum is finite iff every element
                         # is, confirmed element-wise only when it is not (see _nonfinite_outputs)
                         dtype = out.dtype
@@ -220,6 +230,18 @@ class Request:
                             total = rec._sdot(entry[1], p, _ONE_P, p, _ONE_P)
                             if total - total != 0 and not bool(rec._torch.isfinite(out).all()):
                                 bad = ["output"]
+                            if t1 >= rec._fin_next and rec._guards is not None:
+                                # this output's form, for the next requests' one-call test
+                                # (built at most once a second: a service whose output form
+                                # changes would pay a construction per request)
+                                rec._fin_next = t1 + 1.0
+                                try:
+                                    rec._fin_fast = (rec._guards(out, dynamic_dims_sizes=None,
+                                                                 dynamic_dims_strides=None).check, entry[1], entry)
+                                except Exception:  # noqa: BLE001 - no test: the calls above judge
+                                    rec._guards = None
+                            elif fast is not None:  # the form changed: no test until then
+                                rec._fin_fast = None
                         elif dtype in rec._float_dtypes:
                             # tolist() of the 0-dim sum reads its value without a second
                             # dispatched op (item() is one: ~4 us more after a model)
@@ -419,6 +441,12 @@ class ServeRecorder:
         self._captures: queue.Queue = queue.Queue(maxsize=MAX_PENDING_CAPTURES)
         self._capture_thread: threading.Thread | None = None
         self._closed = False
+        # last (the attributes the request path reads before keep their places):
+        # (TensorGuards(out).check, the address of out's length, its c_int64) of the last
+        # float32 output form judged by BLAS, or None; rebuilt from perf_counter() _fin_next on
+        self._guards = None if self._sdot is None else _tensor_guards(torch)
+        self._fin_fast: tuple | None = None
+        self._fin_next = 0.0
         ref = weakref.ref(self)
         self._atexit = lambda: _close_ref(ref)
         atexit.register(self._atexit)

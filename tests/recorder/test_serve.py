@@ -580,8 +580,9 @@ def test_a_float32_output_without_memory_is_judged_without_a_blas_call(tmp_path)
     code = (
         "import sys, torch, debugkit\n"
         "rec = debugkit.serve(torch.nn.Linear(2, 2), sys.argv[1], memory_every_s=1e9)\n"
-        "for out in (torch._efficientzerotensor(100000), torch.ones(0), torch.ones(3)):\n"
-        "    assert out.data_ptr() == 0 or out.numel() == 3\n"
+        # a float32 output of the ZeroTensor's form first: its BLAS one-call test must refuse it
+        "for out in (torch.ones(100000), torch._efficientzerotensor(100000), torch.ones(0), torch.ones(3)):\n"
+        "    assert out.data_ptr() == 0 or out.numel() in (3, 100000)\n"
         "    with rec.request({'x': torch.ones(2)}) as r:\n"
         "        r.output(out)\n"
         "    print(r.outcome)\n"
@@ -589,4 +590,58 @@ def test_a_float32_output_without_memory_is_judged_without_a_blas_call(tmp_path)
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "r")], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
-    assert proc.stdout.split() == ["ok", "ok", "ok"]
+    assert proc.stdout.split() == ["ok"] * 4
+
+
+def test_a_float32_output_of_a_form_judged_before_is_tested_by_one_call_and_judged_alike(tmp_path):
+    """The output form of the last float32 output judged by BLAS (its type, dispatch keys,
+    dtype, sizes and strides: torch's C++ TensorGuards) is kept, and an output of that form
+    is tested by that one C call: no property (``requires_grad``, ``dtype``, ``is_cpu``:
+    ``__get__`` below) and no ``is_contiguous`` or ``numel`` call, only ``data_ptr`` and the
+    BLAS dot, judged as before (inf, NaN, an overflowing square confirmed element-wise). An
+    output of another form, a ZeroTensor, a subclass or one that requires grad takes the
+    full path; a new float32 form switches the test off until the next build (at most one a
+    second). Counted, never timed (docs/serving.md#ninth-round)."""
+    from torch.overrides import TorchFunctionMode
+
+    calls: list[str] = []
+
+    class Count(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            calls.append(getattr(func, "__name__", str(func)))
+            return func(*args, **(kwargs or {}))
+
+    rec = debugkit.serve(_model(), tmp_path / "r", memory_every_s=1e9)
+    if rec._sdot is None or rec._guards is None:
+        pytest.skip("no BLAS sdot or no TensorGuards in this torch build")
+
+    def judge(out):
+        r = rec.request({"input_ids": torch.ones(1, 3, dtype=torch.long)})
+        r.__enter__()
+        r.output(out)
+        calls.clear()
+        with Count():
+            r.__exit__(None, None, None)
+        return list(calls), r.outcome
+
+    full = ["__get__", "__get__", "__get__", "is_contiguous", "numel", "data_ptr"]
+    confirm = ["isfinite", "all", "__bool__"]
+    assert judge(torch.ones(4, 3)) == (full, "ok") and rec._fin_fast is not None
+    inf, nan, big = torch.ones(4, 3), torch.ones(4, 3), torch.ones(4, 3)
+    inf[2, 1], nan[0, 0], big[1, 1] = float("-inf"), float("nan"), 3e30
+    assert judge(torch.full((4, 3), 2.0)) == (["data_ptr"], "ok")
+    assert judge(inf) == (["data_ptr"] + confirm, "nonfinite")
+    assert judge(nan) == (["data_ptr"] + confirm, "nonfinite")
+    assert judge(big) == (["data_ptr"] + confirm, "ok")
+    assert judge(torch.zeros(4, 6)[:, ::2]) == (full[:4] + ["sum", "tolist"], "ok")  # the sizes, not the strides
+    assert judge(torch.ones(4, 3, dtype=torch.float64))[1] == "ok"
+    assert judge(torch.ones(4, 3).requires_grad_())[1] == "ok"
+    assert judge(torch.nn.Parameter(torch.full((4, 3), float("nan"))))[1] == "nonfinite"
+    assert judge(torch._efficientzerotensor(4, 3))[1] == "ok"
+    assert judge(torch.full((4, 3), 2.0)) == (["data_ptr"], "ok")  # the form is still kept
+    assert judge(torch.ones(5)) == (full, "ok") and rec._fin_fast is None  # a new form: off
+    assert judge(torch.ones(4, 3)) == (full, "ok") and rec._fin_fast is None
+    rec._fin_next = 0.0  # a second later: the next float32 output's form is kept
+    assert judge(torch.ones(5)) == (full, "ok")
+    assert judge(torch.full((5,), float("inf"))) == (["data_ptr"] + confirm, "nonfinite")
+    rec.close()
