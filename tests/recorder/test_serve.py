@@ -601,7 +601,10 @@ def test_a_float32_output_of_a_form_judged_before_is_tested_by_one_call_and_judg
     BLAS dot, judged as before (inf, NaN, an overflowing square confirmed element-wise). An
     output of another form, a ZeroTensor, a subclass or one that requires grad takes the
     full path; a new float32 form switches the test off until the next build (at most one a
-    second). Counted, never timed (docs/serving.md#ninth-round)."""
+    second). Counted, never timed
+    (docs/serving.md#ninth-round-one-c-call-for-the-outputs-form-a-crash-fixed)."""
+    import weakref
+
     from torch.overrides import TorchFunctionMode
 
     calls: list[str] = []
@@ -626,7 +629,11 @@ def test_a_float32_output_of_a_form_judged_before_is_tested_by_one_call_and_judg
 
     full = ["__get__", "__get__", "__get__", "is_contiguous", "numel", "data_ptr"]
     confirm = ["isfinite", "all", "__bool__"]
-    assert judge(torch.ones(4, 3)) == (full, "ok") and rec._fin_fast is not None
+    first = torch.ones(4, 3)
+    kept = weakref.ref(first)
+    assert judge(first) == (full, "ok") and rec._fin_fast is not None
+    del first
+    assert kept() is None  # the kept form holds no reference to the output it came from
     inf, nan, big = torch.ones(4, 3), torch.ones(4, 3), torch.ones(4, 3)
     inf[2, 1], nan[0, 0], big[1, 1] = float("-inf"), float("nan"), 3e30
     assert judge(torch.full((4, 3), 2.0)) == (["data_ptr"], "ok")
