@@ -740,3 +740,67 @@ def test_a_row_of_figures_with_one_note_keeps_every_value_on_one_line():
     assert [r.count('class="dk-figure-note') for r in rows] == [3, 0]
     assert rows[0].count('aria-hidden="true">&nbsp;</p>') == 2
     assert figures(at) == {"Steps": "76", "Started": "04:53", "Ranks": "1"}
+
+
+#: Widgets whose front-end code the browser fetches when it draws them (a popover's select
+#: boxes, multiselects and sliders are drawn when it is opened, so they are not listed).
+_DRAWN_WIDGETS = ("button_group", "checkbox", "text_input", "number_input", "radio", "download_button")
+
+
+def _sent_and_shown(monkeypatch, page: str, run: str, **query):
+    """A page's elements in the order the server sent them, and in the order the page
+    shows them (its tree, top to bottom)."""
+    import streamlit.delta_generator as dg
+
+    sent: list[str] = []
+    real = dg.DeltaGenerator._enqueue
+
+    def enqueue(self, delta_type, *a, **k):
+        sent.append(delta_type)
+        return real(self, delta_type, *a, **k)
+
+    monkeypatch.setattr(dg.DeltaGenerator, "_enqueue", enqueue)
+    at = open_page(page, run=run, timeout=240, **query)
+
+    def walk(node, out):
+        children = getattr(node, "children", None)
+        if isinstance(children, dict):
+            for k in sorted(children):
+                walk(children[k], out)
+        else:
+            out.append(node.type)
+        return out
+
+    return at, sent, walk(at.main, [])
+
+
+def test_memory_sends_its_chart_before_its_controls_and_findings(monkeypatch):
+    """The timeline's toggle and segmented control (Checkbox, ButtonGroup: ~18 kB of
+    JavaScript) and the findings' cards were sent before the chart; they are drawn into
+    their places above it after it, so the chart's message is the first widget-free one
+    the browser gets. The page looks as before: controls, findings, then the chart."""
+    at, sent, shown = _sent_and_shown(monkeypatch, "memory", "memory-leak")
+    first = sent.index("plotly_chart")
+    assert not [d for d in sent[:first] if d in _DRAWN_WIDGETS], sent[:first]
+    assert len(sent[:first]) == 3, sent[:first]  # the app's style, the title, the page's about
+    assert shown.index("toggle") < shown.index("html") < shown.index("plotly_chart")  # controls, leak card, chart
+    before = json.loads(at.get("plotly_chart")[0].proto.spec)["layout"]["yaxis"]
+    at.toggle(key="mem_capacity").set_value(True).run()  # a change still redraws, from its value
+    assert json.loads(at.get("plotly_chart")[0].proto.spec)["layout"]["yaxis"] != before
+    assert at.query_params["capacity"] == "1"
+
+
+def test_the_profiler_sends_the_flamegraph_before_its_widgets(monkeypatch):
+    """The threads', frames' and scope's segmented controls, the search box and the flame
+    toggle (ButtonGroup, TextInput, Checkbox: ~30 kB of JavaScript) and the breakdown's
+    words were sent before the flamegraph (its message was the 20th); they are drawn into
+    their places above it after it."""
+    at, sent, shown = _sent_and_shown(monkeypatch, "profiler", "digits-profiled")
+    first = sent.index("plotly_chart")
+    assert not [d for d in sent[:first] if d in _DRAWN_WIDGETS], sent[:first]
+    assert sent[:first].count("heading") == 1, sent[:first]  # the title; the breakdown's comes after
+    order = [t for t in shown if t in ("button_group", "text_input", "subheader", "toggle", "plotly_chart")]
+    assert order[:3] == ["button_group", "text_input", "button_group"] and order[-2:] == ["toggle", "plotly_chart"]
+    at.text_input(key="search").set_value("backward").run()  # a change still redraws, from its value
+    assert at.query_params["search"] == "backward"
+    assert any(m.value.startswith(":material/search: ") for m in at.markdown)
