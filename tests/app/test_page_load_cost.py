@@ -804,3 +804,19 @@ def test_the_profiler_sends_the_flamegraph_before_its_widgets(monkeypatch):
     at.text_input(key="search").set_value("backward").run()  # a change still redraws, from its value
     assert at.query_params["search"] == "backward"
     assert any(m.value.startswith(":material/search: ") for m in at.markdown)
+
+
+def test_the_audit_sends_its_first_chart_before_its_buttons_figures_and_table(monkeypatch):
+    """The download buttons, the share popover's form, the attribute's figures and its
+    group table were sent before the disparity chart (its message was the 20th); they are
+    drawn into their places above it after it, and the page shows them where it did."""
+    at, sent, shown = _sent_and_shown(monkeypatch, "audit", "credit-audit")
+    first = sent.index("plotly_chart")
+    assert not [d for d in sent[:first] if d in _DRAWN_WIDGETS + ("button", "text_input")], sent[:first]
+    assert "html" not in sent[1:first], sent[:first]  # the app's style first; no figures
+    order = [t for t in shown if t in ("download_button", "html", "plotly_chart")]
+    assert order[:4] == ["download_button", "download_button", "html", "plotly_chart"]
+    assert list(figures(at))[:1] == ["demographic parity difference"]
+    at.session_state["audit_attr_tab"] = "sex · Needs review"
+    at.run()  # another attribute: its chart, its figures above it
+    assert [c.key for c in at.get("plotly_chart")] == ["disp_sex"]
