@@ -102,26 +102,19 @@ def _other_profiles(roots_key: tuple[str, ...], here: str) -> list[tuple[str, st
     return out
 
 
-def _thread_selection(prof, key: str) -> tuple[tuple | None, str, object]:
-    """The chosen threads (None: all), a description of them, and ``draw()``, which draws
-    the threads' widgets into their place, here (the page calls it after its chart; the
-    choice is read from Session State, which the widgets then show)."""
+def _thread_selection(prof, key: str) -> tuple[tuple | None, str]:
+    """The chosen threads (None: all) and a description of them."""
     roles = set(prof.threads["role"].tolist())
     options = [k for k in ("main", "dataloader", "all", "pick") if k in ("all", "pick") or k in roles]
     if st.session_state.get(f"{key}_threads") not in options:
         st.session_state[f"{key}_threads"] = options[0]
     _query.from_query(f"{key}_threads", lambda v: v if v in options else None, name="threads",
                       expected="one of " + ", ".join(repr(o) for o in options))
-    slot = st.container()
-    choice = st.session_state[f"{key}_threads"]  # required: never None
-
-    def draw_choice():
-        slot.segmented_control("Threads", options, format_func=THREAD_CHOICES.get,
-                               key=f"{key}_threads", required=True,
-                               help="Main thread: the training loop. DataLoader workers: the worker "
-                                    "processes (with py-spy --subprocesses).")
-        _query.to_query(f"{key}_threads", choice, options[0], name="threads")
-
+    choice = st.segmented_control("Threads", options, format_func=THREAD_CHOICES.get,
+                                  key=f"{key}_threads", required=True,
+                                  help="Main thread: the training loop. DataLoader workers: the worker "
+                                       "processes (with py-spy --subprocesses).")
+    _query.to_query(f"{key}_threads", choice, options[0], name="threads")
     t = prof.threads
     if choice == "pick":
         labels = {int(r.thread_id): f"{r.name or 'thread'} · tid {r.tid} · pid {r.pid} · {r.role} "
@@ -130,33 +123,27 @@ def _thread_selection(prof, key: str) -> tuple[tuple | None, str, object]:
         if not set(st.session_state.get(f"{key}_picked") or []) <= set(labels):
             st.session_state[f"{key}_picked"] = list(labels)[:1]  # the threads of another profile
         st.session_state.setdefault(f"{key}_picked", list(labels)[:1])
-        bad: list[str] = []
         if "thread" in st.query_params:  # ?thread=<id> repeated, as the multiselect holds ints
             raw = st.query_params.get_all("thread")
             if st.session_state.get("_url_thread") != raw:
                 st.session_state["_url_thread"] = raw
                 bad = [v for v in raw if v not in ids]
+                if bad:
+                    st.warning(_ui.md(_query.MSG_BAD_VALUES.format(
+                        name="thread", raw=", ".join(bad)[:60], expected="a thread id of this profile")),
+                        icon=":material/link_off:")
                 known = [int(v) for v in dict.fromkeys(raw) if v in ids]
                 if known:
                     st.session_state[f"{key}_picked"] = known
-        picked = list(st.session_state[f"{key}_picked"])
-
-        def draw():
-            draw_choice()
-            if bad:
-                slot.warning(_ui.md(_query.MSG_BAD_VALUES.format(
-                    name="thread", raw=", ".join(bad)[:60], expected="a thread id of this profile")),
-                    icon=":material/link_off:")
-            slot.multiselect("Threads to include", list(labels), format_func=labels.get, key=f"{key}_picked")
-            _query.list_to_query(f"{key}_picked", [str(i) for i in picked], ids[:1], name="thread")
-
-        return (tuple(sorted(picked)) if picked else None), f"{len(picked)} picked thread(s)", draw
+        picked = st.multiselect("Threads to include", list(labels), format_func=labels.get, key=f"{key}_picked")
+        _query.list_to_query(f"{key}_picked", [str(i) for i in picked], ids[:1], name="thread")
+        return (tuple(sorted(picked)) if picked else None), f"{len(picked)} picked thread(s)"
     if "thread" in st.query_params:
         del st.query_params["thread"]
     if choice in ("main", "dataloader"):
-        ids_ = tuple(sorted(int(x) for x in t.loc[t["role"] == choice, "thread_id"]))
-        return ids_, THREAD_CHOICES[choice].lower(), draw_choice
-    return None, "all threads", draw_choice
+        ids = tuple(sorted(int(x) for x in t.loc[t["role"] == choice, "thread_id"]))
+        return ids, THREAD_CHOICES[choice].lower()
+    return None, "all threads"
 
 
 def _fmt_secs(s) -> str:
@@ -167,6 +154,7 @@ def _fmt_secs(s) -> str:
 
 def render_sampled(path: str, entry: dict, prof):
     from debugkit.analysis import profile as ap
+    from debugkit.charts import profile as cp
 
     sig = _data.signature(path)
     meta = prof.meta
@@ -193,27 +181,12 @@ def render_sampled(path: str, entry: dict, prof):
                    "for a lock) is not sampled, so data loading looks cheaper than it is.",
                    icon=":material/warning:")
 
-    # The widgets above the flamegraph are drawn into their places after it (``draws``, in
-    # ``finally``: on every way out): the chart's message is the first the browser gets and
-    # the widgets' front-end code (text input, toggle, segmented controls) comes after it
-    # (issue 35 item 9). Their values are read from Session State, which they then show.
-    threads, thread_desc, draw_threads = _thread_selection(prof, "sp")
-    draws = [draw_threads]
-    try:
-        _sampled_body(path, sig, entry, prof, threads, thread_desc, draws)
-    finally:
-        for draw in draws:
-            draw()
-
-
-def _sampled_body(path: str, sig: tuple, entry: dict, prof, threads, thread_desc: str, draws: list):
-    from debugkit.analysis import profile as ap
-    from debugkit.charts import profile as cp
-
+    threads, thread_desc = _thread_selection(prof, "sp")
     left, mid, right = st.columns([3, 1.2, 1.2], vertical_alignment="bottom")
     _query.from_query("search", lambda v: v[:200])
-    st.session_state.setdefault("search", "")
-    query = st.session_state["search"]
+    query = left.text_input("Search a function", key="search", max_chars=200,
+                            placeholder="e.g. backward, DataLoader, my_model.py",
+                            help="Highlights every frame whose function name or file contains this text.")
     st.session_state.setdefault("sp_by", "function")
     if st.session_state.get("sp_fold") not in FOLD_CHOICES:
         st.session_state["sp_fold"] = next(iter(FOLD_CHOICES))
@@ -221,23 +194,16 @@ def _sampled_body(path: str, sig: tuple, entry: dict, prof, threads, thread_desc
                       expected="'function' or 'frame'")
     _query.from_query("sp_fold", lambda v: next((f for f in FOLD_CHOICES if f"{f:g}" == v), None),
                       name="fold", expected="one of " + ", ".join(f"{f:g}" for f in FOLD_CHOICES))
-    by, fold = st.session_state["sp_by"], st.session_state["sp_fold"]
+    by = mid.segmented_control("Frames", ["function", "frame"], required=True,
+                               format_func={"function": "by function", "frame": "by line"}.get, key="sp_by")
+    with right, _ui.controls("Fold under", FOLD_CHOICES[st.session_state["sp_fold"]], icon=":material/unfold_less:"):
+        fold = st.selectbox("Fold frames under", list(FOLD_CHOICES), format_func=FOLD_CHOICES.get,
+                            key="sp_fold", help="Frames with fewer samples are merged into one grey block "
+                                                "per parent, so the figure stays small.")
+    _query.to_query("sp_by", by, "function", name="by")
+    _query.to_query("sp_fold", f"{fold:g}", f"{next(iter(FOLD_CHOICES)):g}", name="fold")
 
-    def draw_row():
-        left.text_input("Search a function", key="search", max_chars=200,
-                        placeholder="e.g. backward, DataLoader, my_model.py",
-                        help="Highlights every frame whose function name or file contains this text.")
-        mid.segmented_control("Frames", ["function", "frame"], required=True,
-                              format_func={"function": "by function", "frame": "by line"}.get, key="sp_by")
-        with right, _ui.controls("Fold under", FOLD_CHOICES[fold], icon=":material/unfold_less:"):
-            st.selectbox("Fold frames under", list(FOLD_CHOICES), format_func=FOLD_CHOICES.get,
-                         key="sp_fold", help="Frames with fewer samples are merged into one grey block "
-                                             "per parent, so the figure stays small.")
-        _query.to_query("sp_by", by, "function", name="by")
-        _query.to_query("sp_fold", f"{fold:g}", f"{next(iter(FOLD_CHOICES)):g}", name="fold")
-        _query.to_query("search", query.strip(), default="")
-
-    draws.append(draw_row)
+    _query.to_query("search", query.strip(), default="")
     if threads is not None and not len(threads):
         st.info(f"No {thread_desc} in this profile.")
         return
@@ -249,29 +215,23 @@ def _sampled_body(path: str, sig: tuple, entry: dict, prof, threads, thread_desc
     data_share = float(bd.loc[bd["phase"] == "data", "fraction"].iloc[0]) if info.get("loop_samples") else 0.0
     # The workers' hot functions are named only when waiting for data is a large share.
     hot = _worker_hotspots(path, sig, entry["id"]) if data_share >= 0.3 or info.get("workers_only") else None
-    slot = st.container()  # the breakdown in words, above the flamegraph, drawn after it
-
-    def draw_breakdown():
-        with slot:
-            st.subheader("Where the training step goes")
-            if info.get("loop_samples"):
-                st.markdown(ap.describe_breakdown(bd, info, hot))
-                st.markdown(" · ".join(f"{cp.PHASE_LABELS.get(r.phase, r.phase)} **{100 * float(r.fraction):.0f} %**"
-                                       for r in bd.itertuples()))
-                # the bar of the same shares is built when opened (?breakdown=1): the flamegraph is the
-                # page's first chart, and a second figure sent and drawn with it delayed it (issue 35 item 9)
-                box = _query.expander("Step breakdown chart", "sp_breakdown_open", name="breakdown",
-                                      run_path=f"{path}#{entry['id']}", icon=":material/bar_chart:")
-                if box.open:
-                    with box:
-                        _ui.chart(cp.build_step_breakdown_figure(bd), key="step_breakdown",
-                                  config={"displayModeBar": False})
-                st.caption(f"Training loop: {_ui.code(_ui.recorded_text(info['loop'], _data.recorded_roots(path)))} · {info['loop_samples']:,} samples of {thread_desc}; "
-                           f"{info['outside_samples']:,} samples outside it (imports, set-up) are left out.")
-            else:
-                st.info(ap.describe_breakdown(bd, info, hot), icon=":material/info:")
-
-    draws.append(draw_breakdown)
+    st.subheader("Where the training step goes")
+    if info.get("loop_samples"):
+        st.markdown(ap.describe_breakdown(bd, info, hot))
+        st.markdown(" · ".join(f"{cp.PHASE_LABELS.get(r.phase, r.phase)} **{100 * float(r.fraction):.0f} %**"
+                               for r in bd.itertuples()))
+        # the bar of the same shares is built when opened (?breakdown=1): the flamegraph is the
+        # page's first chart, and a second figure sent and drawn with it delayed it (issue 35 item 9)
+        box = _query.expander("Step breakdown chart", "sp_breakdown_open", name="breakdown",
+                              run_path=f"{path}#{entry['id']}", icon=":material/bar_chart:")
+        if box.open:
+            with box:
+                _ui.chart(cp.build_step_breakdown_figure(bd), key="step_breakdown",
+                          config={"displayModeBar": False})
+        st.caption(f"Training loop: {_ui.code(_ui.recorded_text(info['loop'], _data.recorded_roots(path)))} · {info['loop_samples']:,} samples of {thread_desc}; "
+                   f"{info['outside_samples']:,} samples outside it (imports, set-up) are left out.")
+    else:
+        st.info(ap.describe_breakdown(bd, info, hot), icon=":material/info:")
 
     # The views below the breakdown are tabs drawn only when open (the browser then loads
     # no data grid, and the server computes no table, before the first charts are up).
@@ -282,8 +242,7 @@ def _sampled_body(path: str, sig: tuple, entry: dict, prof, threads, thread_desc
             _ui.keep_widget_state(*prefixes)
     if views["flame"].open:
         with views["flame"]:
-            _flamegraph(path, sig, entry, prof, threads, thread_desc, bd_threads, info, query, by, fold,
-                        draws)
+            _flamegraph(path, sig, entry, prof, threads, thread_desc, bd_threads, info, query, by, fold)
     if views["functions"].open:
         with views["functions"]:
             _top_functions(path, sig, entry, threads, thread_desc, by, query)
@@ -302,9 +261,8 @@ def _sampled_body(path: str, sig: tuple, entry: dict, prof, threads, thread_desc
 
 
 def _flamegraph(path: str, sig: tuple, entry: dict, prof, threads, thread_desc: str, bd_threads, info: dict,
-                query: str, by: str, fold: float, draws: list):
-    """The flamegraph (an icicle by default), opening at the training loop; its widgets'
-    ``draw`` goes to ``draws`` (drawn into their places above it after it)."""
+                query: str, by: str, fold: float):
+    """The flamegraph (an icicle by default), opening at the training loop."""
     from debugkit.analysis import profile as ap
     from debugkit.charts import profile as cp
 
@@ -317,18 +275,11 @@ def _flamegraph(path: str, sig: tuple, entry: dict, prof, threads, thread_desc: 
         st.session_state.setdefault("sp_scope", "loop")
         _query.from_query("sp_scope", lambda v: v if v in ("loop", "all") else None, name="scope",
                           expected="'loop' or 'all'")
-        scope = st.session_state["sp_scope"]
-        scope_slot = st.container()
-
-        def draw_scope():
-            scope_slot.segmented_control(
-                "Flamegraph of", ["loop", "all"], required=True,
-                format_func={"loop": "the training loop", "all": "the whole profile"}.get,
-                key="sp_scope", help="The training loop: only the samples the step "
-                "breakdown counts, each stack starting at the loop's function.")
-            _query.to_query("sp_scope", scope, "loop", name="scope")
-
-        draws.append(draw_scope)
+        scope = st.segmented_control("Flamegraph of", ["loop", "all"], required=True,
+                                     format_func={"loop": "the training loop", "all": "the whole profile"}.get,
+                                     key="sp_scope", help="The training loop: only the samples the step "
+                                     "breakdown counts, each stack starting at the loop's function.")
+        _query.to_query("sp_scope", scope, "loop", name="scope")
     tree = (_loop_tree(path, sig, entry["id"], bd_threads, by, fold) if scope == "loop"
             else _flame_tree(path, sig, entry["id"], threads, by, fold))
     mask = ap.match_frames(tree, query)
@@ -364,21 +315,16 @@ def _flamegraph(path: str, sig: tuple, entry: dict, prof, threads, thread_desc: 
                       expected="a frame this view offers to zoom into")
     st.session_state.setdefault("sp_flame", False)
     _query.from_query("sp_flame", _query.flag, name="flame", expected="0 or 1")
-    zoom, flame = st.session_state[zkey], bool(st.session_state["sp_flame"])
-
-    def draw_bar():
-        # in a popover named after the zoom (_ui.controls): the select box's code is not loaded
-        # before the flamegraph
-        with bar, _ui.controls("Zoom", zoom_label(zoom), icon=":material/zoom_in:"):
-            st.selectbox("Zoom into", zoom_opts, key=zkey, format_func=zoom_label,
-                         help="Or click a frame in the figure to zoom into it; click the bar above "
-                              "the figure to zoom back out.")
-        bar.toggle("Root at the bottom", key="sp_flame",
-                   help="Flame graph (root at the bottom) instead of an icicle (root on top).")
-        _query.to_query(zkey, str(zoom), "-1", name="zoom")
-        _query.to_query("sp_flame", "1" if flame else "0", "0", name="flame")
-
-    draws.append(draw_bar)
+    # in a popover named after the zoom (_ui.controls): the select box's code is not loaded
+    # before the flamegraph
+    with bar, _ui.controls("Zoom", zoom_label(st.session_state[zkey]), icon=":material/zoom_in:"):
+        zoom = st.selectbox("Zoom into", zoom_opts, key=zkey, format_func=zoom_label,
+                            help="Or click a frame in the figure to zoom into it; click the bar above "
+                                 "the figure to zoom back out.")
+    flame = bar.toggle("Root at the bottom", key="sp_flame",
+                      help="Flame graph (root at the bottom) instead of an icicle (root on top).")
+    _query.to_query(zkey, str(zoom), "-1", name="zoom")
+    _query.to_query("sp_flame", "1" if flame else "0", "0", name="flame")
     fig = cp.build_flamegraph_figure(tree, highlight=mask if mask.any() else None,
                                      root_id=None if zoom < 0 else zoom, flame=flame,
                                      roots=_data.recorded_roots(path))

@@ -790,22 +790,6 @@ def test_memory_sends_its_chart_before_its_controls_and_findings(monkeypatch):
     assert at.query_params["capacity"] == "1"
 
 
-def test_the_profiler_sends_the_flamegraph_before_its_widgets(monkeypatch):
-    """The threads', frames' and scope's segmented controls, the search box and the flame
-    toggle (ButtonGroup, TextInput, Checkbox: ~30 kB of JavaScript) and the breakdown's
-    words were sent before the flamegraph (its message was the 20th); they are drawn into
-    their places above it after it."""
-    at, sent, shown = _sent_and_shown(monkeypatch, "profiler", "digits-profiled")
-    first = sent.index("plotly_chart")
-    assert not [d for d in sent[:first] if d in _DRAWN_WIDGETS], sent[:first]
-    assert sent[:first].count("heading") == 1, sent[:first]  # the title; the breakdown's comes after
-    order = [t for t in shown if t in ("button_group", "text_input", "subheader", "toggle", "plotly_chart")]
-    assert order[:3] == ["button_group", "text_input", "button_group"] and order[-2:] == ["toggle", "plotly_chart"]
-    at.text_input(key="search").set_value("backward").run()  # a change still redraws, from its value
-    assert at.query_params["search"] == "backward"
-    assert any(m.value.startswith(":material/search: ") for m in at.markdown)
-
-
 def test_the_audit_sends_its_first_chart_before_its_buttons_figures_and_table(monkeypatch):
     """The download buttons, the share popover's form, the attribute's figures and its
     group table were sent before the disparity chart (its message was the 20th); they are
