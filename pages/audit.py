@@ -165,10 +165,6 @@ def _group_section(doc, figs, view):
         if tab.open is False:
             continue  # only the open attribute is built and sent (a click reruns the page)
         with tab:
-            # the notes, figures and group table above the chart are drawn into their place
-            # after it: the chart's message comes first (issue 35 item 9)
-            above = st.container()
-            _ui.chart(figs[f"disparity:{name}"], key=f"disp_{name}")
             notes = [f"reference group **{_ui.md(a['reference_group'])}**"]
             if a.get("binning"):
                 b = a["binning"]
@@ -177,22 +173,22 @@ def _group_section(doc, figs, view):
                 notes.append(f"derived from {_ui.code(a['derived_from'])}")
             ci = f"{round(a.get('ci_level', 0.95) * 100)} %"
             notes.append(f"intervals: {ci} percentile bootstrap, {a.get('n_boot')} resamples")
-            above.caption(" · ".join(notes))
+            st.caption(" · ".join(notes))
             # a judgement other than "within" in red, as st.metric's inverse delta drew it
-            with above:
-                _ui.figures([(r["metric"], rep.fmt_num(r["value"]), f"CI {r['ci']}; {r['judgement']}",
-                              (r["judgement"] if r["judgement"] == "within" else f"!{r['judgement']}")
-                              if r["judgement"] else None)
-                             for r in rep.summary_rows(a)[:4]])
+            _ui.figures([(r["metric"], rep.fmt_num(r["value"]), f"CI {r['ci']}; {r['judgement']}",
+                          (r["judgement"] if r["judgement"] == "within" else f"!{r['judgement']}")
+                          if r["judgement"] else None)
+                         for r in rep.summary_rows(a)[:4]])
             rows = [{"group": r["group"], "rows": r["count"],
                      **{rep.METRIC_LABELS[m]: r[m] for m in GROUP_COLUMNS},
                      **{rep.METRIC_LABELS[m] + " CI": r[m + "_ci"] for m in ("selection_rate", "tpr", "fpr")}}
                     for r in rep.group_table_rows(a)]
             many = len(rows) > TABLE_GROUPS
             if not many:  # a few groups: a Markdown table (a data grid's JavaScript comes before the charts)
-                above.markdown(_group_text_table(rows))
-            above.markdown("**Disparity: each group's rate divided by the reference group's** "
-                           "(shaded: the acceptable band; bars: bootstrap intervals)")
+                st.markdown(_group_text_table(rows))
+            st.markdown("**Disparity: each group's rate divided by the reference group's** "
+                        "(shaded: the acceptable band; bars: bootstrap intervals)")
+            _ui.chart(figs[f"disparity:{name}"], key=f"disp_{name}")
             # built when opened (?rates=1): the disparity chart is the page's first (issue 35 item 9)
             box = _query.expander("**Rates per group** (bars: bootstrap intervals)", "audit_rates_open",
                                   name="rates", run_path=view, icon=":material/bar_chart:")
@@ -516,21 +512,7 @@ def main():
                    f"{_ui.md(prov.get('created_by'))}")
     _ui.about("One stored, immutable audit of a model from this run on a held-out dataset. The **verdict** lists each group whose rate differs from the reference group beyond the configured band (with a bootstrap 95 % confidence interval); the fairness tables give selection rate, error rates and their differences per sensitive attribute (fairlearn's MetricFrame); the SHAP charts show which features drive the model's predictions, overall and per group." + ("" if read_only else ' Share it read-only with *Share with compliance*: the link opens this audit alone and expires.'))
     _verdict_box(doc)
-    # the download and share buttons' row, drawn into its place after the first chart
     top = st.columns([1, 1, 1] if not read_only else [1, 1])
-    view = f"{path}#{audit_id}"  # another audit opens on its own default tabs
-    try:
-        _group_section(doc, figs, view)
-    finally:
-        _buttons(top, data, sig, audit_id)
-    _shap_section(doc, figs, view)
-    _provenance(doc, data["sha256"], _data.recorded_roots(path))
-    if not read_only:
-        _compute_box(sig)
-
-
-def _buttons(top, data, sig, audit_id):
-    """The report's and the JSON's downloads and, on a full view, the share popover."""
     with top[0]:
         st.download_button("Download report (HTML)", data=lambda: _report(path, sig, audit_id, read_only),
                            file_name=f"audit-{audit_id}.html", mime="text/html",
@@ -543,6 +525,12 @@ def _buttons(top, data, sig, audit_id):
     if not read_only:
         with top[2]:
             _share_box(audit_id)
+    view = f"{path}#{audit_id}"  # another audit opens on its own default tabs
+    _group_section(doc, figs, view)
+    _shap_section(doc, figs, view)
+    _provenance(doc, data["sha256"], _data.recorded_roots(path))
+    if not read_only:
+        _compute_box(sig)
 
 
 main()

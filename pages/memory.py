@@ -81,15 +81,7 @@ GPU_WARN, HOST_WARN = 0.80, 0.75
 def _controls(mem):
     """The timeline's view: series, x axis, rank layout, capacity scale and warning
     thresholds, each kept in the URL (``?series=`` repeated, ``?x=time``, ``?ranks=side``,
-    ``?capacity=1``, ``?gpu_warn=``, ``?host_warn=``; a default is left out).
-
-    Returns the view, read from Session State (the URL's values and the defaults set into
-    it first), and ``draw()``, which draws the widgets into their row, placed here: the
-    page calls it after the chart, so the chart's message is the first the browser gets
-    and the widgets' front-end code (toggle, segmented control) comes after it (issue 35
-    item 9). A widget with a key returns its Session State value, so the view is the one
-    the widgets will show.
-    """
+    ``?capacity=1``, ``?gpu_warn=``, ``?host_warn=``; a default is left out)."""
     has_gpu = any(mem[c].notna().any() for c in ("allocated_bytes", "reserved_bytes", "peak_bytes"))
     available = [c for c in SERIES_LABELS if mem[c].notna().any()]
     ranks = sorted(int(r) for r in mem["rank"].unique())
@@ -114,35 +106,29 @@ def _controls(mem):
     # The series' multiselect and the thresholds' sliders are in popovers named after their
     # values, drawn when opened: their code is not loaded before the chart (_ui.controls).
     bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
-    chosen = list(ss["mem_series"])
-    x = ss["mem_x"] or "step"
-    layout = (ss["mem_layout"] or "overlay") if len(ranks) > 1 else "overlay"
-    show_cap, gpu, host = bool(ss["mem_capacity"]), ss["mem_gpu_thr"], ss["mem_host_thr"]
-
-    def draw():
-        with bar, _ui.controls("Series", [SERIES_LABELS[k] for k in ss["mem_series"]],
-                                icon=":material/checklist:"):
-            st.multiselect("Series", available, format_func=SERIES_LABELS.get, key="mem_series")
-        bar.segmented_control("X axis", ["step", "time"], key="mem_x")
-        if len(ranks) > 1:
-            bar.segmented_control("Ranks", list(LAYOUTS.values()), key="mem_layout")
-        bar.toggle("Scale to capacity", key="mem_capacity",
-                   help="Fit the y axis to the device's and host's capacity and the "
-                        "warning bands. Off: it fits the data, and a capacity far above "
-                        "it is named at the top of the chart.")
-        with bar, _ui.controls("Thresholds", icon=":material/tune:"):
-            st.slider("Warn above this share of GPU memory", 0.5, 0.99, step=0.01,
-                      key="mem_gpu_thr", disabled=not has_gpu, format="%.2f")
-            st.slider("Warn above this share of host memory", 0.5, 0.99, step=0.01,
-                      key="mem_host_thr", format="%.2f")
-        _query.list_to_query("mem_series", chosen, available, name="series")
-        _query.to_query("mem_x", x, "step", name="x")
-        _query.to_query("mem_layout", "side" if layout == "side by side" else "overlay", "overlay", name="ranks")
-        _query.to_query("mem_capacity", "1" if show_cap else "0", "0", name="capacity")
-        _query.to_query("mem_gpu_thr", f"{gpu:g}", f"{GPU_WARN:g}", name="gpu_warn")
-        _query.to_query("mem_host_thr", f"{host:g}", f"{HOST_WARN:g}", name="host_warn")
-
-    return (chosen, ("wall_time" if x == "time" else "step"), layout, show_cap, gpu, host), draw
+    with bar, _ui.controls("Series", [SERIES_LABELS[k] for k in ss["mem_series"]],
+                            icon=":material/checklist:"):
+        chosen = st.multiselect("Series", available, format_func=SERIES_LABELS.get, key="mem_series")
+    x = bar.segmented_control("X axis", ["step", "time"], key="mem_x") or "step"
+    layout = "overlay"
+    if len(ranks) > 1:
+        layout = bar.segmented_control("Ranks", list(LAYOUTS.values()), key="mem_layout") or "overlay"
+    show_cap = bar.toggle("Scale to capacity", key="mem_capacity",
+                           help="Fit the y axis to the device's and host's capacity and the "
+                                "warning bands. Off: it fits the data, and a capacity far above "
+                                "it is named at the top of the chart.")
+    with bar, _ui.controls("Thresholds", icon=":material/tune:"):
+        gpu = st.slider("Warn above this share of GPU memory", 0.5, 0.99, step=0.01,
+                        key="mem_gpu_thr", disabled=not has_gpu, format="%.2f")
+        host = st.slider("Warn above this share of host memory", 0.5, 0.99, step=0.01,
+                         key="mem_host_thr", format="%.2f")
+    _query.list_to_query("mem_series", chosen, available, name="series")
+    _query.to_query("mem_x", x, "step", name="x")
+    _query.to_query("mem_layout", "side" if layout == "side by side" else "overlay", "overlay", name="ranks")
+    _query.to_query("mem_capacity", "1" if show_cap else "0", "0", name="capacity")
+    _query.to_query("mem_gpu_thr", f"{gpu:g}", f"{GPU_WARN:g}", name="gpu_warn")
+    _query.to_query("mem_host_thr", f"{host:g}", f"{HOST_WARN:g}", name="host_warn")
+    return chosen, ("wall_time" if x == "time" else "step"), layout, show_cap, gpu, host
 
 
 def _leak_metrics(f):
@@ -473,15 +459,14 @@ def render():
     elif not len(mem):
         st.info("No memory rows yet: the Recorder writes one per step.", icon=":material/hourglass:")
     else:
-        (series, x, layout, show_cap, gpu_thr, host_thr), draw_controls = _controls(mem)
-        # the findings' cards, in their place above the chart, drawn after it (as the controls)
-        above = st.container()
+        series, x, layout, show_cap, gpu_thr, host_thr = _controls(mem)
         try:
             findings = _findings(path, gpu_thr, host_thr)
         except DebugkitError as exc:
-            with above:
-                _ui.show_error(exc)
+            _ui.show_error(exc)
             findings = []
+        _ui.show_findings(findings, empty="No leak, pressure or fragmentation found.", detail=_leak_metrics,
+                          roots=_data.recorded_roots(path))
         bands = compute_bands(cap, {"gpu_threshold": gpu_thr, "host_threshold": host_thr})
         leaks = [{**f.evidence, "rank": f.rank} for f in findings if f.kind == "memory_leak"]
         fig = build_memory_timeline_figure(
@@ -490,10 +475,6 @@ def render():
             leaks=leaks if x == "step" else (), scale_to_capacity=show_cap)
         event = _ui.chart(fig, key="mem_timeline", on_select="rerun",
                                 selection_mode="points")
-        draw_controls()
-        with above:
-            _ui.show_findings(findings, empty="No leak, pressure or fragmentation found.", detail=_leak_metrics,
-                              roots=_data.recorded_roots(path))
         _follow_oom_click(event, ooms, run_id)
         if not len(bands):
             st.caption("No capacity recorded for this run (runs recorded by an older debugkit "
