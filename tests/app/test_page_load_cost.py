@@ -761,3 +761,13 @@ def test_memory_draws_a_short_timeline_in_svg_and_a_long_one_in_webgl():
                          "peak_bytes": np.nan, "rss_bytes": 4.0})
     fig = build_memory_timeline_figure(long, None, metrics=["allocated_bytes", "rss_bytes"])
     assert 8 * 2 * 3000 > SVG_MAX_POINTS and {t.type for t in fig.data} == {"scattergl"}
+
+
+def test_the_scalars_and_overview_curves_are_svg_when_short():
+    """The Scalars page's and the Overview's first charts drew their curves as WebGL too
+    (``Scattergl``: 190-200 ms to draw in Chromium without a GPU, 12-18 ms in SVG); they
+    are SVG up to ``SVG_MAX_POINTS`` points drawn, as Memory's timeline is."""
+    for page, run in (("scalars", "digits-exploding"), ("overview", "digits-bad-label")):
+        at = open_page(page, run=run)
+        sent = json.loads(at.get("plotly_chart")[0].proto.spec)["data"]
+        assert {t["type"] for t in sent} == {"scatter"}, page
