@@ -25,6 +25,22 @@ SERIES = {
     "peak_bytes": ("peak allocated", "dot", "device"),
     "rss_bytes": ("RSS", "solid", "host"),
 }
+#: Points drawn (all the lines together, after downsampling) up to which the lines are SVG
+#: (``go.Scatter``); past it, WebGL (``go.Scattergl``). A WebGL plot costs the browser a GL
+#: context and its shaders before the first line: 0.2-0.3 s of a page's first chart in
+#: Chromium without a GPU (software GL) against 0.01-0.02 s for the same 60-point line in
+#: SVG (issue 35 item 9); SVG paths stay cheap to draw up to tens of thousands of points.
+SVG_MAX_POINTS = 20_000
+
+
+def line_trace(points: int):
+    """``go.Scatter`` (SVG) for lines of ``points`` points drawn in all, ``go.Scattergl``
+    (WebGL) past :data:`SVG_MAX_POINTS`; the scalar charts use it too."""
+    import plotly.graph_objects as go
+
+    return go.Scatter if points <= SVG_MAX_POINTS else go.Scattergl
+
+
 PANEL_TITLES = {"device": "GPU memory (CUDA caching allocator)", "host": "Host memory (process RSS)"}
 
 
@@ -101,6 +117,9 @@ def build_memory_timeline_figure(memory: pd.DataFrame, bands: pd.DataFrame | Non
             vmax = max(vmax, float(bands.loc[bands["kind"] == p, "capacity_bytes"].max()))
         peak_by_panel[p] = byte_unit(vmax)
     multi = len(rank_list) > 1
+    drawn = [m for m in metrics if m in df]
+    points = sum(min(int(n), max_points) for n in df[drawn].notna().groupby(df["rank"]).sum().to_numpy().ravel())
+    line = line_trace(points)
     for pi, p in enumerate(panels):
         div, unit = peak_by_panel[p]
         for ci, col_rank in enumerate(cols):
@@ -119,7 +138,7 @@ def build_memory_timeline_figure(memory: pd.DataFrame, bands: pd.DataFrame | Non
                     idx = downsample_minmax(np.arange(len(xv)), yv, max_points)
                     xs = pd.to_datetime(xv[idx], unit="s") if x == "wall_time" else xv[idx]
                     name = f"{label} (rank {rank})" if multi else label
-                    fig.add_trace(go.Scattergl(
+                    fig.add_trace(line(
                         x=xs, y=yv[idx] / div, mode="lines", name=name,
                         line={"color": color, "dash": dash, "width": 1.6},
                         legendgroup=f"r{rank}",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..analysis.downsample import downsample_minmax
+from .memory import line_trace
 
 
 def build_scalar_figure(scalars, keys=("loss",), *, title=None, max_points=5000, log_y=False,
@@ -28,6 +29,8 @@ def build_scalar_figure(scalars, keys=("loss",), *, title=None, max_points=5000,
     fig = go.Figure()
     df = scalars[scalars["key"].isin(list(keys))]
     multi_rank = df["rank"].nunique() > 1
+    sizes = df.groupby(["key", "rank"], sort=True, observed=True).size().to_numpy()
+    line = line_trace(int(np.minimum(sizes, max_points).sum()))  # SVG for short curves (charts.memory)
     for (key, rank), g in df.groupby(["key", "rank"], sort=True, observed=True):
         g = g.sort_values("step")
         x, y = g["step"].to_numpy(), g["value"].to_numpy(dtype=np.float64)
@@ -35,8 +38,8 @@ def build_scalar_figure(scalars, keys=("loss",), *, title=None, max_points=5000,
         x, y = x[idx], y[idx]
         finite = np.isfinite(y)
         label = f"{key} (rank {rank})" if multi_rank else key
-        fig.add_trace(go.Scattergl(x=x[finite], y=y[finite], mode="lines", name=label,
-                                   hovertemplate="step %{x}<br>%{y:.4g}<extra>" + label + "</extra>"))
+        fig.add_trace(line(x=x[finite], y=y[finite], mode="lines", name=label,
+                           hovertemplate="step %{x}<br>%{y:.4g}<extra>" + label + "</extra>"))
         if (~finite).any():
             top = float(np.nanmax(y[finite])) if finite.any() else 1.0
             fig.add_trace(go.Scatter(
@@ -97,6 +100,9 @@ def build_scalars_figure(smoothed, keys, *, log_y=False, max_points=5000, show_r
     palette = qualitative.Plotly
     nonfinite = []  # (x, raw values, label, axis)
     tops: dict[str, float] = {}  # axis -> largest finite value drawn on it
+    sizes = df.groupby(["key", "rank"], sort=True, observed=True).size()
+    line = line_trace(sum(min(int(n), max_points) * (2 if show_raw and not is_lr_key(str(k)) else 1)
+                          for (k, _), n in sizes.items()))  # SVG for short curves (charts.memory)
     for i, ((key, rank), g) in enumerate(df.groupby(["key", "rank"], sort=True, observed=True)):
         color = palette[i % len(palette)]
         g = g.sort_values("step")
@@ -113,10 +119,9 @@ def build_scalars_figure(smoothed, keys, *, log_y=False, max_points=5000, show_r
             idx = downsample_minmax(x, y, max_points)
             xs, ys = x[idx], y[idx]
             finite = np.isfinite(ys)
-            fig.add_trace(go.Scattergl(x=xs[finite], y=ys[finite], mode="lines", legendgroup=label,
-                                       yaxis=axis,
-                                       hovertemplate="step %{x}<br>%{y:.4g}<extra>" + kw["name"] + "</extra>",
-                                       **kw))
+            fig.add_trace(line(x=xs[finite], y=ys[finite], mode="lines", legendgroup=label, yaxis=axis,
+                               hovertemplate="step %{x}<br>%{y:.4g}<extra>" + kw["name"] + "</extra>",
+                               **kw))
         raw = g["value"].to_numpy(dtype=np.float64)
         bad = ~np.isfinite(raw)
         if (~bad).any():

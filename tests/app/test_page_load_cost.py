@@ -740,3 +740,34 @@ def test_a_row_of_figures_with_one_note_keeps_every_value_on_one_line():
     assert [r.count('class="dk-figure-note') for r in rows] == [3, 0]
     assert rows[0].count('aria-hidden="true">&nbsp;</p>') == 2
     assert figures(at) == {"Steps": "76", "Started": "04:53", "Ranks": "1"}
+
+
+def test_memory_draws_a_short_timeline_in_svg_and_a_long_one_in_webgl():
+    """A WebGL trace makes the browser create a GL context and compile its shaders before
+    the first line (0.2-0.3 s in Chromium without a GPU, where the same 60-point line in
+    SVG draws in 0.01-0.02 s): the timeline's lines are SVG up to ``SVG_MAX_POINTS`` points
+    drawn, WebGL past it, so a long multi-rank run stays as quick to draw as before."""
+    import numpy as np
+    import pandas as pd
+
+    at = open_page("memory", run="memory-leak")
+    sent = json.loads(at.get("plotly_chart")[0].proto.spec)["data"]
+    assert [t["type"] for t in sent] == ["scatter", "scatter"]  # RSS and the leak's trend
+    from debugkit.charts.memory import SVG_MAX_POINTS, build_memory_timeline_figure
+
+    steps = 5_000
+    long = pd.DataFrame({"step": np.tile(np.arange(steps), 8), "rank": np.repeat(np.arange(8), steps),
+                         "wall_time": 0.0, "allocated_bytes": 1.0, "reserved_bytes": 2.0,
+                         "peak_bytes": np.nan, "rss_bytes": 4.0})
+    fig = build_memory_timeline_figure(long, None, metrics=["allocated_bytes", "rss_bytes"])
+    assert 8 * 2 * 3000 > SVG_MAX_POINTS and {t.type for t in fig.data} == {"scattergl"}
+
+
+def test_the_scalars_and_overview_curves_are_svg_when_short():
+    """The Scalars page's and the Overview's first charts drew their curves as WebGL too
+    (``Scattergl``: 190-200 ms to draw in Chromium without a GPU, 12-18 ms in SVG); they
+    are SVG up to ``SVG_MAX_POINTS`` points drawn, as Memory's timeline is."""
+    for page, run in (("scalars", "digits-exploding"), ("overview", "digits-bad-label")):
+        at = open_page(page, run=run)
+        sent = json.loads(at.get("plotly_chart")[0].proto.spec)["data"]
+        assert {t["type"] for t in sent} == {"scatter"}, page
