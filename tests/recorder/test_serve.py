@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import platform
 import threading
 
 import pyarrow as pa
@@ -424,8 +425,6 @@ def test_after_the_model_the_finiteness_check_dispatches_no_op_for_a_float32_out
     read with ``tolist()`` (no ``item()``: another dispatched op). The element-wise check
     runs only for a result that is not finite. Counted with a TorchFunctionMode around the
     request's end (it sees tensor methods too: ``is_contiguous``, ``numel``, ``data_ptr``)."""
-    import platform
-
     from torch.overrides import TorchFunctionMode
 
     calls: list[str] = []
@@ -452,14 +451,9 @@ def test_after_the_model_the_finiteness_check_dispatches_no_op_for_a_float32_out
              (torch.ones(3, 4).t(), ["is_contiguous", "sum", "tolist"], "ok"),  # not contiguous
              (torch.tensor([[1.0, float("nan")], [2.0, 3.0]]).t(), ["is_contiguous", "sum", "tolist"] + confirm, "nonfinite"))
     for out, want, outcome in cases:
-        r = rec.request({"input_ids": torch.ones(1, 3, dtype=torch.long)})
-        r.__enter__()
-        r.output(out)
-        calls.clear()
-        with Count():
-            r.__exit__(None, None, None)
-        assert calls == want, calls
-        assert r.outcome == outcome, (out, r.outcome)
+        got, got_outcome = _judge_counted(rec, out, calls, Count)
+        assert got == want, got
+        assert got_outcome == outcome, (out, got_outcome)
     rec.close()
 
 
@@ -569,6 +563,18 @@ def test_a_cpu_requests_thread_path_is_enter_and_exit_and_c_calls(tmp_path):
     assert (df["mem_before_bytes"] > 0).all()
 
 
+def _judge_counted(rec, out, calls: list[str], mode) -> tuple[list[str], str | None]:
+    """A request of ``rec`` whose output is ``out``, its end run under the counting
+    TorchFunctionMode ``mode`` (which appends to ``calls``): the calls and the outcome."""
+    r = rec.request({"input_ids": torch.ones(1, 3, dtype=torch.long)})
+    r.__enter__()
+    r.output(out)
+    calls.clear()
+    with mode():
+        r.__exit__(None, None, None)
+    return list(calls), r.outcome
+
+
 def test_a_float32_output_without_memory_is_judged_without_a_blas_call(tmp_path):
     """A contiguous float32 CPU tensor whose data pointer is 0 (a ZeroTensor, as autograd
     makes for a gradient known to be zero; an empty tensor) is judged by the torch sum, not
@@ -615,17 +621,14 @@ def test_a_float32_output_of_a_form_judged_before_is_tested_by_one_call_and_judg
             return func(*args, **(kwargs or {}))
 
     rec = debugkit.serve(_model(), tmp_path / "r", memory_every_s=1e9)
-    if rec._sdot is None or rec._guards is None:
+    if platform.system() == "Linux" and platform.machine() == "x86_64":
+        # torch's x86 Linux wheels (CI's) export MKL's sdot and have TensorGuards: never skipped there
+        assert rec._sdot is not None and rec._guards is not None
+    elif rec._sdot is None or rec._guards is None:
         pytest.skip("no BLAS sdot or no TensorGuards in this torch build")
 
     def judge(out):
-        r = rec.request({"input_ids": torch.ones(1, 3, dtype=torch.long)})
-        r.__enter__()
-        r.output(out)
-        calls.clear()
-        with Count():
-            r.__exit__(None, None, None)
-        return list(calls), r.outcome
+        return _judge_counted(rec, out, calls, Count)
 
     full = ["__get__", "__get__", "__get__", "is_contiguous", "numel", "data_ptr"]
     confirm = ["isfinite", "all", "__bool__"]
