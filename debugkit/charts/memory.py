@@ -11,6 +11,7 @@ import pandas as pd
 
 from ..analysis.downsample import downsample_minmax
 from ..analysis.memory import fmt_bytes
+from .traces import line_trace
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf",
@@ -25,22 +26,6 @@ SERIES = {
     "peak_bytes": ("peak allocated", "dot", "device"),
     "rss_bytes": ("RSS", "solid", "host"),
 }
-#: Points drawn (all the lines together, after downsampling) up to which the lines are SVG
-#: (``go.Scatter``); past it, WebGL (``go.Scattergl``). A WebGL plot costs the browser a GL
-#: context and its shaders before the first line: 0.2-0.3 s of a page's first chart in
-#: Chromium without a GPU (software GL) against 0.01-0.02 s for the same 60-point line in
-#: SVG (issue 35 item 9); SVG paths stay cheap to draw up to tens of thousands of points.
-SVG_MAX_POINTS = 20_000
-
-
-def line_trace(points: int):
-    """``go.Scatter`` (SVG) for lines of ``points`` points drawn in all, ``go.Scattergl``
-    (WebGL) past :data:`SVG_MAX_POINTS`; the scalar charts use it too."""
-    import plotly.graph_objects as go
-
-    return go.Scatter if points <= SVG_MAX_POINTS else go.Scattergl
-
-
 PANEL_TITLES = {"device": "GPU memory (CUDA caching allocator)", "host": "Host memory (process RSS)"}
 
 

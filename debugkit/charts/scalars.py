@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..analysis.downsample import downsample_minmax
-from .memory import line_trace
+from .traces import line_trace
 
 
 def build_scalar_figure(scalars, keys=("loss",), *, title=None, max_points=5000, log_y=False,
@@ -30,7 +30,7 @@ def build_scalar_figure(scalars, keys=("loss",), *, title=None, max_points=5000,
     df = scalars[scalars["key"].isin(list(keys))]
     multi_rank = df["rank"].nunique() > 1
     sizes = df.groupby(["key", "rank"], sort=True, observed=True).size().to_numpy()
-    line = line_trace(int(np.minimum(sizes, max_points).sum()))  # SVG for short curves (charts.memory)
+    line = line_trace(int(np.minimum(sizes, max_points).sum()))  # SVG for short curves (charts.traces)
     for (key, rank), g in df.groupby(["key", "rank"], sort=True, observed=True):
         g = g.sort_values("step")
         x, y = g["step"].to_numpy(), g["value"].to_numpy(dtype=np.float64)
@@ -102,7 +102,7 @@ def build_scalars_figure(smoothed, keys, *, log_y=False, max_points=5000, show_r
     tops: dict[str, float] = {}  # axis -> largest finite value drawn on it
     sizes = df.groupby(["key", "rank"], sort=True, observed=True).size()
     line = line_trace(sum(min(int(n), max_points) * (2 if show_raw and not is_lr_key(str(k)) else 1)
-                          for (k, _), n in sizes.items()))  # SVG for short curves (charts.memory)
+                          for (k, _), n in sizes.items()))  # SVG for short curves (charts.traces)
     for i, ((key, rank), g) in enumerate(df.groupby(["key", "rank"], sort=True, observed=True)):
         color = palette[i % len(palette)]
         g = g.sort_values("step")

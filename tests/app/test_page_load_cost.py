@@ -753,7 +753,8 @@ def test_memory_draws_a_short_timeline_in_svg_and_a_long_one_in_webgl():
     at = open_page("memory", run="memory-leak")
     sent = json.loads(at.get("plotly_chart")[0].proto.spec)["data"]
     assert [t["type"] for t in sent] == ["scatter", "scatter"]  # RSS and the leak's trend
-    from debugkit.charts.memory import SVG_MAX_POINTS, build_memory_timeline_figure
+    from debugkit.charts.memory import build_memory_timeline_figure
+    from debugkit.charts.traces import SVG_MAX_POINTS
 
     steps = 5_000
     long = pd.DataFrame({"step": np.tile(np.arange(steps), 8), "rank": np.repeat(np.arange(8), steps),
