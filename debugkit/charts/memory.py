@@ -93,6 +93,8 @@ def build_memory_timeline_figure(memory: pd.DataFrame, bands: pd.DataFrame | Non
                         vertical_spacing=0.12 if len(panels) > 1 else 0.05, horizontal_spacing=0.03,
                         subplot_titles=[f"{PANEL_TITLES[p]}" + (f" · rank {r}" if side else "")
                                         for p in panels for r in cols])
+    shapes: list[dict] = []  # layout shapes and annotations, set at the end in one update
+    notes: list[dict] = []
     peak_by_panel, data_max = {}, {}
     for p in panels:
         cols_p = [m for m in metrics if SERIES[m][2] == p and m in df]
@@ -145,19 +147,19 @@ def build_memory_timeline_figure(memory: pd.DataFrame, bands: pd.DataFrame | Non
                             hovertemplate=(f"leak from step {s0}: +{fmt_bytes(leak['bytes_per_step'])}"
                                            " per step<extra></extra>")),
                             row=pi + 1, col=ci + 1)
-            _add_bands(fig, bands, p, div, unit, side, col_rank, pi + 1, ci + 1)
+            ax = _axes(pi * len(cols) + ci + 1)
+            _add_bands(shapes, notes, bands, p, div, side, col_rank, ax)
             off = _off_scale(bands, p, side, col_rank, data_max[p]) if not scale_to_capacity else None
             if off is not None:
                 fig.update_yaxes(range=[0, data_max[p] * 1.15 / div], row=pi + 1, col=ci + 1)
                 what = "GPU" if p == "device" else "host"
-                fig.add_annotation(
-                    text=(f"↑ {what} capacity {fmt_bytes(off['capacity_bytes'])} "
-                          f"({off['threshold']:.0%} band from {fmt_bytes(off['warn_bytes'])}) "
-                          "is above this range"),
-                    xref="x domain" if pi == 0 and ci == 0 else f"x{pi * len(cols) + ci + 1} domain",
-                    yref="y domain" if pi == 0 and ci == 0 else f"y{pi * len(cols) + ci + 1} domain",
-                    x=0.0, y=1.0, xanchor="left", yanchor="top", showarrow=False,
-                    bgcolor="rgba(255,255,255,0.85)", font={"size": 11, "color": "#8a5a00"})
+                notes.append({
+                    "text": (f"↑ {what} capacity {fmt_bytes(off['capacity_bytes'])} "
+                             f"({off['threshold']:.0%} band from {fmt_bytes(off['warn_bytes'])}) "
+                             "is above this range"),
+                    "xref": f"{ax[0]} domain", "yref": f"{ax[1]} domain",
+                    "x": 0.0, "y": 1.0, "xanchor": "left", "yanchor": "top", "showarrow": False,
+                    "bgcolor": "rgba(255,255,255,0.85)", "font": {"size": 11, "color": "#8a5a00"}})
         fig.update_yaxes(title_text=unit, rangemode="tozero", row=pi + 1, col=1)
     for f in oom_failures:
         step = f.get("step")
@@ -172,8 +174,10 @@ def build_memory_timeline_figure(memory: pd.DataFrame, bands: pd.DataFrame | Non
             for ci, col_rank in enumerate(cols):
                 if side and col_rank != f.get("rank"):
                     continue
-                fig.add_vline(x=xpos, line={"color": OOM_COLOR, "dash": "dot", "width": 1.5},
-                              row=pi + 1, col=ci + 1)
+                ax = _axes(pi * len(cols) + ci + 1)
+                shapes.append({"type": "line", "xref": ax[0], "x0": xpos, "x1": xpos,
+                               "yref": f"{ax[1]} domain", "y0": 0, "y1": 1,
+                               "line": {"color": OOM_COLOR, "dash": "dot", "width": 1.5}})
         fig.add_trace(go.Scatter(
             x=[xpos], y=[0], mode="markers+text", text=["OOM"], textposition="top center",
             marker={"symbol": "x", "size": 12, "color": OOM_COLOR},
@@ -185,9 +189,18 @@ def build_memory_timeline_figure(memory: pd.DataFrame, bands: pd.DataFrame | Non
     fig.update_xaxes(title_text="step" if x == "step" else "time", row=len(panels))
     if x == "step" and len(df) and int(df["step"].max()) - int(df["step"].min()) <= 10:
         fig.update_xaxes(dtick=1)  # a short run: whole steps only
+    # the bands' and failures' lines as layout shapes, set in one update: plotly's
+    # add_hline / add_hrect / add_vline re-validate every shape of the layout on each call
+    # (20-30 ms of each Memory visit's script run before its chart, warm or cold)
     fig.update_layout(height=300 * len(panels) + 80, margin={"l": 60, "r": 20, "t": 40, "b": 40},
-                      legend={"orientation": "h", "y": -0.12}, hovermode="closest")
+                      legend={"orientation": "h", "y": -0.12}, hovermode="closest",
+                      shapes=shapes, annotations=list(fig.layout.annotations) + notes)
     return fig
+
+
+def _axes(k: int) -> tuple[str, str]:
+    """The x and y axis names of make_subplots' ``k``-th subplot (row by row, from 1)."""
+    return ("x", "y") if k == 1 else (f"x{k}", f"y{k}")
 
 
 def _off_scale(bands, panel, side, col_rank, data_max: float):
@@ -203,27 +216,38 @@ def _off_scale(bands, panel, side, col_rank, data_max: float):
     return low if low["warn_bytes"] > 1.3 * data_max else None
 
 
-def _add_bands(fig, bands, panel, div, unit, side, col_rank, row, col):
+def _add_bands(shapes: list, notes: list, bands, panel, div, side, col_rank, ax) -> None:
+    """A panel's warning bands (shaded from the warning level to capacity), capacity lines
+    and their labels, appended to ``shapes`` and ``notes`` (layout shapes and annotations
+    on the subplot whose axes are ``ax``)."""
     if bands is None or not len(bands):
         return
     b = bands[bands["kind"] == panel]
     if side:
         b = b[b["rank"] == col_rank]
     seen = set()
+    xd, y = f"{ax[0]} domain", ax[1]
     for _, r in b.sort_values("capacity_bytes").iterrows():
         cap = r["capacity_bytes"]
         if cap in seen:
             continue
         seen.add(cap)
         what = "GPU" if panel == "device" else "host"
-        fig.add_hrect(y0=r["warn_bytes"] / div, y1=cap / div, fillcolor=BAND_COLOR, line_width=0,
-                      row=row, col=col)
-        fig.add_hline(y=cap / div, line={"color": "#555", "width": 1.5}, row=row, col=col,
-                      annotation_text=f"{what} capacity {fmt_bytes(cap)}",
-                      annotation_position="top left", annotation_font_size=11)
-        fig.add_hline(y=r["warn_bytes"] / div, line={"color": "#e69500", "width": 1, "dash": "dot"},
-                      row=row, col=col, annotation_text=f"{r['threshold']:.0%}",
-                      annotation_position="bottom left", annotation_font_size=10)
+        warn, top = r["warn_bytes"] / div, cap / div
+        shapes += [
+            {"type": "rect", "xref": xd, "x0": 0, "x1": 1, "yref": y, "y0": warn, "y1": top,
+             "fillcolor": BAND_COLOR, "line": {"width": 0}},
+            {"type": "line", "xref": xd, "x0": 0, "x1": 1, "yref": y, "y0": top, "y1": top,
+             "line": {"color": "#555", "width": 1.5}},
+            {"type": "line", "xref": xd, "x0": 0, "x1": 1, "yref": y, "y0": warn, "y1": warn,
+             "line": {"color": "#e69500", "width": 1, "dash": "dot"}},
+        ]
+        notes += [
+            {"text": f"{what} capacity {fmt_bytes(cap)}", "xref": xd, "x": 0, "xanchor": "left",
+             "yref": y, "y": top, "yanchor": "bottom", "showarrow": False, "font": {"size": 11}},
+            {"text": f"{r['threshold']:.0%}", "xref": xd, "x": 0, "xanchor": "left",
+             "yref": y, "y": warn, "yanchor": "top", "showarrow": False, "font": {"size": 10}},
+        ]
 
 
 # ---------------------------------------------------------------------------- snapshots

@@ -11,6 +11,7 @@ import pytest
 from debugkit.analysis import memsnap as ms
 from debugkit.analysis.memory import GiB, MiB, compute_bands
 from debugkit.charts.memory import (
+    BAND_COLOR,
     build_largest_allocations_figure,
     build_leaked_sites_figure,
     build_memory_timeline_figure,
@@ -167,3 +168,33 @@ def test_largest_and_leaked_bars(snap_views):
     fig2 = build_leaked_sites_figure(lk)
     assert list(fig2.data[0].y) == ["train.py:34 train_step", "train.py:10 main"]
     assert list(fig2.data[0].marker.color) == ["#d62728", "#1f77b4"]  # accumulating in red
+
+
+def test_bands_and_failure_lines_are_set_in_one_layout_update(monkeypatch):
+    """The timeline's capacity bands, capacity and warning lines and out-of-memory lines
+    are layout shapes set in one update: plotly's add_hrect / add_hline / add_vline
+    re-validated every shape of the layout on each call (20-30 ms of each Memory visit's
+    script run before its chart). Each shape and label sits on its own subplot's axes."""
+    import plotly.graph_objects as go
+
+    def refused(*a, **k):
+        raise AssertionError("a shape added one at a time")
+
+    for name in ("add_hrect", "add_hline", "add_vline", "add_vrect", "add_shape", "add_annotation"):
+        monkeypatch.setattr(go.Figure, name, refused)
+    mem, cap = _mem(ranks=(0, 1), cuda=True), _cap(ranks=(0, 1), device=4 * GiB, host=2 * GiB)
+    bands = compute_bands(cap, {"gpu_threshold": 0.9, "host_threshold": 0.9})
+    fig = build_memory_timeline_figure(mem, bands, layout="side", scale_to_capacity=True,
+                                       oom_failures=[{"step": 20, "rank": 1, "id": "f", "error_type": "OOM"}])
+    # 2 panels (GPU, host) x 2 ranks: subplots 1-4, row by row
+    lines = [(s.xref, s.yref, s.y0) for s in fig.layout.shapes if s.type == "line" and s.y0 == s.y1]
+    assert {(x, y) for x, y, _ in lines} == {("x domain", "y"), ("x2 domain", "y2"), ("x3 domain", "y3"),
+                                             ("x4 domain", "y4")}
+    gpu = [y0 for x, _, y0 in lines if x == "x domain"]
+    assert sorted(gpu) == pytest.approx([0.9 * 4, 4.0])  # the warning level and the capacity, in GiB
+    rects = [s for s in fig.layout.shapes if s.type == "rect"]
+    assert len(rects) == 4 and all(s.fillcolor == BAND_COLOR and s.x0 == 0 and s.x1 == 1 for s in rects)
+    oom = [(s.xref, s.yref) for s in fig.layout.shapes if s.type == "line" and s.x0 == 20 == s.x1]
+    assert oom == [("x2", "y2 domain"), ("x4", "y4 domain")]  # rank 1's column, both panels
+    labels = {(a.text, a.xref, a.yref) for a in fig.layout.annotations}
+    assert ("GPU capacity 4.0 GiB", "x domain", "y") in labels and ("90%", "x4 domain", "y4") in labels
