@@ -168,14 +168,17 @@ def render_sampled(path: str, entry: dict, prof):
         ("Recorded by", tool.split(" ")[0], tool),
     ])
     count = ap.explain_sample_count(opts.get("samples_reported"), prof, opts.get("errors_reported"))
+    notes = []  # one caption of lines (each element drawn before the flamegraph delays it)
     if count and (count["launcher"] or count["unexplained"]):
-        st.caption(count["note"])  # numbers and our own words only
+        notes.append(count["note"])  # numbers and our own words only
     if entry.get("command"):
         cmd = entry["command"] if isinstance(entry["command"], str) else " ".join(entry["command"])
         status = entry.get("exit_status")
         # no folders of the recording machine (its home, checkout, interpreter)
-        st.caption(_ui.code(_ui.recorded_text(cmd, _data.recorded_roots(path)))
-                   + (f" · exit status {status}" if status is not None else ""))
+        notes.append(_ui.code(_ui.recorded_text(cmd, _data.recorded_roots(path)))
+                     + (f" · exit status {status}" if status is not None else ""))
+    if notes:
+        st.caption("  \n".join(notes))
     if opts and opts.get("idle") is False:
         st.warning("Recorded without `--idle`: time the training thread spends waiting (for data, "
                    "for a lock) is not sampled, so data loading looks cheaper than it is.",
@@ -217,9 +220,9 @@ def render_sampled(path: str, entry: dict, prof):
     hot = _worker_hotspots(path, sig, entry["id"]) if data_share >= 0.3 or info.get("workers_only") else None
     st.subheader("Where the training step goes")
     if info.get("loop_samples"):
-        st.markdown(ap.describe_breakdown(bd, info, hot))
-        st.markdown(" · ".join(f"{cp.PHASE_LABELS.get(r.phase, r.phase)} **{100 * float(r.fraction):.0f} %**"
-                               for r in bd.itertuples()))
+        # the finding and the shares: two paragraphs of one element
+        st.markdown(ap.describe_breakdown(bd, info, hot) + "\n\n" + " · ".join(
+            f"{cp.PHASE_LABELS.get(r.phase, r.phase)} **{100 * float(r.fraction):.0f} %**" for r in bd.itertuples()))
         # the bar of the same shares is built when opened (?breakdown=1): the flamegraph is the
         # page's first chart, and a second figure sent and drawn with it delayed it (issue 35 item 9)
         box = _query.expander("Step breakdown chart", "sp_breakdown_open", name="breakdown",
@@ -255,7 +258,8 @@ def render_sampled(path: str, entry: dict, prof):
     if views["compare"].open:
         with views["compare"]:
             _compare(path, entry, prof, threads)
-    st.download_button("Download the original file", data=original_bytes(entry),
+    # read (and gunzipped) when clicked, not in each script run after the flamegraph
+    st.download_button("Download the original file", data=lambda: original_bytes(entry), on_click="ignore",
                        file_name=f"{entry['id']}" + (".speedscope.json" if entry["format"] == "speedscope" else ".txt"),
                        help="Opens in speedscope.app too.", icon=":material/download:")
 

@@ -107,5 +107,6 @@ def render_trace(path: str, entry: dict, trace):
     else:
         st.info("No GPU kernels in this trace: it was recorded on CPU, or without "
                 "`ProfilerActivity.CUDA`.", icon=":material/memory:")
-    st.download_button("Download the trace (chrome://tracing, Perfetto)", data=original_bytes(entry),
+    st.download_button("Download the trace (chrome://tracing, Perfetto)", data=lambda: original_bytes(entry),
+                       on_click="ignore",
                        file_name=f"{entry['id']}.json", icon=":material/download:")
