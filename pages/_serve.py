@@ -1,17 +1,16 @@
 """The Streamlit server of ``debugkit ui``, with the pages' imports done while it starts.
 
 ``python pages/_serve.py run app.py [streamlit options]`` is ``python -m streamlit run
-...`` plus one daemon thread that imports what every dashboard page needs (pandas,
-pyarrow, plotly and debugkit's readers, analyses and charts; :data:`PRELOAD`). Streamlit
-imports nothing of a page until a browser opens it, so without this the first page
-pays those imports (with the thread, pages open 0.1-0.4 s sooner cold here:
-``bench/pages.py --preload both``). The thread starts after Streamlit itself is imported and runs
-while the server binds its port and the browser loads the front end; a page that
-opens before it is done waits only for the module it needs.
+...`` that first imports what the dashboard pages need (pandas, pyarrow, plotly and
+debugkit's readers, analyses and charts; :data:`PRELOAD`) and builds a figure of each
+kind the pages draw (:func:`warm_plotly`), before the server opens its port; the pages'
+shared modules (:data:`PAGE_MODULES`) follow in a thread once Streamlit's runtime exists.
+Streamlit imports nothing of a page until a browser opens it, so without this the first
+visit of each page pays those imports (``bench/pages.py --preload both``).
 
 torch is left out: only Replay and Checkpoints use it, and its import (1-2 s of CPU)
 would compete with the first page on a two-core machine. ``DEBUGKIT_PRELOAD=0`` turns
-the thread off. It lives with the pages, not in ``debugkit/``: the library never imports
+the preload off. It lives with the pages, not in ``debugkit/``: the library never imports
 Streamlit (``tests/test_layers.py``).
 """
 
@@ -191,11 +190,6 @@ def _imported(name: str) -> bool:
     return True
 
 
-def _preload_all(names) -> None:
-    preload(names)
-    preload_pages()
-
-
 #: Where the server reads runs and audits from: a URL here means an object store whose
 #: client library (s3fs with aiobotocore and aiohttp: about 0.7 s of CPU) the first page
 #: would otherwise import.
@@ -296,8 +290,13 @@ def main(argv: list[str] | None = None) -> int:
     _navigation_mode()
     _no_direct_run_check()
     if os.environ.get("DEBUGKIT_PRELOAD", "1") != "0":
-        threading.Thread(target=_preload_all, args=(preload_names(),), name="debugkit-preload",
-                         daemon=True).start()
+        # Before the server opens its port, not beside it: a thread's imports held the GIL
+        # while Streamlit started and while the first browser loaded the front end, and a
+        # visit right after start-up drew its first chart 0.3 s later (Profiler, median of
+        # 5: 3.10 s with the thread, 2.77 s after it), with the port open 0.3 s sooner:
+        # later from the launch to the chart. The pages' own modules wait for the runtime.
+        preload(preload_names())
+        threading.Thread(target=preload_pages, name="debugkit-preload", daemon=True).start()
     sys.argv = ["streamlit", *(sys.argv[1:] if argv is None else argv)]
     return cli.main(prog_name="streamlit")
 

@@ -79,3 +79,26 @@ def test_the_page_modules_are_imported_only_once_the_runtime_exists(monkeypatch)
     monkeypatch.setattr(Runtime, "exists", classmethod(lambda cls: False))
     imported.clear()
     assert serve.preload_pages(("pages._ui",), wait_s=0.2) == ["pages._ui"] and imported == []
+
+
+def test_the_launcher_preloads_before_the_server_opens_its_port(tmp_path):
+    """``debugkit ui``'s launcher imports :data:`PRELOAD` before it starts Streamlit (which
+    opens the port), not in a thread beside it: the thread's imports held the GIL while
+    Streamlit started and while the first browser loaded the front end (a visit right
+    after start-up drew its first chart 0.3 s later). New process: a clean sys.modules."""
+    code = """
+import sys
+import pages._serve as serve
+from streamlit.web import cli
+seen = {}
+def started(prog_name):
+    seen["missing"] = [m for m in serve.PRELOAD if m not in sys.modules]
+    return 0
+cli.main = started
+assert serve.main(["run", "app.py"]) == 0
+print("missing:", seen["missing"])
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT), "DEBUGKIT_CACHE": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "missing: []", out.stdout[-2000:]
