@@ -42,11 +42,25 @@ def _function_table(run_path: str, sig: tuple, profile_id: str, threads: tuple |
 @st.cache_data(**_data.CACHE, show_spinner=False)
 def _phases(run_path: str, sig: tuple, profile_id: str, threads: tuple | None):
     """The step breakdown with the loop's samples, computed once for the breakdown's words
-    and the loop's flamegraph (twice before: 0.03-0.06 s of a cold page load each)."""
+    and the loop's flamegraph (twice before: 0.03-0.06 s of a cold page load each), and
+    kept with the parsed profile in the cache folder: a new server's first visit reads it
+    (20-30 ms of its script run before the flamegraph otherwise)."""
     from debugkit.analysis import profile as ap
+    from debugkit.io.profile_cache import derived
 
     prof = read_profile(run_path, sig, profile_id)
-    return ap.compute_step_phases(prof, list(threads) if threads is not None else None)
+    th = list(threads) if threads is not None else None
+    return derived(prof, "step_phases", [th], lambda: ap.compute_step_phases(prof, th), _pack_phases, _unpack_phases)
+
+
+def _pack_phases(res):
+    df, info, inside, loop_fn = res
+    return {"breakdown": df}, {"inside": inside}, {"info": info, "loop_fn": list(loop_fn) if loop_fn else None}
+
+
+def _unpack_phases(tables, arrays, head):
+    loop_fn = head["loop_fn"]
+    return tables["breakdown"], head["info"], arrays["inside"], tuple(loop_fn) if loop_fn else None
 
 
 def _breakdown(run_path: str, sig: tuple, profile_id: str, threads: tuple | None):
@@ -62,11 +76,21 @@ def _worker_hotspots(run_path: str, sig: tuple, profile_id: str):
 
 @st.cache_data(**_data.CACHE, show_spinner=False)
 def _loop_tree(run_path: str, sig: tuple, profile_id: str, threads: tuple | None, by: str, fold: float):
+    """The training loop's flame tree (None: no loop), kept in the cache folder as
+    :func:`_phases` is."""
     from debugkit.analysis import profile as ap
+    from debugkit.io.profile_cache import derived
 
     prof = read_profile(run_path, sig, profile_id)
-    return ap.compute_loop_flame_tree(prof, list(threads) if threads is not None else None, by=by,
-                                      min_fraction=fold, phases=_phases(run_path, sig, profile_id, threads))[0]
+    th = list(threads) if threads is not None else None
+
+    def compute():
+        return ap.compute_loop_flame_tree(prof, th, by=by, min_fraction=fold,
+                                          phases=_phases(run_path, sig, profile_id, threads))[0]
+
+    return derived(prof, "loop_tree", [th, by, fold], compute,
+                   lambda tree: ({} if tree is None else {"tree": tree}, {}, {}),
+                   lambda tables, arrays, head: tables.get("tree"))
 
 
 @st.cache_data(**_data.CACHE, show_spinner="Comparing the profiles…")

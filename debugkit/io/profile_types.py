@@ -77,6 +77,9 @@ class SampledProfile:
     counts: Any
     threads: Any
     meta: dict = field(default_factory=dict)
+    #: The profile's entry in the cache folder (:mod:`debugkit.io.profile_cache`), where
+    #: results computed from it are kept too; None when it is not cached.
+    cache_key: str | None = None
 
     @property
     def total_samples(self) -> int:

@@ -334,3 +334,28 @@ def test_every_profiler_chart_has_a_csv_download():
         assert len(csv) == len(at.get("plotly_chart")) >= 2
     names = {b.proto.label: b for b in app().get("download_button")}
     assert "CSV" in names and "Download the original file" in names
+
+
+def test_a_new_server_draws_the_profile_without_computing_its_breakdown_again(monkeypatch):
+    """The step breakdown and the training loop's flame tree are kept with the parsed
+    profile in the cache folder: a new server (no Streamlit cache) reads them (20-30 ms each
+    of its first visit's script run before the flamegraph) and draws the same page."""
+    import streamlit as st
+
+    from debugkit.analysis import profile as ap
+
+    st.cache_data.clear()  # computed in this test's cache folder, not taken from another test's
+    st.cache_resource.clear()
+    first = open_page("profiler", run="digits-profiled")
+    st.cache_data.clear()
+    st.cache_resource.clear()
+
+    def refused(*a, **k):
+        raise AssertionError("computed again on a new server")
+
+    monkeypatch.setattr(ap, "compute_step_phases", refused)
+    monkeypatch.setattr(ap, "compute_loop_flame_tree", refused)
+    again = open_page("profiler", run="digits-profiled")
+    assert again.get("plotly_chart"), [(e.type, getattr(e, "value", "")) for e in again.main if e.type in ("alert", "exception", "error")]
+    assert again.get("plotly_chart")[0].proto.spec == first.get("plotly_chart")[0].proto.spec
+    assert [m.value for m in again.markdown] == [m.value for m in first.markdown]

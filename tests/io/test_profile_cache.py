@@ -82,3 +82,60 @@ def test_traces_are_read_as_before(sample_runs, tmp_path):
     obj = read_entry_cached(get_profile(run, "torch-trace"))
     assert isinstance(obj, ChromeTrace)
     assert not (cache_dir() / "profiles").exists() or not any((cache_dir() / "profiles").iterdir())
+
+
+def _phases(prof, th):
+    from debugkit.analysis import profile as ap
+
+    return ap.compute_step_phases(prof, th)
+
+
+def test_results_computed_from_a_cached_profile_are_kept_with_it(sample_runs, tmp_path, monkeypatch):
+    """``derived`` keeps what was computed from a cached profile in its entry: the same
+    result back (DataFrames with their dtypes, arrays, the JSON part), read without
+    computing; another name or parameters, a change of the analysis code, or a damaged
+    file: computed again."""
+    from debugkit.io import profile_cache
+    from debugkit.io.profile_cache import derived
+    from pages._profile_sampled import _pack_phases, _unpack_phases
+
+    run = _run(sample_runs, tmp_path)
+    prof = read_entry_cached(get_profile(run, "train"))
+    assert prof.cache_key
+    th = [int(i) for i in prof.thread_ids("main")]
+    calls = []
+
+    def compute(threads=th):
+        calls.append(threads)
+        return _phases(prof, threads)
+
+    def get(threads=th):
+        return derived(prof, "step_phases", [threads], lambda: compute(threads), _pack_phases, _unpack_phases)
+
+    fresh = _phases(prof, th)
+    for got in (get(), get()):
+        pd.testing.assert_frame_equal(got[0], fresh[0])
+        assert got[1] == fresh[1] and np.array_equal(got[2], fresh[2]) and got[3] == fresh[3]
+    assert calls == [th]  # the second came from the cache folder
+    folder = cache_dir() / "profiles" / prof.cache_key / "derived"
+    (entry,) = [p for p in folder.iterdir()]
+    assert sorted(p.name for p in entry.iterdir()) == ["breakdown.arrow", "inside.npy", "profile.json"]
+
+    get(None)  # other parameters: computed
+    assert calls == [th, None]
+    (entry / "inside.npy").write_bytes(b"not an array")  # damaged: computed again
+    assert np.array_equal(get()[2], fresh[2]) and calls == [th, None, th]
+    monkeypatch.setattr(profile_cache, "_analysis_digest", lambda: "changed code")
+    get()
+    assert calls == [th, None, th, th]
+
+
+def test_an_uncached_profile_computes_its_results_each_time(sample_runs, tmp_path):
+    from debugkit.io.profile_cache import derived
+
+    prof = read_entry(get_profile(_run(sample_runs, tmp_path), "train"))  # not from the cache
+    assert prof.cache_key is None
+    calls = []
+    for _ in range(2):
+        derived(prof, "x", [], lambda: calls.append(1) or 1, lambda r: ({}, {}, {}), lambda *a: 1 / 0)
+    assert calls == [1, 1] and not (cache_dir() / "profiles").exists()
