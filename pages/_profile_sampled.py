@@ -260,28 +260,31 @@ def render_sampled(path: str, entry: dict, prof):
     else:
         st.info(ap.describe_breakdown(bd, info, hot), icon=":material/info:")
 
-    # The views below the breakdown are tabs drawn only when open (the browser then loads
-    # no data grid, and the server computes no table, before the first charts are up).
-    view = _query.tabs(VIEWS, "sp_view", name="view")
-    views = dict(zip(VIEWS, view))
-    for name, prefixes in VIEW_WIDGETS.items():  # kept while another tab is open
-        if not views[name].open:
+    # The views below the breakdown (speedscope's flame graph and "sandwich" table), one
+    # drawn at a time (the browser then loads no data grid, and the server computes no
+    # table, before the flamegraph), picked with a segmented control like speedscope's view
+    # buttons: a tab container of four cost the flamegraph more to mount (issue 35 item 9)
+    labels = list(VIEWS.values())
+    if st.session_state.get("sp_view") not in labels:
+        st.session_state["sp_view"] = labels[0]
+    _query.from_query("sp_view", VIEWS.get, name="view", expected="one of " + ", ".join(repr(s) for s in VIEWS))
+    shown = st.segmented_control("View", labels, key="sp_view", required=True, label_visibility="collapsed")
+    view = next((s for s, lab in VIEWS.items() if lab == shown), "flame")
+    _query.to_query("sp_view", view, "flame", name="view")
+    for name, prefixes in VIEW_WIDGETS.items():  # kept while another view is shown
+        if name != view:
             _ui.keep_widget_state(*prefixes)
-    if views["flame"].open:
-        with views["flame"]:
-            _flamegraph(path, sig, entry, prof, threads, thread_desc, bd_threads, info, query, by, fold)
-    if views["functions"].open:
-        with views["functions"]:
-            _top_functions(path, sig, entry, threads, thread_desc, by, query)
-    if views["threads"].open:
-        with views["threads"]:
-            # a thread's name may hold its process's command line: no folders of that machine
-            st.dataframe(_ui.recorded_frame(prof.threads.drop(columns=["thread_id"]), _data.recorded_roots(path)),
-                         hide_index=True, width="stretch",
-                         column_config={"weight_s": st.column_config.NumberColumn("seconds", format="%.2f")})
-    if views["compare"].open:
-        with views["compare"]:
-            _compare(path, entry, prof, threads)
+    if view == "flame":
+        _flamegraph(path, sig, entry, prof, threads, thread_desc, bd_threads, info, query, by, fold)
+    elif view == "functions":
+        _top_functions(path, sig, entry, threads, thread_desc, by, query)
+    elif view == "threads":
+        # a thread's name may hold its process's command line: no folders of that machine
+        st.dataframe(_ui.recorded_frame(prof.threads.drop(columns=["thread_id"]), _data.recorded_roots(path)),
+                     hide_index=True, width="stretch",
+                     column_config={"weight_s": st.column_config.NumberColumn("seconds", format="%.2f")})
+    else:
+        _compare(path, entry, prof, threads)
     # read (and gunzipped) when clicked, not in each script run after the flamegraph
     st.download_button("Download the original file", data=lambda: original_bytes(entry), on_click="ignore",
                        file_name=f"{entry['id']}" + (".speedscope.json" if entry["format"] == "speedscope" else ".txt"),

@@ -34,7 +34,7 @@ def metrics(at):
 
 
 def open_view(at, label):
-    """Switch the sampled view's tabs (drawn only when open) to ``label`` and rerun."""
+    """Switch the sampled view (only the shown one is drawn) to ``label`` and rerun."""
     at.session_state["sp_view"] = label
     return at.run()
 
@@ -54,11 +54,13 @@ def test_sampled_profile_view():
     at.segmented_control(key="sp_scope").set_value("all").run()
     flame = figure(at, 1)["data"][0]
     assert flame["values"][0] == 12307  # every main-thread sample
-    # The views are tabs drawn only when open: no data grid is sent before the charts.
-    assert [t.label for t in at.tabs] == list(VIEWS.values()) and not at.dataframe
+    # The views: a segmented control (no tab container), the shown one alone drawn: no data
+    # grid is sent before the charts.
+    assert at.segmented_control(key="sp_view").options == list(VIEWS.values()) and not at.tabs
+    assert at.segmented_control(key="sp_view").value == "Flamegraph" and not at.dataframe
     open_view(at, "Top functions")
     assert not at.exception and len(at.get("plotly_chart")) == 1  # the breakdown; no flamegraph
-    assert [t.label for t in at.tabs][2:4] == ["Self time (code running)", "Total time (on the stack)"]
+    assert [t.label for t in at.tabs] == ["Self time (code running)", "Total time (on the stack)"]
     (table,) = at.dataframe  # the self-time tab alone
     assert table.value["self_samples"].is_monotonic_decreasing and len(table.value) > 10
     at.session_state["sp_table_tab"] = "Total time (on the stack)"
