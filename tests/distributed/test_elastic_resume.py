@@ -39,8 +39,9 @@ def test_killed_worker_restart_resumes_from_the_last_checkpoint(tmp_path):
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
     run = open_run(tmp_path / "b")
     resumed = run.scalars().query("key == 'resumed_from'")
-    # both ranks of the second attempt resumed from step 4; of the first attempt, rank 1's
-    # rows may be lost with it (a process that dies loses its last flush interval)
+    # both ranks of the second attempt resumed from step 4; of the first attempt, either
+    # rank's row may be lost: rank 1 died, and torchrun then stopped rank 0, each losing
+    # its last flush interval (rank 0's was lost in one CI run of 2026-12-07)
     v = resumed.groupby("rank")["value"].apply(list).to_dict()
-    assert v[0] == [0.0, 4.0] and v[1][-1] == 4.0
+    assert all(v[r] in ([4.0], [0.0, 4.0]) for r in (0, 1)), v
     assert [int(s) for s in run.checkpoints()["step"]] == [4, 8, 12]
