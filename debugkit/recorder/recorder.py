@@ -39,6 +39,7 @@ from .nonfinite import NonFiniteMonitor, describe_outputs, is_loss_key
 from .norms import GradNormComputer
 from .pipcheck import AFTER_STEPS as PIP_CHECK_AFTER_STEPS
 from .pipcheck import PipCheck
+from .sigterm import TermFlush
 from .spec_sampler import SpecSampler
 from .spool import Uploader, check_url, refuse_multi_node, spool_dir
 from .tracking import track_loader
@@ -455,6 +456,10 @@ class Recorder:
         if self._uploader is not None:
             self._uploader.start()  # after the heartbeat: it uploads until the run ends
         self._fatal = FatalStackFile(rank_dir, self._writer.segment)
+        # SIGTERM (torchrun stopping the other ranks, a scheduler's time limit) writes
+        # the queued rows before the process ends (sigterm.py)
+        me = weakref.ref(self)
+        self._term = TermFlush(self._writer, lambda: getattr(me(), "_last_step", None))
         self._comm = CommTimer()
         self._comm_calls = None
         self._watchdog = None
@@ -748,6 +753,7 @@ class Recorder:
         if self._closed:
             return
         self._closed = True
+        self._term.close()  # from here on close() writes the rows itself
         self._nonfinite.resolve_pending(block=True)
         st = self._cur
         if st is not None:

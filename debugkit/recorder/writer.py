@@ -63,6 +63,7 @@ class ColumnRows:
         self.values = values
 
 
+WRITE_ORDER = ("steps",) + tuple(t for t in fmt.TABLES if t != "steps")
 BLOCK_STEPS = 256  # steps per StepBlock: one small allocation every 256 steps
 
 
@@ -185,9 +186,23 @@ class RankWriter:
         with open(self._events_path, "a", encoding="utf-8") as f:
             f.write(line)
 
-    def flush(self) -> None:
-        """Write everything queued so far, now, from the calling thread."""
-        self._flush()
+    def flush(self, timeout: float | None = None) -> bool:
+        """Write everything queued so far, now, from the calling thread.
+
+        With ``timeout``, wait at most that long for a flush in progress (a signal
+        handler that interrupted the training thread's own flush would wait forever);
+        returns whether this flush ran.
+        """
+        if timeout is None:
+            self._flush()
+            return True
+        if not self._flush_lock.acquire(timeout=timeout):
+            return False
+        try:
+            self._flush_unlocked()
+        finally:
+            self._flush_lock.release()
+        return True
 
     def close(self, state: str = fmt.STATE_FINISHED) -> None:
         """Flush, mark the rank's final state in its heartbeat and stop the thread."""
@@ -237,28 +252,35 @@ class RankWriter:
 
     def _flush(self) -> None:
         with self._flush_lock:
-            # The current block first: every block handed over before it is in _full
-            # by now (and it may be too, if it filled meanwhile), so rows stay in order.
-            cur = self.block
-            blocks = []
-            while self._full:
-                blocks.append(self._full.popleft())
-            if not any(b is cur for b in blocks):
-                blocks.append(cur)
-            bufs = {t: [q.popleft() for _ in range(len(q))] for t, q in self._bufs.items()}
-            rows: dict[str, list] = {t: [] for t in fmt.TABLES}
-            for b in blocks:
-                for table, part in b.take().items():
-                    rows[table] += part
-            for table, extra in bufs.items():
-                if extra:
-                    if rows[table]:  # rows added outside a step: keep the table in step order
-                        extra = sorted(rows[table] + extra, key=_row_step)
-                        rows[table] = []
-                    rows[table] += extra
-            for table, part in rows.items():
-                if part:
-                    self._write_rows(table, part)
+            self._flush_unlocked()
+
+    def _flush_unlocked(self) -> None:
+        # The current block first: every block handed over before it is in _full
+        # by now (and it may be too, if it filled meanwhile), so rows stay in order.
+        cur = self.block
+        blocks = []
+        while self._full:
+            blocks.append(self._full.popleft())
+        if not any(b is cur for b in blocks):
+            blocks.append(cur)
+        bufs = {t: [q.popleft() for _ in range(len(q))] for t, q in self._bufs.items()}
+        rows: dict[str, list] = {t: [] for t in fmt.TABLES}
+        for b in blocks:
+            for table, part in b.take().items():
+                rows[table] += part
+        for table, extra in bufs.items():
+            if extra:
+                if rows[table]:  # rows added outside a step: keep the table in step order
+                    extra = sorted(rows[table] + extra, key=_row_step)
+                    rows[table] = []
+                rows[table] += extra
+        # The steps table first: a step row says "this step happened", the other
+        # tables say what it measured. A process killed between two tables' writes
+        # then leaves the steps table ahead (a step drawn without its gradients),
+        # never gradients or scalars of steps the run does not list.
+        for table in WRITE_ORDER:
+            if rows[table]:
+                self._write_rows(table, rows[table])
 
     def _stream(self, table: str):
         w = self._writers.get(table)

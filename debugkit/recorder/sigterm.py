@@ -1,0 +1,67 @@
+"""Write a rank's queued rows when SIGTERM arrives, then let the signal go on as before.
+
+torchrun stops the surviving ranks of a job with SIGTERM when one rank fails, and so do
+schedulers (SLURM, Kubernetes) at a time limit or a pre-emption. Python's default for
+SIGTERM ends the process at once, without ``atexit``: the rows of the last flush
+interval (``flush_every_s``) would be lost with it. The handler flushes them, notes the
+signal in the events file, and then does what was there before it: calls the program's
+own handler, ignores the signal if it was ignored, or ends the process by the same
+signal (so the exit status a launcher sees is unchanged).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from typing import Any
+
+
+class TermFlush:
+    """SIGTERM handler for one Recorder's writer, chained to the handler it replaced."""
+
+    def __init__(self, writer, step) -> None:
+        self._writer = writer
+        self._step = step  # callable: the last step begun
+        self._prev: Any = None
+        self._installed = False
+        if threading.current_thread() is not threading.main_thread():
+            return  # only the main thread may set handlers; a rank thread leaves it be
+        try:
+            prev = signal.getsignal(signal.SIGTERM)
+            if prev is None:
+                return  # a handler installed from C: not ours to wrap
+            signal.signal(signal.SIGTERM, self._handle)
+        except (ValueError, OSError):  # pragma: no cover - platforms without SIGTERM
+            return
+        self._prev = prev
+        self._installed = True
+
+    def _handle(self, signum, frame) -> None:
+        writer = self._writer
+        if writer is not None:
+            try:
+                if writer.flush(timeout=2.0):
+                    writer.event("signal", signal="SIGTERM", step=self._step())
+            except Exception:  # noqa: BLE001, S110 - the signal must go on whatever the disk does
+                pass
+        prev = self._prev
+        if callable(prev):
+            prev(signum, frame)
+        elif prev == signal.SIG_IGN:
+            return
+        else:  # SIG_DFL: die of the signal, as the process would have without us
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def close(self) -> None:
+        """Put the replaced handler back (if ours is still the one installed)."""
+        self._writer = None
+        if not self._installed:
+            return
+        self._installed = False
+        try:
+            if signal.getsignal(signal.SIGTERM) == self._handle:
+                signal.signal(signal.SIGTERM, self._prev)
+        except ValueError:  # closed from another thread: the handler stays, now a no-op
+            pass
