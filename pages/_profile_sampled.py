@@ -13,6 +13,7 @@ from pages._profile_load import original_bytes, read_profile
 THREAD_CHOICES = {"main": "Main thread", "dataloader": "DataLoader workers", "all": "All threads",
                   "pick": "Pick threads…"}
 FOLD_CHOICES = {0.001: "0.1 %", 0.005: "0.5 %", 0.01: "1 %"}
+BY_CHOICES = {"function": "by function", "frame": "by line"}
 # The views under the step breakdown, like speedscope's (flame graph, "sandwich" table).
 VIEWS = {"flame": "Flamegraph", "functions": "Top functions", "threads": "Threads", "compare": "Compare"}
 TABLES = {"self": "Self time (code running)", "total": "Total time (on the stack)"}
@@ -181,58 +182,16 @@ def render_sampled(path: str, entry: dict, prof):
     from debugkit.charts import profile as cp
 
     sig = _data.signature(path)
-    meta = prof.meta
     opts = entry.get("pyspy") or {}
-    tool = (entry.get("tool") or meta.get("exporter") or entry["format"]).replace("@", " ")
-    _ui.figures([
-        ("Samples", f"{prof.total_samples:,}"),
-        ("Duration", _fmt_secs(meta.get("duration_s"))),
-        ("Threads", len(prof.threads)),
-        ("Rate", f"{meta['rate_hz']:.0f} Hz" if meta.get("rate_hz") else "—"),
-        ("Recorded by", tool.split(" ")[0], tool),
-    ])
-    count = ap.explain_sample_count(opts.get("samples_reported"), prof, opts.get("errors_reported"))
-    notes = []  # one caption of lines (each element drawn before the flamegraph delays it)
-    if count and (count["launcher"] or count["unexplained"]):
-        notes.append(count["note"])  # numbers and our own words only
-    if entry.get("command"):
-        cmd = entry["command"] if isinstance(entry["command"], str) else " ".join(entry["command"])
-        status = entry.get("exit_status")
-        # no folders of the recording machine (its home, checkout, interpreter)
-        notes.append(_ui.code(_ui.recorded_text(cmd, _data.recorded_roots(path)))
-                     + (f" · exit status {status}" if status is not None else ""))
-    if notes:
-        st.caption("  \n".join(notes))
     if opts and opts.get("idle") is False:
         st.warning("Recorded without `--idle`: time the training thread spends waiting (for data, "
                    "for a lock) is not sampled, so data loading looks cheaper than it is.",
                    icon=":material/warning:")
 
     threads, thread_desc = _thread_selection(prof, "sp")
-    left, mid, right = st.columns([3, 1.2, 1.2], vertical_alignment="bottom")
-    _query.from_query("search", lambda v: v[:200])
-    query = left.text_input("Search a function", key="search", max_chars=200,
-                            placeholder="e.g. backward, DataLoader, my_model.py",
-                            help="Highlights every frame whose function name or file contains this text.")
-    st.session_state.setdefault("sp_by", "function")
-    if st.session_state.get("sp_fold") not in FOLD_CHOICES:
-        st.session_state["sp_fold"] = next(iter(FOLD_CHOICES))
-    _query.from_query("sp_by", lambda v: v if v in ("function", "frame") else None, name="by",
-                      expected="'function' or 'frame'")
-    _query.from_query("sp_fold", lambda v: next((f for f in FOLD_CHOICES if f"{f:g}" == v), None),
-                      name="fold", expected="one of " + ", ".join(f"{f:g}" for f in FOLD_CHOICES))
-    by = mid.segmented_control("Frames", ["function", "frame"], required=True,
-                               format_func={"function": "by function", "frame": "by line"}.get, key="sp_by")
-    with right, _ui.controls("Fold under", FOLD_CHOICES[st.session_state["sp_fold"]], icon=":material/unfold_less:"):
-        fold = st.selectbox("Fold frames under", list(FOLD_CHOICES), format_func=FOLD_CHOICES.get,
-                            key="sp_fold", help="Frames with fewer samples are merged into one grey block "
-                                                "per parent, so the figure stays small.")
-    _query.to_query("sp_by", by, "function", name="by")
-    _query.to_query("sp_fold", f"{fold:g}", f"{next(iter(FOLD_CHOICES)):g}", name="fold")
-
-    _query.to_query("search", query.strip(), default="")
     if threads is not None and not len(threads):
         st.info(f"No {thread_desc} in this profile.")
+        _profile_facts(path, entry, prof)
         return
 
     # Step breakdown (main thread by default).
@@ -264,13 +223,25 @@ def render_sampled(path: str, entry: dict, prof):
     # drawn at a time (the browser then loads no data grid, and the server computes no
     # table, before the flamegraph), picked with a segmented control like speedscope's view
     # buttons: a tab container of four cost the flamegraph more to mount (issue 35 item 9)
+    # One toolbar for the views: which view, the search, and how frames are grouped and
+    # folded (a popover: its select box's code is loaded when opened). The sample counts
+    # and the command line come under the views: every element mounted before the
+    # flamegraph delayed it (issue 35 item 9).
     labels = list(VIEWS.values())
     if st.session_state.get("sp_view") not in labels:
         st.session_state["sp_view"] = labels[0]
     _query.from_query("sp_view", VIEWS.get, name="view", expected="one of " + ", ".join(repr(s) for s in VIEWS))
-    shown = st.segmented_control("View", labels, key="sp_view", required=True, label_visibility="collapsed")
+    bar = st.container(horizontal=True, vertical_alignment="center", gap="small")
+    shown = bar.segmented_control("View", labels, key="sp_view", required=True, label_visibility="collapsed")
     view = next((s for s, lab in VIEWS.items() if lab == shown), "flame")
     _query.to_query("sp_view", view, "flame", name="view")
+    by, fold = _frame_options(bar)
+    _query.from_query("search", lambda v: v[:200])
+    query = bar.text_input("Search a function", key="search", max_chars=200, width="stretch",
+                           label_visibility="collapsed", placeholder="Search a function",
+                           help="Highlights every frame whose function name or file contains this "
+                                "text (backward, DataLoader, my_model.py).")
+    _query.to_query("search", query.strip(), default="")
     for name, prefixes in VIEW_WIDGETS.items():  # kept while another view is shown
         if name != view:
             _ui.keep_widget_state(*prefixes)
@@ -285,10 +256,64 @@ def render_sampled(path: str, entry: dict, prof):
                      column_config={"weight_s": st.column_config.NumberColumn("seconds", format="%.2f")})
     else:
         _compare(path, entry, prof, threads)
+    _profile_facts(path, entry, prof)
     # read (and gunzipped) when clicked, not in each script run after the flamegraph
     st.download_button("Download the original file", data=lambda: original_bytes(entry), on_click="ignore",
                        file_name=f"{entry['id']}" + (".speedscope.json" if entry["format"] == "speedscope" else ".txt"),
                        help="Opens in speedscope.app too.", icon=":material/download:")
+
+
+def _frame_options(bar) -> tuple[str, float]:
+    """Frames grouped by function or by line, and folded under a share of the samples: one
+    popover in the views' toolbar, named after both (``Frames: by function · fold 0.1 %``)."""
+    st.session_state.setdefault("sp_by", "function")
+    if st.session_state.get("sp_by") not in BY_CHOICES:
+        st.session_state["sp_by"] = "function"
+    if st.session_state.get("sp_fold") not in FOLD_CHOICES:
+        st.session_state["sp_fold"] = next(iter(FOLD_CHOICES))
+    _query.from_query("sp_by", lambda v: v if v in BY_CHOICES else None, name="by",
+                      expected="'function' or 'frame'")
+    _query.from_query("sp_fold", lambda v: next((f for f in FOLD_CHOICES if f"{f:g}" == v), None),
+                      name="fold", expected="one of " + ", ".join(f"{f:g}" for f in FOLD_CHOICES))
+    shown = f"{BY_CHOICES[st.session_state['sp_by']]} · fold {FOLD_CHOICES[st.session_state['sp_fold']]}"
+    with bar, _ui.controls("Frames", shown, icon=":material/unfold_less:"):
+        by = st.segmented_control("Frames", list(BY_CHOICES), required=True, format_func=BY_CHOICES.get,
+                                  key="sp_by")
+        fold = st.selectbox("Fold frames under", list(FOLD_CHOICES), format_func=FOLD_CHOICES.get,
+                            key="sp_fold", help="Frames with fewer samples are merged into one grey block "
+                                                "per parent, so the figure stays small.")
+    _query.to_query("sp_by", by, "function", name="by")
+    _query.to_query("sp_fold", f"{fold:g}", f"{next(iter(FOLD_CHOICES)):g}", name="fold")
+    return by, fold
+
+
+def _profile_facts(path: str, entry: dict, prof) -> None:
+    """The profile's sample count, duration, threads, rate and recorder, with the sample
+    count explained and the recorded command line, under the views."""
+    from debugkit.analysis import profile as ap
+
+    meta = prof.meta
+    opts = entry.get("pyspy") or {}
+    tool = (entry.get("tool") or meta.get("exporter") or entry["format"]).replace("@", " ")
+    _ui.figures([
+        ("Samples", f"{prof.total_samples:,}"),
+        ("Duration", _fmt_secs(meta.get("duration_s"))),
+        ("Threads", len(prof.threads)),
+        ("Rate", f"{meta['rate_hz']:.0f} Hz" if meta.get("rate_hz") else "—"),
+        ("Recorded by", tool.split(" ")[0], tool),
+    ])
+    count = ap.explain_sample_count(opts.get("samples_reported"), prof, opts.get("errors_reported"))
+    notes = []  # one caption of lines
+    if count and (count["launcher"] or count["unexplained"]):
+        notes.append(count["note"])  # numbers and our own words only
+    if entry.get("command"):
+        cmd = entry["command"] if isinstance(entry["command"], str) else " ".join(entry["command"])
+        status = entry.get("exit_status")
+        # no folders of the recording machine (its home, checkout, interpreter)
+        notes.append(_ui.code(_ui.recorded_text(cmd, _data.recorded_roots(path)))
+                     + (f" · exit status {status}" if status is not None else ""))
+    if notes:
+        st.caption("  \n".join(notes))
 
 
 def _flamegraph(path: str, sig: tuple, entry: dict, prof, threads, thread_desc: str, bd_threads, info: dict,
@@ -302,11 +327,13 @@ def _flamegraph(path: str, sig: tuple, entry: dict, prof, threads, thread_desc: 
     # before the first chart, to be thrown away (issue 35 item 9)
     has_loop = bool(info.get("loop")) and threads == bd_threads
     scope = "all"
+    # one row above the figure: what it draws, the zoom, root at the bottom
+    bar = st.container(horizontal=True, vertical_alignment="center", gap="small")
     if has_loop:
         st.session_state.setdefault("sp_scope", "loop")
         _query.from_query("sp_scope", lambda v: v if v in ("loop", "all") else None, name="scope",
                           expected="'loop' or 'all'")
-        scope = st.segmented_control("Flamegraph of", ["loop", "all"], required=True,
+        scope = bar.segmented_control("Flamegraph of", ["loop", "all"], required=True, label_visibility="collapsed",
                                      format_func={"loop": "the training loop", "all": "the whole profile"}.get,
                                      key="sp_scope", help="The training loop: only the samples the step "
                                      "breakdown counts, each stack starting at the loop's function.")
@@ -338,7 +365,6 @@ def _flamegraph(path: str, sig: tuple, entry: dict, prof, threads, thread_desc: 
             return "the training loop (all of it)" if scope == "loop" else "the whole profile"
         return ("the training loop: " if n == loop_node else "") + f"{names[n]} ({shares[n]:.1%})"
 
-    bar = st.container(horizontal=True, vertical_alignment="center", gap="small")
     zkey = f"sp_zoom_{entry['id']}_{by}_{scope}"
     if st.session_state.get(zkey) not in zoom_opts:
         st.session_state[zkey] = -1

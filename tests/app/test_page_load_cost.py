@@ -692,7 +692,9 @@ def test_the_checkpoint_memory_profiler_and_audit_popovers_name_what_they_hold()
     assert at.query_params["host_warn"] == "0.9" and _popovers(at) == ["Series: RSS (host)", "Thresholds"]
     at = open_page("profiler", run="digits-profiled")
     at.selectbox(key="sp_fold").set_value(0.005).run()
-    assert "Fold under: 0\\.5 %" in _popovers(at) and at.query_params["fold"] == "0.005"
+    assert "Frames: by function · fold 0.5 %" in _popovers(at) and at.query_params["fold"] == "0.005"
+    at.segmented_control(key="sp_by").set_value("frame").run()
+    assert "Frames: by line · fold 0.5 %" in _popovers(at) and at.query_params["by"] == "frame"
 
 
 def _sidebar_drawn(at) -> bool:

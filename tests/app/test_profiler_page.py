@@ -361,3 +361,26 @@ def test_a_new_server_draws_the_profile_without_computing_its_breakdown_again(mo
     assert again.get("plotly_chart"), [(e.type, getattr(e, "value", "")) for e in again.main if e.type in ("alert", "exception", "error")]
     assert again.get("plotly_chart")[0].proto.spec == first.get("plotly_chart")[0].proto.spec
     assert [m.value for m in again.markdown] == [m.value for m in first.markdown]
+
+
+def _walk(node):
+    """A page's elements in the order they are drawn (blocks first, then their content)."""
+    yield node
+    for _, child in sorted(getattr(node, "children", {}).items()):
+        yield from _walk(child)
+
+
+def test_the_flamegraph_comes_before_the_profiles_facts_and_one_toolbar_holds_its_controls():
+    """Every element mounted before the flamegraph delayed it (issue 35 item 9): the sample
+    counts and the command line are drawn under the views, and the view, the search and
+    the frames' grouping and folding (a popover) are one toolbar above them."""
+    at = open_page("profiler", run="digits-profiled")
+    order = list(_walk(at.main))
+    kinds = [getattr(n, "type", None) for n in order]
+    chart = next(i for i, n in enumerate(order) if kinds[i] == "plotly_chart" and n.key == "flamegraph")
+    facts = next(i for i, n in enumerate(order) if kinds[i] == "html" and "dk-figures" in n.proto.body)
+    assert chart < facts
+    assert kinds[:chart].count("text_input") == 1 and kinds[:chart].count("html") == 0
+    popovers = [n.proto.popover.label for n in order[:chart] if getattr(n, "type", None) == "popover"]
+    assert "Frames: by function · fold 0.1 %" in popovers
+    assert "Samples" in figures(at) and not at.exception
