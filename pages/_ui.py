@@ -264,9 +264,16 @@ def show_related(f, roots=()) -> None:
 
 
 def about(text: str) -> None:
-    """The page's short "what am I looking at" note, under its title."""
-    with st.expander("What am I looking at?", icon=":material/help:"):
-        st.markdown(text)
+    """The page's short "what am I looking at" note, under its title, sent when opened: a
+    closed expander's content is still mounted by the browser, one more element before
+    the page's first chart on every page (issue 35 item 9)."""
+    import zlib
+
+    box = st.expander("What am I looking at?", icon=":material/help:", on_change="rerun",
+                      key=f"about_{zlib.crc32(text.encode()):08x}")
+    if box.open:
+        with box:
+            st.markdown(text)
 
 
 def keep_widget_state(*prefixes: str) -> None:

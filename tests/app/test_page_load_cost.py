@@ -777,3 +777,17 @@ def test_the_scalars_and_overview_curves_are_svg_when_short():
         at = open_page(page, run=run)
         sent = json.loads(at.get("plotly_chart")[0].proto.spec)["data"]
         assert {t["type"] for t in sent} == {"scatter"}, page
+
+
+@pytest.mark.parametrize("page, run", [("overview", "digits-bad-label"), ("profiler", "digits-profiled"),
+                                       ("audit", "credit-audit")])
+def test_the_what_am_i_looking_at_note_is_sent_when_opened(page, run):
+    """A closed expander's content is still mounted by the browser before the page's first
+    chart: the note under each page's title is drawn when its expander is opened."""
+    at = open_page(page, run=run, timeout=240)
+    (box,) = [e for e in at.main.expander if e.label == "What am I looking at?"]
+    assert box.key.startswith("about_") and not box.markdown
+    at.session_state[box.key] = True  # as a click on it does
+    at.run()
+    (box,) = [e for e in at.main.expander if e.label == "What am I looking at?"]
+    assert len(box.markdown) == 1 and len(box.markdown[0].value) > 80 and not at.exception
