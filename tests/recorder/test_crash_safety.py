@@ -85,48 +85,14 @@ def test_torn_last_batch_is_skipped_with_a_warning(tmp_path):
     assert len(g) % 5 == 0
 
 
-_TORN_FLUSH_CHILD = r'''
-import os, sys
-import torch, torch.nn as nn, torch.nn.functional as F
-from debugkit import Recorder
-from debugkit.recorder import writer
-
-model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-rec = Recorder(sys.argv[1], model, optimizer=opt, flush_every_s=60.0)
-
-def steps(a, b):
-    for _ in range(a, b):
-        x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
-        with rec.step((x, y)):
-            loss = F.cross_entropy(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            rec.log(loss=loss)
-            opt.step()
-
-steps(0, 5)
-rec._writer.flush()
-steps(5, 10)
-original = writer.RankWriter._write_rows
-
-def write_one_table_then_die(self, table, rows):
-    original(self, table, rows)
-    os._exit(9)  # the process dies between two tables' writes of one flush
-
-writer.RankWriter._write_rows = write_one_table_then_die
-rec._writer.flush()
-'''
-
-
 def test_death_between_two_tables_leaves_no_rows_past_the_steps_table(tmp_path):
     """A flush writes its steps rows before the other tables' rows: a process that dies
     between two writes leaves a step without its measurements, never measurements of a
     step the run does not list (the race CI hit now and then under SIGKILL)."""
     run_dir = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", _TORN_FLUSH_CHILD, str(run_dir)],
-                          env=env, timeout=600)
+    proc = subprocess.run([sys.executable, str(CHILD), str(run_dir), "60", "torn-flush"],
+                          env=env, stdout=subprocess.DEVNULL, timeout=600)
     assert proc.returncode == 9
     run = open_run(run_dir)
     assert run.status == "crashed"
@@ -134,33 +100,6 @@ def test_death_between_two_tables_leaves_no_rows_past_the_steps_table(tmp_path):
     assert steps == set(range(10)), "the dying flush wrote its steps rows first"
     assert set(run.grad_norms()["step"]) == set(range(5))
     assert set(run.scalars()["step"]) == set(range(5))
-
-
-_TERM_CHILD = r'''
-import signal, sys
-import torch, torch.nn as nn, torch.nn.functional as F
-from debugkit import Recorder
-
-if sys.argv[2] == "own-handler":  # the program's handler, set before the Recorder's
-    def own(signum, frame):
-        print("own handler", flush=True)
-        sys.exit(3)
-    signal.signal(signal.SIGTERM, own)
-model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-rec = Recorder(sys.argv[1], model, optimizer=opt, flush_every_s=60.0)
-step = 0
-while True:
-    x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
-    with rec.step((x, y)):
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        rec.log(loss=loss)
-        opt.step()
-    print(f"step {step}", flush=True)
-    step += 1
-'''
 
 
 @pytest.mark.timeout(900)
@@ -171,7 +110,8 @@ def test_sigterm_writes_the_queued_rows_then_goes_on_as_before(tmp_path, handler
     and the process then ends as it would have (by the signal, or by its own handler)."""
     run_dir = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-c", _TERM_CHILD, str(run_dir), handler],
+    mode = "own-handler" if handler == "own-handler" else "no-flushes"
+    proc = subprocess.Popen([sys.executable, str(CHILD), str(run_dir), "60", mode],
                             stdout=subprocess.PIPE, text=True, env=env)
     out = []
     try:
