@@ -266,7 +266,6 @@ def render_sampled(path: str, entry: dict, prof):
 def _frame_options(bar) -> tuple[str, float]:
     """Frames grouped by function or by line, and folded under a share of the samples: one
     popover in the views' toolbar, named after both (``Frames: by function · fold 0.1 %``)."""
-    st.session_state.setdefault("sp_by", "function")
     if st.session_state.get("sp_by") not in BY_CHOICES:
         st.session_state["sp_by"] = "function"
     if st.session_state.get("sp_fold") not in FOLD_CHOICES:
