@@ -71,9 +71,11 @@ def test_the_page_modules_are_imported_only_once_the_runtime_exists(monkeypatch)
 
     imported, checks = [], []
     monkeypatch.setattr(serve, "_imported", lambda name: imported.append((name, len(checks))) or True)
+    # and then the heap they made is frozen (no collection beside a visitor's script run)
+    monkeypatch.setattr(serve, "freeze_heap", lambda collect=True: imported.append(("frozen", collect)))
     monkeypatch.setattr(Runtime, "exists", classmethod(lambda cls: checks.append(1) or len(checks) > 3))
     assert serve.preload_pages(("pages._ui", "pages._data"), wait_s=30) == []
-    assert imported == [("pages._ui", 4), ("pages._data", 4)]  # after the runtime came, not before
+    assert imported == [("pages._ui", 4), ("pages._data", 4), ("frozen", False)]  # after the runtime came
 
     checks.clear()
     monkeypatch.setattr(Runtime, "exists", classmethod(lambda cls: False))
@@ -102,3 +104,43 @@ print("missing:", seen["missing"])
                          env={**os.environ, "PYTHONPATH": str(ROOT), "DEBUGKIT_CACHE": str(tmp_path / "cache")})
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1] == "missing: []", out.stdout[-2000:]
+
+
+def test_the_launcher_leaves_the_preloaded_heap_out_of_every_collection(tmp_path):
+    """Streamlit collects garbage in full after every script run, holding the GIL: with
+    the preload's 140,000 objects that took 65 ms, and the event loop sent the page's
+    last messages (the Bias audit's first chart among them) that much later. The launcher
+    freezes the heap (``gc.freeze``) before Streamlit starts, after a collection, so a
+    collection walks only what was made since. New process: the launcher as ``debugkit
+    ui`` runs it, the server's start replaced by a probe of the collector."""
+    code = """
+import gc
+import pages._serve as serve
+from streamlit.web import cli
+seen = {}
+def started(prog_name):
+    gc.collect()  # garbage made before the freeze would be frozen, not collected
+    seen["frozen"], seen["walked"] = gc.get_freeze_count(), len(gc.get_objects())
+    return 0
+cli.main = started
+assert serve.main(["run", "app.py"]) == 0
+print(seen["frozen"], seen["walked"])
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT), "DEBUGKIT_CACHE": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stderr[-3000:]
+    frozen, walked = map(int, out.stdout.split()[-2:])
+    assert frozen > 50_000 and walked < frozen / 20, (frozen, walked)
+
+
+def test_the_heap_freeze_collects_first_unless_told_not_to(monkeypatch):
+    import gc
+
+    import pages._serve as serve
+
+    calls = []
+    monkeypatch.setattr(gc, "collect", lambda *a: calls.append("collect") or 0)
+    monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
+    serve.freeze_heap()
+    serve.freeze_heap(collect=False)
+    assert calls == ["collect", "freeze", "freeze"]

@@ -791,3 +791,42 @@ def test_the_what_am_i_looking_at_note_is_sent_when_opened(page, run):
     at.run()
     (box,) = [e for e in at.main.expander if e.label == "What am I looking at?"]
     assert len(box.markdown) == 1 and len(box.markdown[0].value) > 80 and not at.exception
+
+
+def test_magic_is_off_and_no_page_has_an_expression_it_would_write():
+    """``.streamlit/config.toml`` turns Streamlit's magic off: with it on, every page file
+    was parsed and rewritten before it was compiled (30 ms for the Bias audit's) in a new
+    server's first visit and whenever no browser was connected. Magic writes a bare
+    expression's value to the page; no page has one, so nothing drawn changes. A page
+    that gained one would now draw nothing for it: this keeps the two in step."""
+    import ast
+    import tomllib
+
+    from streamlit.runtime.scriptrunner import magic
+
+    assert tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())["runner"]["magicEnabled"] is False
+    files = [ROOT / "app.py", *sorted((ROOT / "pages").glob("[a-z]*.py"))]
+    assert len(files) > 10
+    written = {}
+    for f in files:
+        src = f.read_text()
+        plain = ast.unparse(ast.parse(src))
+        rewritten = ast.unparse(magic.add_magic(src, str(f)))
+        # magic adds its own import, and wraps each expression it would write in a call
+        rewritten = rewritten.replace("import streamlit.runtime.scriptrunner.magic_funcs as __streamlitmagic__\n", "", 1)
+        if rewritten != plain:
+            written[f.name] = [ln for ln in rewritten.splitlines() if "__streamlitmagic__" in ln][:3]
+    assert written == {}
+
+
+def test_the_magic_check_sees_an_expression_magic_would_write():
+    """The check above compares a page with magic's rewrite of it: for a page with a bare
+    value the two differ."""
+    import ast
+
+    from streamlit.runtime.scriptrunner import magic
+
+    src = "import streamlit as st\nx = 1\nx\n"
+    rewritten = ast.unparse(magic.add_magic(src, "p.py"))
+    assert "__streamlitmagic__" in rewritten.replace(
+        "import streamlit.runtime.scriptrunner.magic_funcs as __streamlitmagic__\n", "", 1)
