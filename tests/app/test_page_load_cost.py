@@ -800,8 +800,8 @@ def test_magic_is_off_and_no_page_has_an_expression_it_would_write():
     expression's value to the page; no page has one, so nothing drawn changes. A page
     that gained one would now draw nothing for it: this keeps the two in step."""
     import ast
-    import tomllib
 
+    import tomllib
     from streamlit.runtime.scriptrunner import magic
 
     assert tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())["runner"]["magicEnabled"] is False
