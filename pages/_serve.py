@@ -8,6 +8,12 @@ shared modules (:data:`PAGE_MODULES`) follow in a thread once Streamlit's runtim
 Streamlit imports nothing of a page until a browser opens it, so without this the first
 visit of each page pays those imports (``bench/pages.py --preload both``).
 
+It also serves Streamlit's front end with a script of its own at the top of
+``index.html`` (:func:`serve_index_for_pages`): on a page's URL the front end asks the
+server's root first instead of a 404 and a 100 ms back-off, and a chart page fetches the
+Plotly chart code while the front end starts. ``DEBUGKIT_FRONTEND_PATCH=0`` serves the
+front end as Streamlit ships it.
+
 torch is left out: only Replay and Checkpoints use it, and its import (1-2 s of CPU)
 would compete with the first page on a two-core machine. ``DEBUGKIT_PRELOAD=0`` turns
 the preload off. It lives with the pages, not in ``debugkit/``: the library never imports
@@ -269,6 +275,108 @@ def freeze_heap(collect: bool = True) -> None:
     gc.freeze()
 
 
+#: Pages whose first visit draws no Plotly chart (their URL paths): the front end is not
+#: told to fetch plotly.js early there.
+NO_CHART_PAGES = ("home", "replay")
+
+
+def page_url_paths(app_file: str) -> list[str]:
+    """The URL paths of the app's pages: the last item of each entry of ``app.py``'s
+    ``PAGES`` list, read without running the app (empty if that list is not found)."""
+    import ast
+
+    try:
+        tree = ast.parse(open(app_file, encoding="utf-8").read())
+    except (OSError, SyntaxError, ValueError):
+        return []
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "PAGES" for t in node.targets)
+                and isinstance(node.value, ast.List)):
+            out = []
+            for entry in node.value.elts:
+                last = entry.elts[-1] if isinstance(entry, ast.Tuple) and entry.elts else None
+                if isinstance(last, ast.Constant) and isinstance(last.value, str) and _is_url_path(last.value):
+                    out.append(last.value)
+            return out
+    return []
+
+
+def _is_url_path(text: str) -> bool:
+    """One path segment of the kind ``st.Page(url_path=...)`` takes here."""
+    import re
+
+    return re.fullmatch(r"[a-z0-9_-]+", text) is not None
+
+
+#: What the front end's page (index.html) runs first, before Streamlit's own code.
+HEAD_SCRIPT = """<script>
+/* debugkit ui (pages/_serve.py): a page's own URL (/audit) is not where the server answers
+   (its root is): Streamlit's front end would first ask /audit/_stcore/health, get a 404, wait
+   100 ms and ask /_stcore/health. Name the root for the app's pages; and on a chart page start
+   fetching the Plotly chart code now, with the front end's own, not when the chart arrives. */
+(function () {
+  var pages = %(pages)s, noChart = %(no_chart)s, plotly = %(plotly)s;
+  var path = window.location.pathname.replace(/\\/+$/, "");
+  var cut = path.lastIndexOf("/"), page = path.slice(cut + 1);
+  if (pages.indexOf(page) < 0) return;
+  window.__streamlit = Object.assign({}, window.__streamlit || {},
+                                     {BACKEND_BASE_URL: window.location.origin + path.slice(0, cut) + "/"});
+  if (plotly && noChart.indexOf(page) < 0) {
+    var link = document.createElement("link");
+    link.rel = "modulepreload"; link.crossOrigin = ""; link.href = "./static/js/" + plotly;
+    document.head.appendChild(link);
+  }
+})();
+</script>
+"""
+
+
+def serve_index_for_pages(app_file: str) -> str | None:
+    """Serve Streamlit's front end with :data:`HEAD_SCRIPT` in its ``index.html``.
+
+    A mirror of Streamlit's static folder (a link to each of its files and folders, and
+    its own ``index.html``) is made in a temporary folder, removed when the server exits,
+    and Streamlit's static routes are pointed at it. Returns the folder, or None where
+    anything is not as expected (no page list, no ``<head>``, no symbolic links): the
+    front end is then served as it is.
+    """
+    import atexit
+    import json
+    import shutil
+    import tempfile
+
+    try:
+        from streamlit import file_util
+    except ImportError:  # pragma: no cover - Streamlit is a dependency
+        return None
+    pages = page_url_paths(app_file)
+    src = getattr(file_util, "get_static_dir", lambda: "")()
+    index = os.path.join(src, "index.html")
+    if not pages or not os.path.isfile(index):
+        return None
+    html = open(index, encoding="utf-8").read()
+    if html.count("<head>") != 1:
+        return None
+    js_dir = os.path.join(src, "static", "js")
+    chunks = sorted(f for f in os.listdir(js_dir) if f.startswith("PlotlyChart.") and f.endswith(".js")) \
+        if os.path.isdir(js_dir) else []
+    script = HEAD_SCRIPT % {"pages": json.dumps(pages + ["home"]), "no_chart": json.dumps(list(NO_CHART_PAGES)),
+                            "plotly": json.dumps(chunks[0] if len(chunks) == 1 else None)}
+    dest = tempfile.mkdtemp(prefix="debugkit-frontend-")
+    try:
+        for name in os.listdir(src):
+            if name != "index.html":
+                os.symlink(os.path.join(src, name), os.path.join(dest, name))
+        with open(os.path.join(dest, "index.html"), "w", encoding="utf-8") as f:
+            f.write(html.replace("<head>", "<head>\n" + script, 1))
+    except OSError:
+        shutil.rmtree(dest, ignore_errors=True)
+        return None
+    atexit.register(shutil.rmtree, dest, True)
+    file_util.get_static_dir = lambda: dest
+    return dest
+
+
 def _navigation_mode() -> None:
     """Start the server in ``st.navigation`` mode.
 
@@ -313,6 +421,9 @@ def main(argv: list[str] | None = None) -> int:
 
     _navigation_mode()
     _no_direct_run_check()
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) >= 2 and args[0] == "run" and os.environ.get("DEBUGKIT_FRONTEND_PATCH", "1") != "0":
+        serve_index_for_pages(args[1])
     if os.environ.get("DEBUGKIT_PRELOAD", "1") != "0":
         # Before the server opens its port, not beside it: a thread's imports held the GIL
         # while Streamlit started and while the first browser loaded the front end, and a

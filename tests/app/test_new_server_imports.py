@@ -144,3 +144,71 @@ def test_the_heap_freeze_collects_first_unless_told_not_to(monkeypatch):
     serve.freeze_heap()
     serve.freeze_heap(collect=False)
     assert calls == ["collect", "freeze", "freeze"]
+
+
+def test_the_launcher_reads_the_page_url_paths_from_app_py(tmp_path):
+    from pages._serve import page_url_paths
+
+    assert page_url_paths(str(ROOT / "app.py")) == [
+        "home", "overview", "scalars", "gradients", "layers", "memory", "profiler", "distributed",
+        "checkpoints", "replay", "compare", "audit"]
+    odd = tmp_path / "app.py"
+    odd.write_text('PAGES = [("pages/a.py", "A", None, "a-1"), ("pages/b.py", "B", None, "../b"), "c"]\n')
+    assert page_url_paths(str(odd)) == ["a-1"]  # what is not a URL path of one segment is left out
+    odd.write_text("import streamlit as st\n")
+    assert page_url_paths(str(odd)) == []
+    assert page_url_paths(str(tmp_path / "missing.py")) == []
+
+
+FRONTEND_PROBE = """
+import json, os
+from streamlit import file_util
+import pages._serve as serve
+before = file_util.get_static_dir()
+made = serve.serve_index_for_pages({app!r})
+after = file_util.get_static_dir()
+index = open(os.path.join(after, "index.html")).read() if made else ""
+print(json.dumps({{"made": made, "before": before, "after": after, "index": index,
+                   "links": sorted((n, os.path.realpath(os.path.join(after, n))) for n in os.listdir(after)
+                                   if n != "index.html")}}))
+"""
+
+
+def _frontend(app, tmp_path) -> dict:
+    import json
+
+    out = subprocess.run([sys.executable, "-c", FRONTEND_PROBE.format(app=str(app))], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_launcher_serves_streamlits_front_end_with_its_script_first(tmp_path):
+    """A mirror of Streamlit's static folder: its own files and folders linked, its
+    index.html with the launcher's script at the top of ``<head>`` (before Streamlit's
+    module script, which reads ``window.__streamlit`` when it loads), naming this app's
+    pages and Streamlit's Plotly chunk; the static routes are pointed at it. The folder is
+    removed when the process exits."""
+    got = _frontend(ROOT / "app.py", tmp_path)
+    assert got["made"] and got["after"] == got["made"] != got["before"]
+    assert got["made"].startswith(str(tmp_path))
+    original = open(os.path.join(got["before"], "index.html")).read()
+    head = got["index"].split("<head>", 1)[1]
+    assert head.index("window.__streamlit") < head.index('<script type="module"')
+    assert '"audit"' in head and '"profiler"' in head and '"home"' in head
+    chunk = [f for f in os.listdir(os.path.join(got["before"], "static", "js")) if f.startswith("PlotlyChart.")]
+    assert f'"{chunk[0]}"' in head
+    start = got["index"].index("<script>\n/* debugkit ui")
+    end = got["index"].index("</script>\n", start) + len("</script>\n")
+    assert got["index"][:start - 1] + got["index"][end:] == original  # nothing else of Streamlit's page changed
+    assert got["links"] == sorted([n, os.path.realpath(os.path.join(got["before"], n))]
+                                  for n in os.listdir(got["before"]) if n != "index.html")
+    assert not os.path.exists(got["made"])  # gone with the process
+
+
+def test_without_a_page_list_the_front_end_is_served_as_it_is(tmp_path):
+    app = tmp_path / "app.py"
+    app.write_text("import streamlit as st\nst.write('no page list')\n")
+    got = _frontend(app, tmp_path)
+    assert got["made"] is None and got["after"] == got["before"]

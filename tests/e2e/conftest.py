@@ -65,12 +65,15 @@ def start_server(tmp: Path, env_extra: dict | None = None, args: tuple = (),
            "--server.fileWatcherType", "none", *args]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
+    # under --server.baseUrlPath the health check is served below that path
+    base = args[args.index("--server.baseUrlPath") + 1].strip("/") if "--server.baseUrlPath" in args else ""
+    health = url + (f"/{base}" if base else "") + "/_stcore/health"
     deadline = time.time() + 60
     while time.time() < deadline:
         if proc.poll() is not None:
             raise RuntimeError("streamlit exited:\n" + log.read_text())
         try:
-            with urllib.request.urlopen(url + "/_stcore/health", timeout=1) as r:
+            with urllib.request.urlopen(health, timeout=1) as r:
                 if r.status == 200:
                     return StreamlitServer(url, proc, store, log)
         except OSError:
