@@ -286,7 +286,8 @@ def page_url_paths(app_file: str) -> list[str]:
     import ast
 
     try:
-        tree = ast.parse(open(app_file, encoding="utf-8").read())
+        with open(app_file, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
     except (OSError, SyntaxError, ValueError):
         return []
     for node in tree.body:
@@ -354,13 +355,14 @@ def serve_index_for_pages(app_file: str) -> str | None:
     index = os.path.join(src, "index.html")
     if not pages or not os.path.isfile(index):
         return None
-    html = open(index, encoding="utf-8").read()
+    with open(index, encoding="utf-8") as f:
+        html = f.read()
     if html.count("<head>") != 1:
         return None
     js_dir = os.path.join(src, "static", "js")
     chunks = sorted(f for f in os.listdir(js_dir) if f.startswith("PlotlyChart.") and f.endswith(".js")) \
         if os.path.isdir(js_dir) else []
-    script = HEAD_SCRIPT % {"pages": json.dumps(pages + ["home"]), "no_chart": json.dumps(list(NO_CHART_PAGES)),
+    script = HEAD_SCRIPT % {"pages": json.dumps(pages), "no_chart": json.dumps(list(NO_CHART_PAGES)),
                             "plotly": json.dumps(chunks[0] if len(chunks) == 1 else None)}
     dest = tempfile.mkdtemp(prefix="debugkit-frontend-")
     try:
