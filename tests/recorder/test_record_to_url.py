@@ -83,7 +83,7 @@ def test_a_bucket_that_cannot_be_written_fails_at_the_start(s3, spool, monkeypat
 
 
 CHILD = textwrap.dedent("""
-    import sys, time, torch
+    import os, sys, time, torch
     from debugkit import Recorder
     from tests._training import train
     url, marker = sys.argv[1], sys.argv[2]
@@ -93,7 +93,9 @@ CHILD = textwrap.dedent("""
     rec = Recorder(url, model, opt, flush_every_s=0.2)
     batches = [(torch.randn(8, 4), torch.randint(0, 3, (8,))) for _ in range(25)]
     train(rec, model, opt, batches)
-    open(marker, "w").write(str(rec.run_dir))
+    with open(marker + ".tmp", "w") as f:  # whole or absent: the test polls for it
+        f.write(str(rec.run_dir))
+    os.replace(marker + ".tmp", marker)
     time.sleep(600)  # killed here, never closed
 """)
 
