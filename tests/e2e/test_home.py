@@ -105,6 +105,11 @@ def test_an_800px_window_breaks_no_label_or_title_inside_a_word(server, browser,
         cut = page.evaluate("""() => [...document.querySelectorAll('[data-testid="stMain"] [data-testid="stPageLink-NavLink"] span')]
             .filter(s => s.scrollWidth > s.clientWidth + 1).map(s => s.textContent)""")
         assert cut == []
+        # nor a figure's value ("Grown by 432.4 …" on Memory): its type shrinks to the card
+        values = page.evaluate("""() => [...document.querySelectorAll('.dk-figure-value')]
+            .map(p => [p.textContent, p.scrollWidth <= p.clientWidth + 1, parseFloat(getComputedStyle(p).fontSize)])""")
+        assert all(fits for _, fits, _ in values), values
+        assert all(size >= 16 for *_, size in values), values  # never under 1rem
     finally:
         ctx.close()
 
