@@ -39,6 +39,12 @@ class TermFlush:
 
     def _handle(self, signum, frame) -> None:
         writer = self._writer
+        if writer is not None and writer.flushing_here():
+            # the signal interrupted this thread's own flush, which holds the rows it took:
+            # let it write them, then handle the signal (waiting here would give up after
+            # the timeout and end the process with those rows lost)
+            writer.defer_until_flushed(lambda: self._handle(signum, frame))
+            return
         if writer is not None:
             try:
                 if writer.flush(timeout=2.0):

@@ -140,6 +140,8 @@ class RankWriter:
         self.n_layers = n_layers
         self.flush_every_s = max(0.05, float(flush_every_s))
         self._flush_lock = threading.Lock()
+        self._flush_owner: int | None = None  # the thread flushing now (under the lock)
+        self._deferred: list = []  # (thread, fn): run by that thread once its flush ends
         # rows added one by one (deque.append is atomic under the GIL: no lock per row, which
         # matters to debugkit.serve's request threads); the writer pops what it finds
         self._bufs: dict[str, deque] = {t: deque() for t in fmt.TABLES}
@@ -198,11 +200,18 @@ class RankWriter:
             return True
         if not self._flush_lock.acquire(timeout=timeout):
             return False
-        try:
-            self._flush_unlocked()
-        finally:
-            self._flush_lock.release()
+        self._flush_locked()
         return True
+
+    def flushing_here(self) -> bool:
+        """Whether the calling thread is inside a flush (a signal handler that interrupted
+        it: waiting for the lock would wait for itself, and its rows are in that flush's
+        hands)."""
+        return self._flush_owner == threading.get_ident()
+
+    def defer_until_flushed(self, fn) -> None:
+        """Call ``fn()`` on this thread once the flush it interrupted has written its rows."""
+        self._deferred.append((threading.get_ident(), fn))
 
     def close(self, state: str = fmt.STATE_FINISHED) -> None:
         """Flush, mark the rank's final state in its heartbeat and stop the thread."""
@@ -251,8 +260,23 @@ class RankWriter:
         )
 
     def _flush(self) -> None:
-        with self._flush_lock:
+        self._flush_lock.acquire()
+        self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        """Flush with the lock held, release it, then run what a signal handler deferred."""
+        self._flush_owner = threading.get_ident()
+        try:
             self._flush_unlocked()
+        finally:
+            self._flush_owner = None
+            self._flush_lock.release()
+        if self._deferred:  # only ever the thread that deferred runs it (a handler's thread)
+            me = threading.get_ident()
+            mine = [fn for t, fn in self._deferred if t == me]
+            self._deferred = [(t, fn) for t, fn in self._deferred if t != me]
+            for fn in mine:
+                fn()
 
     def _flush_unlocked(self) -> None:
         # The current block first: every block handed over before it is in _full

@@ -11,6 +11,9 @@
   before the Recorder (it prints ``own handler`` and exits with status 3).
 - ``torn-flush``: 5 steps, a flush, 5 more steps, then a flush during which the process
   dies (``os._exit(9)``) right after the first table's rows are written.
+- ``term-in-flush``: 10 steps, then a flush of the training thread during which SIGTERM
+  arrives, right after the first table's rows are written (torchrun stopping a rank that
+  is closing its Recorder).
 """
 
 import os
@@ -68,5 +71,21 @@ if mode == "torn-flush":
 
     writer.RankWriter._write_rows = write_one_table_then_die
     rec._writer.flush()
+elif mode == "term-in-flush":
+    from debugkit.recorder import writer
+
+    train(0, 10)
+    original = writer.RankWriter._write_rows
+    sent = []
+
+    def write_one_table_then_term(self, table, rows):
+        original(self, table, rows)
+        if not sent:
+            sent.append(table)
+            os.kill(os.getpid(), signal.SIGTERM)  # its handler runs here, inside the flush
+
+    writer.RankWriter._write_rows = write_one_table_then_term
+    rec._writer.flush()
+    print("flush returned", flush=True)
 else:
     train(0, flush_every=5 if mode == "flushes" else None)

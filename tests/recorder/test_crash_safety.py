@@ -102,6 +102,26 @@ def test_death_between_two_tables_leaves_no_rows_past_the_steps_table(tmp_path):
     assert set(run.scalars()["step"]) == set(range(5))
 
 
+def test_sigterm_inside_the_training_threads_own_flush_loses_no_row(tmp_path):
+    """SIGTERM whose handler runs inside a flush of the same thread (torchrun stopping a
+    rank while it closes its Recorder): the handler lets that flush write the rows it took,
+    then flushes, notes the signal and ends the process by it. Waiting for the flush's lock
+    instead gave up after 2 s and ended the process with those rows lost (CI lost rank 0's
+    first row in tests/distributed/test_elastic_resume.py that way)."""
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, str(CHILD), str(run_dir), "60", "term-in-flush"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == -signal.SIGTERM, proc.stderr[-2000:]
+    assert "flush returned" not in proc.stdout  # the signal ended it when the flush did
+    run = open_run(run_dir)
+    assert run.status == "crashed"
+    assert run.steps()["step"].tolist() == list(range(10))
+    assert sorted(set(run.grad_norms()["step"])) == list(range(10))
+    assert run.scalars().query("key == 'loss'")["step"].tolist() == list(range(10))
+    assert "signal" in [e["kind"] for e in run.events()]
+
+
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("handler,code", [("default", -signal.SIGTERM), ("own-handler", 3)])
 def test_sigterm_writes_the_queued_rows_then_goes_on_as_before(tmp_path, handler, code):
