@@ -106,8 +106,10 @@ def test_sigterm_inside_the_training_threads_own_flush_loses_no_row(tmp_path):
     """SIGTERM whose handler runs inside a flush of the same thread (torchrun stopping a
     rank while it closes its Recorder): the handler lets that flush write the rows it took,
     then flushes, notes the signal and ends the process by it. Waiting for the flush's lock
-    instead gave up after 2 s and ended the process with those rows lost (CI lost rank 0's
-    first row in tests/distributed/test_elastic_resume.py that way)."""
+    instead gave up after 2 s and ended the process with those rows lost: the likely way
+    CI lost rank 0's first row in tests/distributed/test_elastic_resume.py, whose rank 0
+    closes (a last flush of rows no background flush had taken yet: the job is shorter than
+    flush_every_s) while torchrun stops it."""
     run_dir = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, str(CHILD), str(run_dir), "60", "term-in-flush"],
