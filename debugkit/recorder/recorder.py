@@ -753,7 +753,22 @@ class Recorder:
         if self._closed:
             return
         self._closed = True
-        self._term.close()  # from here on close() writes the rows itself
+        # a SIGTERM while closing waits until the rows and the final state are written
+        self._term.hold()
+        try:
+            self._close_writing(failed)
+        finally:
+            self._term.close()  # the replaced handler back; a held SIGTERM acted on now
+        self._rss.close()
+        self._fatal.close()
+        if self._uploader is not None:
+            problem = self._uploader.finish()  # the last pass: the bucket holds the whole run
+            if problem:
+                warnings.warn(problem, DebugkitWarning, stacklevel=2)
+
+    def _close_writing(self, failed: bool) -> None:
+        """close()'s part that writes the run: the open step's rows, the batch spec, the
+        last flush and the final state."""
         self._nonfinite.resolve_pending(block=True)
         st = self._cur
         if st is not None:
@@ -782,12 +797,6 @@ class Recorder:
         self._writer.event("close", state=state, steps=self._step_no,
                            skipped_batches=self._skipped)
         self._writer.close(state)
-        self._rss.close()
-        self._fatal.close()
-        if self._uploader is not None:
-            problem = self._uploader.finish()  # the last pass: the bucket holds the whole run
-            if problem:
-                warnings.warn(problem, DebugkitWarning, stacklevel=2)
 
     def comm(self):
         """Context manager around a blocking collective; its time counts as ``comm_s``.

@@ -12,6 +12,8 @@
 - ``torn-flush``: 5 steps, a flush, 5 more steps, then a flush during which the process
   dies (``os._exit(9)``) right after the first table's rows are written.
 - ``term-in-flush``: 10 steps, then a flush of the training thread during which SIGTERM
+  arrives, right after the first table's rows are written.
+- ``term-in-close``: 10 steps, then ``rec.close()``, during whose last flush SIGTERM
   arrives, right after the first table's rows are written (torchrun stopping a rank that
   is closing its Recorder).
 """
@@ -71,7 +73,7 @@ if mode == "torn-flush":
 
     writer.RankWriter._write_rows = write_one_table_then_die
     rec._writer.flush()
-elif mode == "term-in-flush":
+elif mode in ("term-in-flush", "term-in-close"):
     from debugkit.recorder import writer
 
     train(0, 10)
@@ -85,7 +87,10 @@ elif mode == "term-in-flush":
             os.kill(os.getpid(), signal.SIGTERM)  # its handler runs here, inside the flush
 
     writer.RankWriter._write_rows = write_one_table_then_term
-    rec._writer.flush()
-    print("flush returned", flush=True)
+    if mode == "term-in-flush":
+        rec._writer.flush()
+    else:
+        rec.close()
+    print("returned", flush=True)
 else:
     train(0, flush_every=5 if mode == "flushes" else None)

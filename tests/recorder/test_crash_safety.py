@@ -102,26 +102,34 @@ def test_death_between_two_tables_leaves_no_rows_past_the_steps_table(tmp_path):
     assert set(run.scalars()["step"]) == set(range(5))
 
 
-def test_sigterm_inside_the_training_threads_own_flush_loses_no_row(tmp_path):
-    """SIGTERM whose handler runs inside a flush of the same thread (torchrun stopping a
-    rank while it closes its Recorder): the handler lets that flush write the rows it took,
-    then flushes, notes the signal and ends the process by it. Waiting for the flush's lock
-    instead gave up after 2 s and ended the process with those rows lost: the likely way
-    CI lost rank 0's first row in tests/distributed/test_elastic_resume.py, whose rank 0
-    closes (a last flush of rows no background flush had taken yet: the job is shorter than
-    flush_every_s) while torchrun stops it."""
+@pytest.mark.parametrize("mode", ["term-in-flush", "term-in-close"])
+def test_sigterm_inside_the_training_threads_own_flush_loses_no_row(tmp_path, mode):
+    """SIGTERM whose handler runs inside a flush of the same thread: the rows that flush
+    took reach the disk, the signal is in the events, and the process then ends by it.
+    ``term-in-close``: torchrun stopping a rank as it closes its Recorder (the elastic
+    test's rank 0 in CI: its job is shorter than flush_every_s, so close() writes every
+    row). close() put the default handler back first, and the signal ended the process
+    after the steps table, before the other tables. ``term-in-flush``: any other flush of
+    the training thread, where the handler waited for the lock its own thread held, gave
+    up after 2 s and ended the process without the rows."""
     run_dir = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, str(CHILD), str(run_dir), "60", "term-in-flush"],
+    proc = subprocess.run([sys.executable, str(CHILD), str(run_dir), "60", mode],
                           env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == -signal.SIGTERM, proc.stderr[-2000:]
-    assert "flush returned" not in proc.stdout  # the signal ended it when the flush did
+    assert "returned" not in proc.stdout  # the signal ended it once the rows were written
     run = open_run(run_dir)
-    assert run.status == "crashed"
     assert run.steps()["step"].tolist() == list(range(10))
     assert sorted(set(run.grad_norms()["step"])) == list(range(10))
     assert run.scalars().query("key == 'loss'")["step"].tolist() == list(range(10))
-    assert "signal" in [e["kind"] for e in run.events()]
+    kinds = [e["kind"] for e in run.events()]
+    assert "signal" in kinds
+    if mode == "term-in-close":
+        # the close completed: its event, the final state, then the signal
+        assert run.status == "finished" and kinds[-2:] == ["close", "signal"]
+        assert run.events()[-1]["while_closing"] is True
+    else:
+        assert run.status == "crashed"
 
 
 @pytest.mark.timeout(900)
