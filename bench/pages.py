@@ -4,8 +4,8 @@ For each page a fresh ``streamlit run app.py`` server is started (cold: no Strea
 cache, no imports done by a page yet; the run-list index in ``$DEBUGKIT_CACHE`` is filled
 first by an earlier server, as on any server started after the first), then Debian's
 chromium (Playwright) opens ``/<page>?run=<sample>`` and the time from navigation to the
-first chart (a Plotly chart; the run table on Home; the app's finished script run on
-Replay, which draws no chart until asked) is taken. The same URL is then opened again in
+first chart (a Plotly chart; the Profiler's flamegraph, a canvas; the run table on Home;
+the app's finished script run on Replay, which draws no chart until asked) is taken. The same URL is then opened again in
 a new browser context (a new session: warm, Streamlit's caches hit). Repeated
 ``--repeats`` times; medians are printed as a Markdown table.
 
@@ -71,6 +71,8 @@ sys.path.insert(0, str(ROOT))
 from tests.e2e.conftest import CHROMIUM_ARGS, chromium_path, start_server  # noqa: E402
 
 PLOT = "[data-testid='stPlotlyChart'] .js-plotly-plot"
+#: The Profiler's flamegraph: a canvas (pages/_flamegraph.js) that says it has drawn.
+FLAME = "canvas[data-drawn]"
 # (url path, sample run, what counts as the first chart)
 PAGES = [
     ("home", None, "[data-testid='stTable'], [data-testid='stDataFrame']"),  # the run list
@@ -78,7 +80,7 @@ PAGES = [
     ("scalars", "digits-exploding", PLOT),
     ("gradients", "digits-exploding", PLOT),
     ("memory", "memory-leak", PLOT),
-    ("profiler", "digits-profiled", PLOT),
+    ("profiler", "digits-profiled", FLAME),
     ("distributed", "ddp-straggler", PLOT),
     ("checkpoints", "digits-resumed", PLOT),
     ("replay", "digits-bad-label", None),
@@ -228,6 +230,10 @@ def time_to_chart(browser, url: str, selector: str | None, pid: int | None = Non
                     stamps.setdefault("chart_msg", float(ev["timestamp"]))
                     got["figures"] += 1
                     got["figure_bytes"] += len(el.plotly_chart.spec.encode())
+                elif el.WhichOneof("type") == "bidi_component":  # the Profiler's flamegraph
+                    stamps.setdefault("chart_msg", float(ev["timestamp"]))
+                    got["figures"] += 1
+                    got["figure_bytes"] += len(el.bidi_component.json.encode())
 
     scripts: dict[str, str] = {}  # request id -> file name, of the JavaScript responses
     got["js_before"] = {}  # file name -> bytes, of the scripts loaded before the first chart

@@ -50,11 +50,15 @@ SHOTS = [
 ]
 
 # Wait until Streamlit has finished the script run, no element is still a loading
-# skeleton, and every plotly chart has drawn.
+# skeleton, every plotly chart has drawn, and so has every flamegraph (a canvas in a
+# component's shadow root, pages/_flamegraph.js).
 SETTLED = """() => !document.querySelector('[data-testid="stStatusWidget"]')
   && !document.querySelector('[data-testid="stSpinner"]')
   && !document.querySelector('[data-testid="stSkeleton"]')
-  && [...document.querySelectorAll('.js-plotly-plot')].every(p => p.querySelector('.main-svg'))"""
+  && [...document.querySelectorAll('.js-plotly-plot')].every(p => p.querySelector('.main-svg'))
+  && [...document.querySelectorAll('[data-testid="stBidiComponentIsolated"]')]
+       .every(c => c.shadowRoot ? c.shadowRoot.querySelector('canvas[data-drawn]')
+                                : c.querySelector('canvas[data-drawn]'))"""
 
 
 def main(argv=None):

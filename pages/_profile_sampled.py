@@ -8,6 +8,7 @@ import streamlit as st
 from debugkit.errors import DebugkitError
 from debugkit.location import as_path
 from pages import _data, _query, _runs, _ui
+from pages._flamegraph import flamegraph
 from pages._profile_load import original_bytes, read_profile
 
 THREAD_CHOICES = {"main": "Main thread", "dataloader": "DataLoader workers", "all": "All threads",
@@ -375,20 +376,23 @@ def _flamegraph(path: str, sig: tuple, entry: dict, prof, threads, thread_desc: 
     # before the flamegraph
     with bar, _ui.controls("Zoom", zoom_label(st.session_state[zkey]), icon=":material/zoom_in:"):
         zoom = st.selectbox("Zoom into", zoom_opts, key=zkey, format_func=zoom_label,
-                            help="Or click a frame in the figure to zoom into it; click the bar above "
-                                 "the figure to zoom back out.")
+                            help="Or click a frame in the figure to zoom into it; click it again, or an "
+                                 "ancestor above it, or press Esc to zoom back out.")
     flame = bar.toggle("Root at the bottom", key="sp_flame",
                       help="Flame graph (root at the bottom) instead of an icicle (root on top).")
     _query.to_query(zkey, str(zoom), "-1", name="zoom")
     _query.to_query("sp_flame", "1" if flame else "0", "0", name="flame")
-    fig = cp.build_flamegraph_figure(tree, highlight=mask if mask.any() else None,
-                                     root_id=None if zoom < 0 else zoom, flame=flame,
-                                     roots=_data.recorded_roots(path))
-    _ui.chart(fig, key="flamegraph", config={"displayModeBar": False})
+    roots = _data.recorded_roots(path)
+    flamegraph(cp.flamegraph_data(tree, highlight=mask if mask.any() else None,
+                                  root_id=None if zoom < 0 else zoom, flame=flame, roots=roots,
+                                  dark=_ui.is_dark()),
+               lambda: cp.flamegraph_table(tree, roots), key="flamegraph")
     folded = int((tree["folded"] > 0).sum())
+    levels = int(tree["depth"].max()) + 1
     st.caption(f"{len(tree):,} frames of {thread_desc}" + (" in the training loop" if scope == "loop" else "")
-               + f" ({int(tree['depth'].max())} levels; "
-               f"{cp.MAX_LEVELS} shown at once: click a frame to zoom in)"
+               + f" ({levels} levels" + (f", {cp.VISIBLE_LEVELS} shown at once: scroll for the others"
+                                          if levels > cp.VISIBLE_LEVELS else "")
+               + "; click a frame to zoom into it, click it again or press Esc to zoom out)"
                + (f"; {int(tree['folded'].sum()):,} frames under {FOLD_CHOICES[fold]} of the samples "
                   f"folded into {folded:,} grey blocks" if folded else "")
                + ". Width: share of the samples; colour: package (your code blue, torch orange, "
@@ -485,10 +489,12 @@ def _compare(path: str, entry: dict, prof, threads):
                    "kind selected here).")
     tree, table = _diff(base_path, _data.signature(base_path), base_id, base_threads, path,
                         _data.signature(path), entry["id"], threads, 0.001)
-    _ui.chart(cp.build_diff_flamegraph_figure(tree, roots=_data.recorded_roots(path)), key="diff_flamegraph",
-                    config={"displayModeBar": False})
+    roots = _data.recorded_roots(path)
+    data = cp.diff_flamegraph_data(tree, roots=roots)
+    flamegraph(data, lambda: cp.flamegraph_table(tree, roots, diff=True), key="diff_flamegraph")
     st.caption("Sizes: this profile. Red: a larger share of the samples than in the baseline "
-               "(slower, or called more); blue: a smaller share.")
+               f"(slower, or called more); blue: a smaller share; the deepest colours at ±{data['lim']:.1f} "
+               "points. Hover a frame for both shares; click it to zoom in.")
     cols = {c: st.column_config.NumberColumn(c.replace("_", " "), format="percent")
             for c in ("base_self_fraction", "new_self_fraction", "self_delta", "base_total_fraction",
                       "new_total_fraction", "total_delta")}

@@ -164,11 +164,6 @@ def warm_plotly() -> None:
     fig.update_xaxes(type="log", tickvals=[1], ticktext=["1"], title_text="a", dtick=1)
     fig.update_yaxes(title_text="a", rangemode="tozero", range=[0, 1])
     pio.to_json(fig, validate=False)
-    pio.to_json(go.Figure(go.Icicle(
-        ids=["a", "b"], parents=["", "a"], labels=["a", "b"], values=[2, 1], branchvalues="total",
-        customdata=[[0], [1]], marker={"colors": ["#ddd", "#eee"], "line": {"width": 0.5, "color": "#fff"}},
-        tiling={"orientation": "v", "pad": 0}, pathbar={"visible": True, "side": "top", "thickness": 18},
-        textinfo="label", insidetextfont={"size": 11}, root={"color": "#ddd"}, maxdepth=2)), validate=False)
     pio.to_json(go.Figure(go.Bar(x=[1], y=["a"], orientation="h", marker={"color": "#555"}, text=["a"],
                                  textposition="outside")), validate=False)
 

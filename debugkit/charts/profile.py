@@ -1,5 +1,5 @@
-"""Figures of profiles: the flamegraph (a plotly icicle), its differential version, the
-step breakdown, and torch.profiler's timeline and per-step bars.
+"""Figures of profiles: the flamegraph's and its differential version's data (drawn by
+``pages/_flamegraph.js``), the step breakdown, and torch.profiler's timeline and per-step bars.
 
 Every builder takes the DataFrame an analysis in :mod:`debugkit.analysis.profile` or
 :mod:`debugkit.analysis.trace` returned and draws it; nothing is computed here beyond
@@ -20,6 +20,7 @@ _EXTRA = ["#EECA3B", "#FF9DA6", "#88D27A", "#83BCB6", "#FABFD2", "#D67195", "#A0
 HIGHLIGHT = "#D6006F"   # a frame that matches the search
 DIMMED = "#E9E9EC"      # frames that do not, while a search is active
 FOLDED = "#F2F2F2"
+ROOT_COLOR = "#DDDDDD"  # the root frame (all samples) when nothing is searched
 PHASE_COLORS = {"data": "#E45756", "forward": "#4C78A8", "backward": "#72B7B2",
                 "optimizer": "#F58518", "other": "#BAB0AC"}
 PHASE_LABELS = {"data": "data loading", "forward": "forward", "backward": "backward",
@@ -50,111 +51,130 @@ def _hover_text(tree, roots=()) -> list[str]:
             for f, ln in zip(tree["file"].tolist(), tree["line"].astype(object).tolist())]
 
 
-MAX_LEVELS = 28  # levels shown at once; clicking a frame shows the levels below it
+#: Levels the flamegraph shows before it scrolls (pages/_flamegraph.js scrolls the deeper ones).
+VISIBLE_LEVELS = 32
 
 
-def build_flamegraph_figure(tree, *, highlight=None, root_id: int | None = None,
-                            flame: bool = False, title: str | None = None, unit: str = "samples",
-                            height: int | None = None, max_levels: int = MAX_LEVELS, roots=()):
-    """An icicle (root on top) or flame graph (``flame=True``: root at the bottom) of a
-    flame tree from :func:`~debugkit.analysis.profile.compute_flame_tree`.
+def _tip_lines(tree, roots, unit: str) -> list[str]:
+    """Each frame's hover text below its name: ``file:line``, its samples and share of all,
+    its self samples and its package, one line each."""
+    where = _hover_text(tree, roots)
+    total = float(tree["samples"].iloc[0]) if len(tree) else 0.0
+    pct = (100 * tree["samples"].to_numpy() / total) if total else np.zeros(len(tree))
+    return [f"{w}\n{int(n):,} {unit} ({p:.2f} % of all)\nself: {int(s):,}\n{pkg}".rstrip()
+            for w, n, p, s, pkg in zip(where, tree["samples"].tolist(), pct.tolist(),
+                                       tree["self_samples"].tolist(), tree["package"].tolist())]
 
-    Parameters
-    ----------
-    tree : DataFrame
-        ``node_id, parent_id, name, file, line, samples, self_samples, fraction,
-        folded, package``.
+
+def _positions(tree) -> tuple[list[int], list[int]]:
+    """The parent of every frame as a row position (-1: the root), and the positions."""
+    pos = {int(n): i for i, n in enumerate(tree["node_id"].tolist())}
+    return [pos.get(int(p), -1) for p in tree["parent_id"].tolist()], list(pos.values())
+
+
+def _summary(tree, what: str) -> str:
+    """A text alternative of the figure (the canvas's accessible name): its frames and
+    the widest ones under the root."""
+    if not len(tree):
+        return f"{what}: no frames"
+    top = tree[tree["depth"] == 1].sort_values("samples", ascending=False).head(3)
+    widest = ", ".join(f"{r.name} {100 * float(r.fraction):.0f} %" for r in top.itertuples())
+    return f"{what} of {len(tree):,} frames" + (f"; widest under the root: {widest}" if widest else "")
+
+
+def flamegraph_data(tree, *, highlight=None, root_id: int | None = None, flame: bool = False,
+                    unit: str = "samples", roots=(), dark: bool = False) -> dict:
+    """What the Profiler's flamegraph (``pages/_flamegraph.js``: an icicle, or a flame
+    graph with ``flame=True``, drawn on a canvas) draws of a flame tree from
+    :func:`~debugkit.analysis.profile.compute_flame_tree`.
+
+    Returns ``name``, ``parent`` (the parent's position, -1 for the root), ``samples``
+    (widths), ``color``, ``tip`` (hover lines below the name), ``root`` (the position of
+    the frame it opens zoomed into, -1: the root), ``flame``, ``levels`` (visible before
+    it scrolls) and ``label`` (its text alternative).
+
     highlight : array of bool, optional
-        Nodes to highlight (a search): they are drawn in :data:`HIGHLIGHT`, the others
-        greyed out.
+        Frames that match a search: drawn in :data:`HIGHLIGHT`, the others greyed out.
     root_id : int, optional
-        Start zoomed into this node (clicking a frame in the browser zooms too; click
-        the top bar to zoom out).
-    max_levels : int
-        Levels drawn at once below the current root (deeper ones appear on zooming in).
-    unit : str
-        What ``samples`` counts, for the hover text.
+        The node it opens zoomed into (clicking a frame in the browser zooms too).
     roots : tuple of str
         The recording machine's folders (the run's recorded roots): a frame's file is shown
         relative to them.
+    dark : bool
+        For a dark page: near-white blocks (the root, folded and greyed-out frames) dark.
     """
-    import plotly.graph_objects as go
-
-    ids = tree["node_id"].astype(str).tolist()
-    parents = ["" if p < 0 else str(p) for p in tree["parent_id"].tolist()]
     folded = tree["folded"].to_numpy() > 0
     if highlight is not None and np.asarray(highlight).any():
         hl = np.asarray(highlight, dtype=bool)
         colors = np.where(hl, HIGHLIGHT, DIMMED).tolist()
-        colors[0] = DIMMED if not hl[0] else HIGHLIGHT
     else:
         colors = [package_color(p) for p in tree["package"].tolist()]
-        colors[0] = "#DDDDDD"
+        if len(colors):
+            colors[0] = ROOT_COLOR
     colors = [FOLDED if f else c for f, c in zip(folded, colors)]
-    total = float(tree["samples"].iloc[0]) if len(tree) else 0.0
-    custom = np.stack([
-        np.array(_hover_text(tree, roots), dtype=object),
-        tree["samples"].to_numpy().astype(object),
-        (100 * tree["fraction"].to_numpy()).round(2).astype(object),
-        tree["self_samples"].to_numpy().astype(object),
-        tree["package"].to_numpy().astype(object),
-    ], axis=1) if len(tree) else None
-    fig = go.Figure(go.Icicle(
-        ids=ids, parents=parents, labels=tree["name"].tolist(), values=tree["samples"].tolist(),
-        branchvalues="total", sort=True, customdata=custom,
-        meta={"columns": ["frame", "samples", "percent_of_all", "self_samples", "package"]},
-        marker={"colors": colors, "line": {"width": 0.5, "color": "#FFFFFF"}},
-        hovertemplate=("<b>%{label}</b><br>%{customdata[0]}<br>%{customdata[1]} " + unit
-                       + " (%{customdata[2]} % of all)<br>self: %{customdata[3]}<br>"
-                       "%{customdata[4]}<extra></extra>"),
-        tiling={"orientation": "v", "flip": "y", "pad": 0} if flame else {"orientation": "v", "pad": 0},
-        pathbar={"visible": True, "side": "bottom" if flame else "top", "thickness": 18},
-        textinfo="label", insidetextfont={"size": 11}, level=str(root_id) if root_id is not None else None,
-        root={"color": "#DDDDDD"}, maxdepth=max_levels,
-    ))
-    depth = min(int(tree["depth"].max()) + 1 if len(tree) else 1, max_levels)
-    fig.update_layout(title=title, height=height or int(min(1600, max(320, 40 + 22 * depth))),
-                      margin={"l": 4, "r": 4, "t": 36 if title else 4, "b": 4},
-                      meta={"total": total, "kind": "flamegraph"})
-    return fig
+    parent, pos = _positions(tree)
+    at = dict(zip(tree["node_id"].astype(int).tolist(), pos))
+    return {"kind": "flamegraph", "name": tree["name"].tolist(), "parent": parent,
+            "samples": [int(v) for v in tree["samples"].tolist()],
+            "color": _for_page(colors, dark), "tip": _tip_lines(tree, roots, unit),
+            "root": at.get(int(root_id), -1) if root_id is not None else -1, "flame": bool(flame),
+            "levels": VISIBLE_LEVELS, "label": _summary(tree, "Flame graph" if flame else "Icicle chart")}
 
 
-def build_diff_flamegraph_figure(tree, *, flame: bool = False, title: str | None = None,
-                                 height: int | None = None, roots=()):
-    """A differential flame graph: the new profile's tree (sizes), each frame coloured by
-    how its share changed from the base profile (red: larger share now, i.e. slower;
-    blue: smaller). ``tree`` comes from :func:`~debugkit.analysis.profile.compute_diff_tree`;
-    ``roots`` as for :func:`build_flamegraph_figure`."""
-    import plotly.graph_objects as go
+def _for_page(colors: list[str], dark: bool) -> list[str]:
+    if not dark:
+        return colors
+    from .theme import dark_color
 
-    delta = 100 * tree["delta"].to_numpy()
-    lim = float(np.nanmax(np.abs(delta[1:]))) if len(delta) > 1 else 1.0
-    lim = max(lim, 0.5)
-    custom = np.stack([
-        np.array(_hover_text(tree, roots), dtype=object),
-        (100 * tree["base_fraction"].to_numpy()).round(2).astype(object),
-        (100 * tree["fraction"].to_numpy()).round(2).astype(object),
-        delta.round(2).astype(object),
-    ], axis=1) if len(tree) else None
-    fig = go.Figure(go.Icicle(
-        ids=tree["node_id"].astype(str).tolist(),
-        parents=["" if p < 0 else str(p) for p in tree["parent_id"].tolist()],
-        labels=tree["name"].tolist(), values=tree["samples"].tolist(), branchvalues="total",
-        customdata=custom, meta={"columns": ["frame", "before_percent", "after_percent", "change_points"]},
-        marker={"colors": delta.tolist(), "colorscale": "RdBu_r", "cmid": 0, "cmin": -lim, "cmax": lim,
-                "line": {"width": 0.5, "color": "#FFFFFF"}, "showscale": True,
-                "colorbar": {"title": {"text": "share Δ<br>(points)"}, "thickness": 12}},
-        hovertemplate=("<b>%{label}</b><br>%{customdata[0]}<br>before: %{customdata[1]} %"
-                       "<br>after: %{customdata[2]} %<br>change: %{customdata[3]} points<extra></extra>"),
-        tiling={"orientation": "v", "flip": "y", "pad": 0} if flame else {"orientation": "v", "pad": 0},
-        pathbar={"visible": True, "side": "bottom" if flame else "top", "thickness": 18},
-        textinfo="label", insidetextfont={"size": 11}, sort=True, maxdepth=MAX_LEVELS,
-    ))
-    depth = min(int(tree["depth"].max()) + 1 if len(tree) else 1, MAX_LEVELS)
-    fig.update_layout(title=title, height=height or int(min(1600, max(320, 40 + 22 * depth))),
-                      margin={"l": 4, "r": 4, "t": 36 if title else 4, "b": 4},
-                      meta={"kind": "diff-flamegraph"})
-    return fig
+    return [dark_color(c) for c in colors]
+
+
+def diff_colors(delta_points, lim: float) -> list[str]:
+    """Red for a larger share, blue for a smaller one (plotly's ``RdBu_r`` scale from
+    ``-lim`` to ``+lim`` points), as ``#rrggbb``."""
+    from plotly.colors import sample_colorscale, unlabel_rgb
+
+    at = np.clip((np.nan_to_num(np.asarray(delta_points, dtype=float)) + lim) / (2 * lim), 0.0, 1.0)
+    return ["#" + "".join(f"{int(round(v)):02x}" for v in unlabel_rgb(c))
+            for c in sample_colorscale("RdBu_r", at.tolist())]
+
+
+def diff_flamegraph_data(tree, *, flame: bool = False, roots=()) -> dict:
+    """A differential flame graph for ``pages/_flamegraph.js``: the new profile's tree
+    (sizes), each frame coloured by how its share changed from the base profile (red:
+    larger share now, i.e. slower; blue: smaller; the scale's ends are ``lim`` points).
+    ``tree`` comes from :func:`~debugkit.analysis.profile.compute_diff_tree`; ``roots`` as
+    for :func:`flamegraph_data`."""
+    delta = 100 * tree["delta"].to_numpy(dtype=float)
+    lim = max(float(np.nanmax(np.abs(delta[1:]))) if len(delta) > 1 else 1.0, 0.5)
+    where = _hover_text(tree, roots)
+    tips = [f"{w}\nbefore: {100 * b:.2f} %\nafter: {100 * a:.2f} %\nchange: {d:+.2f} points"
+            for w, b, a, d in zip(where, tree["base_fraction"].tolist(), tree["fraction"].tolist(), delta.tolist())]
+    parent, _ = _positions(tree)
+    return {"kind": "diff-flamegraph", "name": tree["name"].tolist(), "parent": parent,
+            "samples": [int(v) for v in tree["samples"].tolist()], "color": diff_colors(delta, lim),
+            "tip": tips, "root": -1, "flame": bool(flame), "levels": VISIBLE_LEVELS, "lim": lim,
+            "label": _summary(tree, "Differential flame graph")}
+
+
+def flamegraph_table(tree, roots=(), *, diff: bool = False):
+    """The flamegraph's data as a table (its CSV download): one row per frame."""
+    import pandas as pd
+
+    parent, _ = _positions(tree)
+    out = pd.DataFrame({"frame": tree["name"].tolist(), "file": _hover_text(tree, roots),
+                        "depth": tree["depth"].astype(int).tolist(), "parent_row": parent,
+                        "samples": tree["samples"].astype(int).tolist()})
+    if diff:
+        out["before_percent"] = (100 * tree["base_fraction"].to_numpy(dtype=float)).round(4)
+        out["after_percent"] = (100 * tree["fraction"].to_numpy(dtype=float)).round(4)
+        out["change_points"] = (100 * tree["delta"].to_numpy(dtype=float)).round(4)
+    else:
+        out["self_samples"] = tree["self_samples"].astype(int).tolist()
+        out["percent_of_all"] = (100 * tree["fraction"].to_numpy(dtype=float)).round(4)
+        out["package"] = tree["package"].tolist()
+        out["folded"] = tree["folded"].astype(int).tolist()
+    return out
 
 
 def build_step_breakdown_figure(breakdown, *, title: str | None = None):

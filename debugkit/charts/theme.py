@@ -18,9 +18,15 @@ _DARK = {
 }
 
 
+def dark_color(color: str) -> str:
+    """A colour drawn for a light page as it is drawn on a dark one (:data:`_DARK`; other
+    colours as they are): the flamegraph's near-white blocks turn dark grey."""
+    return _DARK.get(color.strip().lower(), color)
+
+
 def _swap(color):
     if isinstance(color, str):
-        return _DARK.get(color.strip().lower(), color)
+        return dark_color(color)
     if isinstance(color, (list, tuple)):
         return [_swap(c) for c in color]
     if hasattr(color, "tolist"):  # a numpy array of colours

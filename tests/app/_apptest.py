@@ -77,3 +77,32 @@ def figures(at) -> dict[str, str]:
     for m in at.metric:
         got[m.label] = m.value
     return got
+
+
+#: The name of the Profiler's flamegraph component (pages._flamegraph.NAME).
+FLAMEGRAPH = "debugkit.flamegraph"
+
+
+def flames(at) -> dict:
+    """The canvas flamegraphs a page drew (``pages._flamegraph``), key -> the data they were
+    given (:func:`debugkit.charts.profile.flamegraph_data`)."""
+    import json
+
+    return {c.key: json.loads(c.proto.json) for c in at.get("bidi_component")
+            if c.proto.component_name == FLAMEGRAPH}
+
+
+def chart_keys(at) -> list:
+    """The keys of the charts a page drew, in the order drawn: its plotly charts and its
+    canvas flamegraphs."""
+    out = []
+
+    def walk(node):
+        kind = getattr(node, "type", None)
+        if kind == "plotly_chart" or (kind == "bidi_component" and node.proto.component_name == FLAMEGRAPH):
+            out.append(node.key)
+        for _, child in sorted(getattr(node, "children", {}).items()):
+            walk(child)
+
+    walk(at._tree)
+    return out

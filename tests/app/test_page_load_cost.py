@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-from ._apptest import figures, open_page
+from ._apptest import chart_keys, figures, flames, open_page
 
 PROBE = """
 import json, sys
@@ -56,7 +56,7 @@ def test_checkpoints_page_load_does_not_import_torch(tmp_path):
 
 def _chart_keys(page: str, run: str) -> list:
     at = open_page(page, run=run)
-    return [c.key for c in at.get("plotly_chart")]
+    return chart_keys(at)
 
 
 def test_only_the_open_tab_builds_and_sends_its_figures():
@@ -73,7 +73,7 @@ def test_overview_draws_no_code_block_or_data_grid_before_it_is_opened():
     +0.9 s to the one-chart floor's first chart, paired medians at load 10). The failure
     message is plain text; the traceback and the package list are drawn when opened."""
     at = open_page("overview", run="digits-bad-label")
-    assert [c.key for c in at.get("plotly_chart")] == ["loss_curve"]
+    assert chart_keys(at) == ["loss_curve"]
     assert not at.code and not at.dataframe and not at.json  # the config is a Markdown table
     config = next(m.value for m in at.markdown if m.value.startswith("| key | value |"))
     assert config.splitlines()[2:4] == ["| lr | 0\\.1 |", "| hidden | 64 |"]  # 0\.1 reads 0.1
@@ -124,7 +124,7 @@ def test_distributed_and_checkpoints_draw_no_data_grid_before_it_is_opened():
     Markdown tables with every column in a grid drawn when opened; so is Checkpoints'
     "All tensors" list (a collapsed expander still drew its grid)."""
     at = open_page("distributed", run="ddp-straggler")
-    assert [c.key for c in at.get("plotly_chart")] == ["dist_heatmap"]
+    assert chart_keys(at) == ["dist_heatmap"]
     assert not at.dataframe and not at.code and not at.json and not at.table
     ranks = next(m.value for m in at.markdown if m.value.startswith("| rank |"))
     assert len(ranks.splitlines()) == 2 + 4  # header, rule, ranks 0-3
@@ -133,7 +133,7 @@ def test_distributed_and_checkpoints_draw_no_data_grid_before_it_is_opened():
     assert at.dataframe[0].value["rank"].tolist() == [0, 1, 2, 3]
 
     at = open_page("checkpoints", run="digits-resumed")
-    assert [c.key for c in at.get("plotly_chart")] == ["ckpt_heatmap"]
+    assert chart_keys(at) == ["ckpt_heatmap"]
     assert not at.dataframe and not at.code and not at.json and not at.table
     listing = next(m.value for m in at.markdown if m.value.startswith("| checkpoint |"))
     assert [r.split(" | ")[0] for r in listing.splitlines()[2:]] == [
@@ -171,11 +171,11 @@ def test_memory_snapshot_builds_only_its_open_tab():
 
     make_oom_run(Path(os.environ["DEBUGKIT_STORE"]))
     at = open_page("memory", run="oom-run")
-    assert [c.key for c in at.get("plotly_chart")] == ["mem_timeline", "snap_timeline"]
+    assert chart_keys(at) == ["mem_timeline", "snap_timeline"]
     assert not at.dataframe and not at.json
     at.session_state["mem_snap_tab"] = "Segments"
     at.run()
-    assert [c.key for c in at.get("plotly_chart")] == ["mem_timeline", "snap_segments"]
+    assert chart_keys(at) == ["mem_timeline", "snap_segments"]
     assert len(at.dataframe) == 1
 
 
@@ -199,16 +199,16 @@ def test_a_chart_page_sends_one_figure_first_and_the_others_when_opened(page, ru
     (``?lines=1`` ...) shows them in a new session."""
     assert _chart_keys(page, run) == [first]
     at = open_page(page, run=run, timeout=240, **query)
-    assert sorted(c.key for c in at.get("plotly_chart")) == sorted([first, *more])
+    assert sorted(chart_keys(at)) == sorted([first, *more])
     assert not at.warning
 
 
 def test_an_expander_link_value_the_page_cannot_use_is_a_warning_and_closed():
     at = open_page("gradients", run="digits-exploding", lines="yes")
     assert [w.value for w in at.warning] == ["?lines='yes' is not 0 or 1: showing the default instead."]
-    assert [c.key for c in at.get("plotly_chart")] == ["grad_heatmap"]
+    assert chart_keys(at) == ["grad_heatmap"]
     at = open_page("gradients", run="digits-exploding", line="2.bias")  # a link naming lines opens them
-    assert [c.key for c in at.get("plotly_chart")] == ["grad_heatmap", "grad_lines_chart"]
+    assert chart_keys(at) == ["grad_heatmap", "grad_lines_chart"]
 
 
 def test_the_audit_builds_only_the_figures_it_draws(monkeypatch):
@@ -229,7 +229,7 @@ def test_the_audit_builds_only_the_figures_it_draws(monkeypatch):
     monkeypatch.setattr(report, "figure", counting)
     st.cache_data.clear()
     at = open_page("audit", run="credit-audit", timeout=240)
-    assert [c.key for c in at.get("plotly_chart")] == ["disp_age_in_years"]
+    assert chart_keys(at) == ["disp_age_in_years"]
     assert built == ["disparity:age_in_years"]
     at.session_state["audit_attr_tab"] = "sex · Needs review"
     at.run()
@@ -258,7 +258,7 @@ def test_overview_shows_a_nested_or_long_config_as_a_table(tmp_path):
 
 def test_the_profiler_says_the_step_breakdown_in_words_before_its_chart_is_opened():
     at = open_page("profiler", run="digits-profiled")
-    assert [c.key for c in at.get("plotly_chart")] == ["flamegraph"]
+    assert chart_keys(at) == ["flamegraph"]
     # the finding, then the shares line, in one element (each element before the flamegraph delays it)
     words = next(m.value for m in at.markdown if "\n\ndata loading **" in m.value)
     shares = words.split("\n\n")[-1]
@@ -289,14 +289,14 @@ def test_the_profiler_builds_only_the_flame_tree_it_draws(monkeypatch):
     monkeypatch.setattr(ap, "compute_loop_flame_tree", count_loop)
     st.cache_data.clear()
     at = open_page("profiler", run="digits-profiled", timeout=240)
-    assert [c.key for c in at.get("plotly_chart")] == ["flamegraph"]
-    flame = json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]
-    assert flame["labels"][0].startswith("training loop: ")
+    assert chart_keys(at) == ["flamegraph"]
+    flame = flames(at)["flamegraph"]
+    assert flame["name"][0].startswith("training loop: ")
     assert built == {"all": 0, "loop": 1}
     at.segmented_control(key="sp_scope").set_value("all").run()
     assert built == {"all": 1, "loop": 1}
-    flame = json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]
-    assert flame["values"][0] == 12307  # every main-thread sample
+    flame = flames(at)["flamegraph"]
+    assert flame["samples"][0] == 12307  # every main-thread sample
 
 
 def test_the_profiler_computes_its_step_breakdown_once(monkeypatch):
@@ -317,8 +317,8 @@ def test_the_profiler_computes_its_step_breakdown_once(monkeypatch):
     monkeypatch.setattr(steps, "_step_breakdown", counting)
     st.cache_data.clear()
     at = open_page("profiler", run="digits-profiled", timeout=240)
-    flame = json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]
-    assert flame["labels"][0].startswith("training loop: ")
+    flame = flames(at)["flamegraph"]
+    assert flame["name"][0].startswith("training loop: ")
     assert any("\n\ndata loading **" in m.value for m in at.markdown)
     assert len(calls) == 1
 
@@ -368,11 +368,11 @@ def test_the_audit_reads_its_stored_audit_once(monkeypatch):
     monkeypatch.setattr(stored_audits, "load_audit", counting)
     st.cache_data.clear()
     at = open_page("audit", run="credit-audit", timeout=240)
-    assert [c.key for c in at.get("plotly_chart")] == ["disp_age_in_years"]
+    assert chart_keys(at) == ["disp_age_in_years"]
     assert len(read) == 1
     at.session_state["audit_attr_tab"] = "sex · Needs review"
     at.run()
-    assert [c.key for c in at.get("plotly_chart")] == ["disp_sex"] and len(read) == 1
+    assert chart_keys(at) == ["disp_sex"] and len(read) == 1
 
 
 @pytest.mark.parametrize("page, run, first, labels", [
@@ -394,7 +394,7 @@ def test_a_chart_page_draws_its_figures_without_st_metric(page, run, first, labe
     at = open_page(page, run=run, timeout=240)
     assert not at.metric
     assert list(figures(at)) == labels
-    assert [c.key for c in at.get("plotly_chart")][:1] == [first]
+    assert chart_keys(at)[:1] == [first]
 
 
 def test_figures_escape_what_they_show():
@@ -431,12 +431,12 @@ def test_distributed_computes_the_gradient_divergence_when_its_tab_is_opened(mon
     monkeypatch.setattr(ad, "compute_grad_divergence", counting)
     st.cache_data.clear()
     at = open_page("distributed", run="ddp-straggler")
-    assert [c.key for c in at.get("plotly_chart")][:1] == ["dist_heatmap"]
+    assert chart_keys(at)[:1] == ["dist_heatmap"]
     assert "straggler" in " ".join(m.value for m in at.markdown)  # the findings are shown
     assert calls == []
     at.session_state["dist_tab"] = "Gradient divergence"  # as a click on the tab does
     at.run()
-    assert calls == [1] and [c.key for c in at.get("plotly_chart")] == ["dist_divergence"]
+    assert calls == [1] and chart_keys(at) == ["dist_divergence"]
 
 
 #: Streamlit's front end (StreamlitMarkdown): a Markdown text that matches this loads the
@@ -501,7 +501,7 @@ at = AppTest.from_file({app!r}, default_timeout=120)
 at.query_params["run"] = {run!r}
 at.switch_page({page!r})
 at.run()
-assert len(at.get("plotly_chart")) == 1 and not at.exception, at.exception
+assert len(at.get("plotly_chart")) + len(at.get("bidi_component")) == 1 and not at.exception, at.exception
 print(" ".join(sorted(m for m in set(sys.modules) - before
                       if m.startswith("pyarrow") or m == "streamlit.material_icon_names")))
 """
@@ -634,7 +634,7 @@ def test_a_chart_page_keeps_its_select_widgets_in_popovers(page, run, first, pop
     chart in the same script run, they still were. In a popover named after what they
     are set to, their code is loaded when it is opened."""
     at = open_page(page, run=run, timeout=240)
-    assert [c.key for c in at.get("plotly_chart")][:1] == [first]
+    assert chart_keys(at)[:1] == [first]
     assert _drawn_on_load(at._tree) == []
     assert popover in _popovers(at)
 

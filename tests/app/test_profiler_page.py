@@ -15,7 +15,7 @@ from pages._profile_sampled import VIEWS
 
 from .._polling import announce_blocked, wait_for
 from ..conftest import ROOT, SAMPLE_RUNS
-from ._apptest import figures, open_page
+from ._apptest import FLAMEGRAPH, chart_keys, figures, flames, open_page
 
 
 def app(run="digits-profiled", **params):
@@ -44,22 +44,22 @@ def test_sampled_profile_view():
     assert not at.exception and not at.error
     assert metrics(at) == {"Samples": "46,959", "Duration": "2 min 6 s", "Threads": "24", "Rate": "100 Hz",
                            "Recorded by": "py-spy"}
-    kinds = [figure(at, i)["data"][0]["type"] for i in range(len(at.get("plotly_chart")))]
-    assert kinds[:2] == ["bar", "icicle"]
+    assert chart_keys(at) == ["step_breakdown", "flamegraph"]
+    assert figure(at, 0)["data"][0]["type"] == "bar"
     assert any("Backward takes the most time: 48% of the training loop." in m.value for m in at.markdown)
-    flame = figure(at, 1)["data"][0]
+    flame = flames(at)["flamegraph"]
     # Opens at the training loop: the samples the breakdown counts, imports left out.
-    assert flame["labels"][0].startswith("training loop: ") and flame["values"][0] == 3795
-    assert HIGHLIGHT not in flame["marker"]["colors"]
+    assert flame["name"][0].startswith("training loop: ") and flame["samples"][0] == 3795
+    assert HIGHLIGHT not in flame["color"] and flame["root"] == -1
     at.segmented_control(key="sp_scope").set_value("all").run()
-    flame = figure(at, 1)["data"][0]
-    assert flame["values"][0] == 12307  # every main-thread sample
+    flame = flames(at)["flamegraph"]
+    assert flame["samples"][0] == 12307  # every main-thread sample
     # The views: a segmented control (no tab container), the shown one alone drawn: no data
     # grid is sent before the charts.
     assert at.segmented_control(key="sp_view").options == list(VIEWS.values()) and not at.tabs
     assert at.segmented_control(key="sp_view").value == "Flamegraph" and not at.dataframe
     open_view(at, "Top functions")
-    assert not at.exception and len(at.get("plotly_chart")) == 1  # the breakdown; no flamegraph
+    assert not at.exception and chart_keys(at) == ["step_breakdown"]  # no flamegraph
     assert [t.label for t in at.tabs] == ["Self time (code running)", "Total time (on the stack)"]
     (table,) = at.dataframe  # the self-time tab alone
     assert table.value["self_samples"].is_monotonic_decreasing and len(table.value) > 10
@@ -79,24 +79,23 @@ def test_search_highlights_the_matching_frames():
     at.text_input(key="search").input("backward").run()
     assert not at.exception
     assert any("function(s) match `backward`" in m.value for m in at.markdown)
-    flame = figure(at, 1)["data"][0]
-    hit = [lab for lab, c in zip(flame["labels"], flame["marker"]["colors"]) if c == HIGHLIGHT]
+    flame = flames(at)["flamegraph"]
+    hit = [lab for lab, c in zip(flame["name"], flame["color"]) if c == HIGHLIGHT]
     assert hit and all("backward" in lab.lower() for lab in hit)
     # the zoom picker now offers the matches
     zoom = at.selectbox(key="sp_zoom_train_function_loop")
     assert all("backward" in o.lower() for o in zoom.options[1:])
     first = zoom.options[1].rsplit(" (", 1)[0]
     zoom.select_index(1).run()
-    flame = figure(at, 1)["data"][0]
-    assert flame["labels"][flame["ids"].index(flame["level"])] == first
+    flame = flames(at)["flamegraph"]
+    assert flame["name"][flame["root"]] == first
 
 
 def test_thread_filter_and_frame_grouping():
     at = app()
     at.segmented_control(key="sp_threads").set_value("dataloader").run()
     assert not at.exception
-    flame = figure(at, len(at.get("plotly_chart")) - 1 if len(at.get("plotly_chart")) == 1 else 1)["data"][0]
-    assert any("_worker_loop" in lab for lab in flame["labels"])
+    assert any("_worker_loop" in lab for lab in flames(at)["flamegraph"]["name"])
     at.segmented_control(key="sp_by").set_value("frame").run()
     assert not at.exception
 
@@ -107,9 +106,9 @@ def test_compare_with_the_no_workers_profile():
     open_view(at, "Compare")
     at.selectbox(key="sp_compare").select_index(1).run()
     assert not at.exception and not at.error
-    diff = [figure(at, i) for i in range(len(at.get("plotly_chart")))
-            if figure(at, i)["layout"].get("meta", {}).get("kind") == "diff-flamegraph"]
-    assert len(diff) == 1 and diff[0]["data"][0]["marker"]["colorscale"]
+    diff = flames(at)["diff_flamegraph"]
+    assert diff["kind"] == "diff-flamegraph" and len(set(diff["color"])) > 5  # shades of red and blue
+    assert any("the deepest colours at ±" in c.value for c in at.caption)
     assert any(m.value == "**Got slower** (larger share now)" for m in at.markdown)
 
 
@@ -213,10 +212,10 @@ def test_data_bound_profile_names_the_workers_hot_function(tmp_path, monkeypatch
     assert not at.exception and not at.error
     assert any("96% is spent waiting for data" in m.value and "`decode_row` (train.py:37)" in m.value
                for m in at.markdown)
-    flame = figure(at, 1)["data"][0]
+    flame = flames(at)["flamegraph"]
     # Opens at the training loop, not the imports: 960 of the main thread's 2,885 samples.
-    assert flame["labels"][0] == "training loop: main (i16b_db/train.py, lines 80-84)"  # no /tmp
-    assert flame["values"][0] == 960 and "EncodedWine.__init__" not in flame["labels"]  # set-up left out
+    assert flame["name"][0] == "training loop: main (i16b_db/train.py, lines 80-84)"  # no /tmp
+    assert flame["samples"][0] == 960 and "EncodedWine.__init__" not in flame["name"]  # set-up left out
     waits = {"Condition.wait", "socket.accept", "_PollLikeSelector.select", "Connection._recv"}
     open_view(at, "Top functions")
     running = set(at.dataframe[0].value.query("self_samples > 0")["name"])
@@ -241,7 +240,7 @@ def test_the_views_widgets_keep_their_values_while_another_tab_is_open():
     open_view(at, "Flamegraph")
     assert not at.exception and not at.warning
     assert at.segmented_control(key="sp_scope").value == "all" and at.toggle(key="sp_flame").value
-    assert figure(at, 1)["data"][0]["values"][0] == 12307  # the whole profile, as chosen
+    assert flames(at)["flamegraph"]["samples"][0] == 12307  # the whole profile, as chosen
     open_view(at, "Top functions")
     assert at.toggle(key="sp_idle").value
 
@@ -262,8 +261,11 @@ def test_no_folder_of_the_recording_machine_is_shown():
     for i in range(len(at.get("plotly_chart"))):
         spec = at.get("plotly_chart")[i].proto.spec
         assert "/root/" not in spec and "/work/" not in spec, i
-    flame = figure(at, 1)["data"][0]
-    assert flame["labels"][0] == "training loop: train (examples/digits.py, lines 94-101)"
+    for c in at.get("bidi_component"):
+        assert "/root/" not in c.proto.json and "/work/" not in c.proto.json, c.key
+    flame = flames(at)["flamegraph"]
+    assert flame["name"][0] == "training loop: train (examples/digits.py, lines 94-101)"
+    assert all(not t.startswith("/") for t in flame["tip"])
 
 
 def test_the_sampled_view_round_trips_through_the_url():
@@ -290,7 +292,8 @@ def test_the_sampled_view_round_trips_through_the_url():
     assert again.toggle(key="sp_idle").value is True
     flame = open_view(again, "Flamegraph")
     assert flame.toggle(key="sp_flame").value is True
-    assert any("_worker_loop" in lab for lab in figure(flame, len(flame.get("plotly_chart")) - 1)["data"][0]["labels"])
+    assert any("_worker_loop" in lab for lab in flames(flame)["flamegraph"]["name"])
+    assert flames(flame)["flamegraph"]["flame"] is True  # root at the bottom
 
 
 def test_the_zoom_scope_and_baseline_round_trip_through_the_url():
@@ -300,16 +303,17 @@ def test_the_zoom_scope_and_baseline_round_trip_through_the_url():
     zoom.select_index(2).run()
     node = str(at.selectbox(key="sp_zoom_train_function_all").value)
     assert at.query_params["scope"] == "all" and at.query_params["zoom"] == node
+    zoomed = flames(at)["flamegraph"]
+    assert zoomed["root"] > 0
     again = app(scope="all", zoom=node)
-    flame = figure(again, 1)["data"][0]
-    assert flame["level"] == node  # zoomed into the same frame
+    flame = flames(again)["flamegraph"]
+    assert flame["root"] == zoomed["root"] and flame["name"] == zoomed["name"]  # zoomed into the same frame
     open_view(at, "Compare")
     at.selectbox(key="sp_compare").select_index(1).run()
     baseline = at.query_params["baseline"]
     compared = app(view="compare", baseline=baseline)
     assert compared.selectbox(key="sp_compare").value == 0
-    assert any(figure(compared, i)["layout"].get("meta", {}).get("kind") == "diff-flamegraph"
-               for i in range(len(compared.get("plotly_chart"))))
+    assert flames(compared)["diff_flamegraph"]["kind"] == "diff-flamegraph"
 
 
 def test_bad_view_values_in_the_url_are_warnings_and_defaults():
@@ -321,7 +325,7 @@ def test_bad_view_values_in_the_url_are_warnings_and_defaults():
     assert at.segmented_control(key="sp_threads").value == "main"
     assert at.segmented_control(key="sp_by").value == "function"
     assert at.session_state["sp_view"] == "Flamegraph"
-    assert figure(at, 1)["data"][0]["values"][0] == 3795  # the default view: the training loop
+    assert flames(at)["flamegraph"]["samples"][0] == 3795  # the default view: the training loop
     trace = app(profile="torch-trace", shapes="1", events="10000", levels="9")
     assert trace.toggle(key="tr_shapes").value is True
     assert "input_shapes" in trace.dataframe[0].value.columns
@@ -333,7 +337,7 @@ def test_bad_view_values_in_the_url_are_warnings_and_defaults():
 def test_every_profiler_chart_has_a_csv_download():
     for at in (app(), app(profile="torch-trace")):
         csv = [b for b in at.get("download_button") if b.proto.label == "CSV"]
-        assert len(csv) == len(at.get("plotly_chart")) >= 2
+        assert len(csv) == len(chart_keys(at)) >= 2
     names = {b.proto.label: b for b in app().get("download_button")}
     assert "CSV" in names and "Download the original file" in names
 
@@ -358,8 +362,8 @@ def test_a_new_server_draws_the_profile_without_computing_its_breakdown_again(mo
     monkeypatch.setattr(ap, "compute_step_phases", refused)
     monkeypatch.setattr(ap, "compute_loop_flame_tree", refused)
     again = open_page("profiler", run="digits-profiled")
-    assert again.get("plotly_chart"), [(e.type, getattr(e, "value", "")) for e in again.main if e.type in ("alert", "exception", "error")]
-    assert again.get("plotly_chart")[0].proto.spec == first.get("plotly_chart")[0].proto.spec
+    assert flames(again), [(e.type, getattr(e, "value", "")) for e in again.main if e.type in ("alert", "exception", "error")]
+    assert flames(again) == flames(first)
     assert [m.value for m in again.markdown] == [m.value for m in first.markdown]
 
 
@@ -377,7 +381,8 @@ def test_the_flamegraph_comes_before_the_profiles_facts_and_one_toolbar_holds_it
     at = open_page("profiler", run="digits-profiled")
     order = list(_walk(at.main))
     kinds = [getattr(n, "type", None) for n in order]
-    chart = next(i for i, n in enumerate(order) if kinds[i] == "plotly_chart" and n.key == "flamegraph")
+    chart = next(i for i, n in enumerate(order) if kinds[i] == "bidi_component" and n.key == "flamegraph")
+    assert order[chart].proto.component_name == FLAMEGRAPH
     facts = next(i for i, n in enumerate(order) if kinds[i] == "html" and "dk-figures" in n.proto.body)
     assert chart < facts
     assert kinds[:chart].count("text_input") == 1 and kinds[:chart].count("html") == 0

@@ -43,15 +43,18 @@ def _flame_tree():
                          "folded": [0, 0, 0, 0]})
 
 
-def test_a_flamegraph_is_one_row_per_frame_with_its_samples():
-    from debugkit.charts.profile import build_flamegraph_figure
+def test_a_hierarchy_is_one_row_per_node_with_its_customdata():
+    import plotly.graph_objects as go
 
-    table = figure_table(build_flamegraph_figure(_flame_tree()))
+    t = _flame_tree()
+    fig = go.Figure(go.Icicle(ids=t["node_id"].astype(str).tolist(), labels=t["name"].tolist(),
+                              parents=["", "0", "1", "1"], values=t["samples"].tolist(),
+                              customdata=t[["self_samples"]].to_numpy(), meta={"columns": ["self_samples"]}))
+    table = figure_table(fig)
     assert table["label"].tolist() == ["all", "train", "forward", "backward"]
     assert table["parent"].tolist() == ["", "0", "1", "1"] and table["value"].tolist() == [10, 9, 3, 6]
     assert table["self_samples"].tolist() == [1, 0, 3, 6]
-    assert table["percent_of_all"].tolist() == [100.0, 90.0, 30.0, 60.0]
-    back = pd.read_csv(io.StringIO(figure_csv(build_flamegraph_figure(_flame_tree()))))
+    back = pd.read_csv(io.StringIO(figure_csv(fig)))
     assert list(back.columns[:5]) == ["trace", "id", "label", "parent", "value"]
 
 

@@ -22,42 +22,58 @@ def prof(tmp_path):
     return read_collapsed(f)
 
 
-def test_flamegraph_is_an_icicle_of_the_tree(prof):
+def test_flamegraph_data_is_the_tree_with_parents_as_rows(prof):
     tree = ap.compute_flame_tree(prof)
-    fig = cp.build_flamegraph_figure(tree)
-    (tr,) = fig.data
-    assert tr.type == "icicle" and tr.branchvalues == "total"
-    assert list(tr.labels) == ["all", "main", "train", "Tensor.backward", "Module._call_impl", "log"]
-    assert list(tr.values) == [100, 100, 100, 60, 30, 10]
-    assert list(tr.parents) == ["", "0", "1", "2", "2", "2"]
-    colors = list(tr.marker.colors)
-    assert colors[3] == cp.PACKAGE_COLORS["torch"] and colors[5] == cp.PACKAGE_COLORS["your code"]
-    assert tr.tiling.flip is None and tr.level is None
-    assert tr.customdata[3][0] == "torch/_tensor.py"  # by function: no line
-    (by_line,) = cp.build_flamegraph_figure(ap.compute_flame_tree(prof, by="frame")).data
-    where = dict(zip(by_line.labels, (c[0] for c in by_line.customdata)))
+    d = cp.flamegraph_data(tree)
+    assert d["kind"] == "flamegraph"
+    assert d["name"] == ["all", "main", "train", "Tensor.backward", "Module._call_impl", "log"]
+    assert d["samples"] == [100, 100, 100, 60, 30, 10]
+    assert d["parent"] == [-1, 0, 1, 2, 2, 2]
+    assert d["color"][3] == cp.PACKAGE_COLORS["torch"] and d["color"][5] == cp.PACKAGE_COLORS["your code"]
+    assert d["color"][0] == cp.ROOT_COLOR
+    assert d["root"] == -1 and d["flame"] is False and d["levels"] == cp.VISIBLE_LEVELS
+    # the hover's lines under the name: where, samples and share, self samples, package
+    assert d["tip"][3].split("\n") == ["torch/_tensor.py", "60 samples (60.00 % of all)", "self: 60", "torch"]
+    assert d["label"] == "Icicle chart of 6 frames; widest under the root: main 100 %"
+    by_line = cp.flamegraph_data(ap.compute_flame_tree(prof, by="frame"))
+    where = {n: t.split("\n")[0] for n, t in zip(by_line["name"], by_line["tip"])}
     assert where["Tensor.backward"] == "torch/_tensor.py:623"
-    assert sorted(c[0] for lab, c in zip(by_line.labels, by_line.customdata) if lab == "train") == [
+    assert sorted(t.split("\n")[0] for n, t in zip(by_line["name"], by_line["tip"]) if n == "train") == [
         "train.py:5", "train.py:6", "train.py:7"]
+
+
+def test_parents_are_rows_whatever_the_node_ids(prof):
+    """The tree's node ids need not be its row numbers (a loop tree's are not): the data
+    gives each frame its parent's row."""
+    tree = ap.compute_flame_tree(prof)
+    tree = tree.iloc[[0, 1, 2, 5, 3, 4]].reset_index(drop=True)
+    tree["node_id"] = tree["node_id"] * 10 + 7
+    tree["parent_id"] = np.where(tree["parent_id"] < 0, -1, tree["parent_id"] * 10 + 7)
+    d = cp.flamegraph_data(tree, root_id=27)
+    assert d["parent"] == [-1, 0, 1, 2, 2, 2] and d["name"][3] == "log"
+    assert d["root"] == 2  # node 27 ("train") is row 2
 
 
 def test_search_highlight_and_zoom(prof):
     tree = ap.compute_flame_tree(prof)
     mask = ap.match_frames(tree, "backward")
-    fig = cp.build_flamegraph_figure(tree, highlight=mask, root_id=2, flame=True)
-    (tr,) = fig.data
-    colors = list(tr.marker.colors)
-    assert [c == cp.HIGHLIGHT for c in colors] == [False, False, False, True, False, False]
-    assert set(colors) - {cp.HIGHLIGHT} == {cp.DIMMED}
-    assert tr.level == "2" and tr.tiling.flip == "y" and tr.pathbar.side == "bottom"
+    d = cp.flamegraph_data(tree, highlight=mask, root_id=2, flame=True)
+    assert [c == cp.HIGHLIGHT for c in d["color"]] == [False, False, False, True, False, False]
+    assert set(d["color"]) - {cp.HIGHLIGHT} == {cp.DIMMED}
+    assert d["root"] == 2 and d["flame"] is True
+    assert d["label"].startswith("Flame graph of 6 frames")
+    assert cp.flamegraph_data(tree, root_id=99)["root"] == -1  # a node it does not hold: the root
 
 
-def test_folded_nodes_are_grey(tmp_path):
+def test_folded_nodes_are_grey_and_dark_pages_get_dark_grey(tmp_path):
     f = tmp_path / "f.txt"
     f.write_text("a (x.py:1);b (x.py:2) 999\n" "a (x.py:1);c (x.py:3) 1\n")
     tree = ap.compute_flame_tree(read_collapsed(f), min_fraction=0.01)
-    (tr,) = cp.build_flamegraph_figure(tree).data
-    assert tr.labels[-1] == "1 frame under 1 %" and tr.marker.colors[-1] == cp.FOLDED
+    d = cp.flamegraph_data(tree)
+    assert d["name"][-1] == "1 frame under 1 %" and d["color"][-1] == cp.FOLDED
+    dark = cp.flamegraph_data(tree, dark=True)
+    assert dark["color"][-1] == "#2f2f2f" and dark["color"][0] == "#4a4a4a"  # folded, root
+    assert dark["color"][1:-1] == d["color"][1:-1]  # package colours kept
 
 
 def test_diff_flamegraph_colours_by_change(tmp_path):
@@ -65,10 +81,26 @@ def test_diff_flamegraph_colours_by_change(tmp_path):
     a.write_text("m (t.py:1);x (t.py:2) 50\nm (t.py:1);y (t.py:3) 50\n")
     b.write_text("m (t.py:1);x (t.py:2) 80\nm (t.py:1);y (t.py:3) 20\n")
     tree = ap.compute_diff_tree(read_collapsed(a), read_collapsed(b))
-    (tr,) = cp.build_diff_flamegraph_figure(tree).data
-    d = dict(zip(tr.labels, tr.marker.colors))
-    assert d["x"] == pytest.approx(30.0) and d["y"] == pytest.approx(-30.0) and d["m"] == pytest.approx(0.0)
-    assert tr.marker.cmid == 0 and tr.marker.cmax == pytest.approx(30.0)
+    d = cp.diff_flamegraph_data(tree)
+    assert d["kind"] == "diff-flamegraph" and d["lim"] == pytest.approx(30.0)
+    color = dict(zip(d["name"], d["color"]))
+    # the ends of plotly's RdBu_r scale (+30 points red, -30 blue), white-ish for no change
+    assert color["x"] == "#67001f" and color["y"] == "#053061" and color["m"] == "#f7f7f7"
+    tip = dict(zip(d["name"], d["tip"]))
+    assert tip["x"].split("\n")[1:] == ["before: 50.00 %", "after: 80.00 %", "change: +30.00 points"]
+    table = cp.flamegraph_table(tree, diff=True)
+    assert table.set_index("frame").loc["y", "change_points"] == pytest.approx(-30.0)
+
+
+def test_flamegraph_table_is_one_row_per_frame(prof):
+    tree = ap.compute_flame_tree(prof, by="frame")
+    t = cp.flamegraph_table(tree)
+    assert list(t.columns) == ["frame", "file", "depth", "parent_row", "samples", "self_samples",
+                               "percent_of_all", "package", "folded"]
+    assert len(t) == len(tree) and t["samples"].iloc[0] == 100
+    row = t[t["frame"] == "Tensor.backward"].iloc[0]
+    assert row["file"] == "torch/_tensor.py:623" and row["percent_of_all"] == 60.0
+    assert t["frame"].iloc[row["parent_row"]] == "train"
 
 
 def test_step_breakdown_bars(prof):

@@ -28,18 +28,11 @@ def test_the_gradient_heatmaps_white_frame_and_gaps_become_the_dark_page():
                                   np.asarray(light.data[0].z, dtype=float))  # the data as it was
 
 
-def test_dark_grey_rules_turn_light_and_the_flamegraphs_grey_blocks_dark():
-    from debugkit.charts.profile import build_flamegraph_figure
+def test_dark_grey_rules_turn_light_and_near_white_blocks_dark():
+    from debugkit.charts.theme import dark_color
 
-    from .test_export import _flame_tree
-
-    tree = _flame_tree()
-    tree.loc[3, "folded"] = 1
-    dark = for_dark_theme(build_flamegraph_figure(tree))
-    icicle = dark.data[0]
-    assert icicle.marker.line.color == DARK_BACKGROUND  # the gaps between frames
-    assert icicle.root.color == "#4a4a4a" and icicle.marker.colors[0] == "#4a4a4a"
-    assert icicle.marker.colors[3] == "#2f2f2f"  # a folded block: dark, its label light
+    assert dark_color("#F2F2F2") == "#2f2f2f" and dark_color("#DDDDDD") == "#4a4a4a"  # flamegraph blocks
+    assert dark_color("#4C78A8") == "#4C78A8"  # data colours kept
     import plotly.graph_objects as go
 
     fig = go.Figure(go.Scatter(x=[0, 1], y=[0, 1], line={"color": "#444"}))
