@@ -233,6 +233,11 @@ export default function (component) {
   const ro = new ResizeObserver(() => { if (scroller.clientWidth !== width) draw(); });
   ro.observe(scroller);
 
+  // labels measured before the page's font arrived are measured again with it
+  if (document.fonts && document.fonts.status !== "loaded") {
+    document.fonts.ready.then(() => { widths.clear(); redraw(); });
+  }
+
   setZoom(zoom);
   // open at the zoomed frame's level (a flame graph at its bottom, where the root is)
   const y = rowY(g.depth[zoom]);

@@ -2,12 +2,13 @@
 ``st.components.v2`` component, in the page itself, not in an iframe).
 
 A plotly icicle measured every frame's label in the page (plotly.js's ``Drawing.bBox``,
-one layout each: 0.14 s for the loop's 171 frames) and needed plotly.js's 1.3 MB before
-it drew: the Profiler reached its first chart 0.6-0.7 s after a one-chart page's floor.
-The canvas measures labels with ``measureText`` and draws every frame in a few
-milliseconds; it also cuts a long label with "…" where the icicle hid it, and scrolls
-past :data:`~debugkit.charts.profile.VISIBLE_LEVELS` levels where the icicle drew 28
-(issue 35 item 9).
+a layout each: 0.14 s for the loop's 171 frames) and waited for plotly.js (a 4.7 MB
+script) before it drew: the Profiler reached its first chart 0.57-0.71 s after a
+one-chart page's floor. The canvas measures labels with ``measureText`` and draws every
+frame in a few milliseconds, before the floor's chart (docs/benchmarks.md, fourteenth
+round); it also cuts a long label with "…" where the icicle hid it, and scrolls past
+:data:`~debugkit.charts.profile.VISIBLE_LEVELS` levels where the icicle drew 28 (issue
+35 item 9).
 """
 
 from __future__ import annotations
