@@ -3,7 +3,10 @@
 // samples. Every frame is drawn and its label cut to its width with "…". Hover a frame
 // for its file, line and samples; click one to zoom into it (its ancestors stay above it,
 // full width); click an ancestor, or the zoomed frame again, or press Escape to zoom out.
-// Deeper than `levels` rows, the figure scrolls.
+// Deeper than `levels` rows, the figure scrolls. From the keyboard (the canvas takes the
+// focus): the arrow keys move between a frame, its parent, its widest child and its
+// neighbours on the level, Enter zooms into it, Escape zooms out; the tooltip says which
+// frame it is (a polite live region, for screen readers).
 //
 // The run's text (function and file names) reaches the page only through the canvas
 // (fillText) and the tooltip's textContent, never as HTML.
@@ -54,7 +57,11 @@ function layout(d) {
   }
   let maxDepth = 0;
   for (const i of order) maxDepth = Math.max(maxDepth, depth[i]);
-  return { n, root, x0, depth, maxDepth, order };
+  // the frames of each level from left to right (keyboard: the neighbour on a level)
+  const levels = Array.from({ length: maxDepth + 1 }, () => []);
+  for (const i of order) levels[depth[i]].push(i);
+  for (const row of levels) row.sort((a, b) => x0[a] - x0[b]);
+  return { n, root, kids, x0, depth, maxDepth, order, levels };
 }
 
 // What each element shows, to take down when it is given new data: Streamlit calls the
@@ -87,6 +94,8 @@ export default function (component) {
   const tip = document.createElement("div");
   tip.className = "dk-flame-tip";
   tip.hidden = true;
+  tip.setAttribute("role", "status");
+  tip.setAttribute("aria-live", "polite");
   inner.append(canvas);
   scroller.append(inner);
   outer.append(scroller, tip);
@@ -189,13 +198,14 @@ export default function (component) {
     return -1;
   }
 
+  // the tooltip beside the pointer (ev) or, from the keyboard, under the frame
   function showTip(i, ev) {
     if (i < 0) { tip.hidden = true; return; }
     const head = document.createElement("b");
     head.textContent = String(d.name[i]);
     const lines = String((d.tip && d.tip[i]) || "").split("\n");
     lines.push(i === zoom ? (i === g.root ? "" : "click it again, or press Esc, to zoom out")
-      : (above.has(i) ? "click to zoom out to it" : "click to zoom in"));
+      : (above.has(i) ? "click (or Enter) to zoom out to it" : "click (or Enter) to zoom in"));
     tip.replaceChildren(head, ...lines.filter(Boolean).map((s) => {
       const div = document.createElement("div");
       div.textContent = s;
@@ -203,7 +213,13 @@ export default function (component) {
     }));
     tip.hidden = false;
     const r = outer.getBoundingClientRect();
-    const x = ev.clientX - r.left + 14, y = ev.clientY - r.top + 14;
+    let x, y;
+    if (ev) {
+      x = ev.clientX - r.left + 14; y = ev.clientY - r.top + 14;
+    } else {
+      const b = box(i) || [0, 0, 0];
+      x = b[0] + Math.min(b[1] / 2, 40); y = b[2] - scroller.scrollTop + ROW + 4;
+    }
     tip.style.left = Math.max(0, Math.min(x, r.width - tip.offsetWidth - 4)) + "px";
     tip.style.top = (y + tip.offsetHeight > r.height ? Math.max(0, y - tip.offsetHeight - 22) : y) + "px";
   }
@@ -222,13 +238,53 @@ export default function (component) {
     draw();
     showTip(at(ev), ev);
   });
-  canvas.addEventListener("keydown", (ev) => {
-    if (ev.key === "Escape" && zoom !== g.root) {
-      ev.preventDefault();
-      setZoom(d.parent[zoom] >= 0 ? d.parent[zoom] : g.root);
-      draw();
+  // the frame the keyboard is on: drawn outlined, named in the tooltip, scrolled into view
+  function focusFrame(i) {
+    if (i < 0 || !box(i)) return;
+    hover = i;
+    canvas.dataset.hover = String(i);
+    const y = rowY(g.depth[i]);
+    if (y < scroller.scrollTop) scroller.scrollTop = y;
+    else if (y + ROW > scroller.scrollTop + scroller.clientHeight) scroller.scrollTop = y + ROW - scroller.clientHeight;
+    draw();
+    showTip(i, null);
+  }
+
+  function neighbour(i, step) {  // the next frame drawn on i's level, left (-1) or right (+1)
+    const row = g.levels[g.depth[i]];
+    for (let k = row.indexOf(i) + step; k >= 0 && k < row.length; k += step) {
+      const b = box(row[k]);
+      if (b && b[1] >= 0.2) return row[k];
     }
+    return -1;
+  }
+
+  canvas.addEventListener("keydown", (ev) => {
+    const at0 = hover >= 0 && box(hover) ? hover : zoom;
+    const deeper = d.flame ? "ArrowUp" : "ArrowDown", shallower = d.flame ? "ArrowDown" : "ArrowUp";
+    let to = -2;
+    if (ev.key === "Escape") {
+      if (zoom === g.root) return;
+      setZoom(d.parent[zoom] >= 0 ? d.parent[zoom] : g.root);
+      to = hover >= 0 && box(hover) ? hover : zoom;
+    } else if (ev.key === "Enter" || ev.key === " ") {
+      setZoom(at0 === zoom && at0 !== g.root ? d.parent[at0] : at0);
+      to = at0;
+    } else if (ev.key === deeper) {
+      to = g.kids[at0].length ? g.kids[at0][0] : -1;
+    } else if (ev.key === shallower) {
+      to = d.parent[at0];
+    } else if (ev.key === "ArrowLeft" || ev.key === "ArrowRight") {
+      to = neighbour(at0, ev.key === "ArrowLeft" ? -1 : 1);
+    } else {
+      return;
+    }
+    ev.preventDefault();
+    if (to >= 0 && box(to)) focusFrame(to); else draw();
   });
+  // focused from the keyboard (Tab), not by a click: start on the zoomed frame
+  canvas.addEventListener("focus", () => { if (hover < 0 && canvas.matches(":focus-visible")) focusFrame(zoom); });
+  canvas.addEventListener("blur", () => { tip.hidden = true; });
   scroller.addEventListener("scroll", () => { tip.hidden = true; hover = -1; redraw(); }, { passive: true });
   const ro = new ResizeObserver(() => { if (scroller.clientWidth !== width) draw(); });
   ro.observe(scroller);

@@ -66,7 +66,7 @@ def test_hover_click_to_zoom_and_escape(server, page):
     row, tip = _hover(page, canvas, 20, 2 * ROW + ROW / 2)
     lines = tip.splitlines()
     assert lines[0] == "Tensor.backward" and lines[1] == "torch/_tensor.py", lines
-    assert "samples (" in lines[2] and "% of all)" in lines[2] and lines[-1] == "click to zoom in"
+    assert "samples (" in lines[2] and "% of all)" in lines[2] and lines[-1] == "click (or Enter) to zoom in"
     width = canvas.bounding_box()["width"]
     # a narrow frame further right on the same level, then zoom into it: it spans the width
     right_row, _ = _hover(page, canvas, width * 0.85, 2 * ROW + ROW / 2)
@@ -133,3 +133,36 @@ def test_the_dark_theme_tooltip_is_dark(server, browser):
         assert gap[3] == 0 or sum(gap[:3]) < 200, gap
     finally:
         ctx.close()
+
+
+def test_the_keyboard_walks_the_frames_and_zooms(server, page):
+    """Tab to the figure, the arrow keys to a frame (its parent, widest child, neighbours
+    on its level), Enter to zoom into it, Escape out; the tooltip (a live region) names it."""
+    page.set_viewport_size({"width": 1280, "height": 1000})
+    canvas = _open(page, server.url + "/profiler?run=digits-profiled")
+    tip = page.locator(".dk-flame-tip")
+    assert tip.get_attribute("role") == "status" and tip.get_attribute("aria-live") == "polite"
+    canvas.focus()
+
+    def press(key) -> str:
+        page.keyboard.press(key)
+        tip.wait_for(state="visible", timeout=30_000)
+        return tip.inner_text().splitlines()[0]
+
+    assert press("ArrowDown") == "train"
+    assert press("ArrowDown") == "Tensor.backward"  # the widest child: 48 % of the loop
+    backward = canvas.get_attribute("data-hover")
+    right = press("ArrowRight")
+    assert right != "Tensor.backward" and canvas.get_attribute("data-hover") != backward
+    assert press("ArrowLeft") == "Tensor.backward"
+    assert press("ArrowUp") == "train"
+    press("ArrowDown")
+    press("ArrowRight")
+    row = canvas.get_attribute("data-hover")
+    page.keyboard.press("Enter")
+    page.wait_for_function(f"(c) => c.dataset.zoom === '{row}'", arg=canvas.element_handle())
+    width = canvas.bounding_box()["width"]
+    assert _hover(page, canvas, width - 5, 2 * ROW + ROW / 2)[1].splitlines()[0] == right  # spans the width
+    canvas.focus()
+    page.keyboard.press("Escape")
+    page.wait_for_function(f"(c) => c.dataset.zoom !== '{row}'", arg=canvas.element_handle())
