@@ -118,7 +118,7 @@ PRELOAD = (
 #: The pages' shared modules (pages/_*.py but this one), imported once the server's
 #: runtime exists (their ``st.cache_data`` functions are made for it): 20-40 ms of a new
 #: server's first visit of a page otherwise.
-PAGE_MODULES = ("pages._auth", "pages._data", "pages._inference", "pages._profile_dump",
+PAGE_MODULES = ("pages._auth", "pages._data", "pages._flamegraph", "pages._inference", "pages._profile_dump",
                 "pages._profile_load", "pages._profile_sampled", "pages._profile_trace",
                 "pages._query", "pages._routing", "pages._runs", "pages._share", "pages._sidebar",
                 "pages._ui")

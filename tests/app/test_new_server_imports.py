@@ -28,7 +28,7 @@ for k, v in {query!r}.items():
 at.switch_page({page!r})
 at.run()
 assert not at.exception, [e.value for e in at.exception]
-assert {page!r}.endswith("home.py") or at.get("plotly_chart"), "no chart drawn"
+assert {page!r}.endswith("home.py") or at.get("plotly_chart") or at.get("bidi_component"), "no chart drawn"
 assert "torch" not in sys.modules
 print("imported:", " ".join(sorted(m for m in set(sys.modules) - before
                                     if m.split(".")[0] in ("debugkit", "pages", "plotly", "_plotly_utils",
